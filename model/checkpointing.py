@@ -1,0 +1,142 @@
+"""Resumable training checkpoints, written atomically.
+
+Keras' `BackupAndRestore` overwrites `latest.weights.h5` in place and writes
+its step counter in a second file afterwards: a `kill -9` in between leaves
+a truncated file, or new weights with an old counter. Here every checkpoint
+is a directory built under a temporary name and renamed when complete:
+
+    checkpoints/ckpt-00001000/model.weights.h5   weights + optimizer state
+                             /rng.npz            dropout seed-generator states
+                             /state.json         {"step": 1000}
+
+so a directory named `ckpt-*` is always whole, and restarting the same
+command resumes from the newest one. Dropout's seed state is saved too (Keras
+leaves it out of `.weights.h5`): a resumed run then matches an uninterrupted
+one bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import keras
+import numpy as np
+
+_NAME = re.compile(r"^ckpt-(\d{8})$")
+
+
+def _rng_variables(model):
+    return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
+
+
+class ResumableCheckpoint(keras.callbacks.Callback):
+    """Saves every `every` steps (and at the end); `restore()` picks up the newest.
+
+    Args:
+        directory: where `ckpt-*` directories go.
+        every: steps between checkpoints.
+        keep: how many recent checkpoints to keep.
+        is_chief: only the chief writes (multi-worker training).
+    """
+
+    def __init__(self, directory: str, every: int, keep: int = 3, is_chief: bool = True):
+        super().__init__()
+        self.directory = directory
+        self.every = every
+        self.keep = keep
+        self.is_chief = is_chief
+        self.last_saved = None
+
+    # === Restore ===
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        if not os.path.isdir(self.directory):
+            return []
+        found = []
+        for name in os.listdir(self.directory):
+            m = _NAME.match(name)
+            if m and os.path.isfile(os.path.join(self.directory, name, "state.json")):
+                found.append((int(m.group(1)), os.path.join(self.directory, name)))
+        return sorted(found)
+
+    def restore(self, model) -> int:
+        """Loads the newest complete checkpoint into `model` (built, compiled).
+        Returns its step, or 0 when there is none."""
+        for step, path in reversed(self.checkpoints()):
+            try:
+                if not model.optimizer.built:
+                    model.optimizer.build(model.trainable_variables)
+                model.load_weights(os.path.join(path, "model.weights.h5"))
+                rng = np.load(os.path.join(path, "rng.npz"))
+                variables = _rng_variables(model)
+                if len(rng.files) != len(variables):
+                    raise ValueError(f"{path}: {len(rng.files)} seed states for "
+                                     f"{len(variables)} seed generators")
+                for i, v in enumerate(variables):
+                    v.assign(rng[f"s{i}"])
+            except (OSError, ValueError) as e:
+                # Renamed directories are complete, so this is disk damage, not
+                # a crash mid-write; say so and fall back to the one before.
+                print(f"warning: checkpoint {path} is unreadable ({e}); trying an older one")
+                continue
+            self.last_saved = step
+            return step
+        return 0
+
+    # === Save ===
+
+    def save(self, step: int) -> None:
+        if self.last_saved == step:
+            return
+        self.last_saved = step
+        if not self.is_chief:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".ckpt-{step:08d}.tmp-", dir=self.directory)
+        try:
+            self.model.save_weights(os.path.join(tmp, "model.weights.h5"))
+            np.savez(os.path.join(tmp, "rng.npz"),
+                     **{f"s{i}": keras.ops.convert_to_numpy(v.value)
+                        for i, v in enumerate(_rng_variables(self.model))})
+            with open(os.path.join(tmp, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            for name in os.listdir(tmp):
+                with open(os.path.join(tmp, name), "rb+") as f:
+                    os.fsync(f.fileno())
+            final = os.path.join(self.directory, f"ckpt-{step:08d}")
+            if os.path.isdir(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for _, old in self.checkpoints()[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def clean_partial(self) -> None:
+        """Removes temporaries left by a run killed mid-save."""
+        if os.path.isdir(self.directory):
+            for name in os.listdir(self.directory):
+                if name.startswith(".ckpt-"):
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+
+    def _step(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs and not np.isfinite(logs.get("loss", 0.0)):
+            # This callback runs before TerminateOnNaN: a NaN step that falls
+            # on a checkpoint step must not replace the last good checkpoint.
+            return
+        step = self._step()
+        if step % self.every == 0:
+            self.save(step)
+
+    def on_train_end(self, logs=None):
+        if self.model.stop_training and logs and not np.isfinite(logs.get("loss", 0.0)):
+            return  # never checkpoint NaN weights: keep the last good one
+        self.save(self._step())

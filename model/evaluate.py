@@ -1,0 +1,174 @@
+"""Evaluation: `python -m model.evaluate --task TASK --model DIR --data FILE [--out metrics.json]`.
+
+Prints the task's metrics as JSON.
+
+Tasks:
+    mlm   masked-LM top-1/top-5 accuracy over masked positions, masked-LM loss
+          and perplexity, and next-sentence accuracy, on instances made from
+          any raw text file (`model.corpus` formats) exactly as for
+          pre-training: 15 % masking, 80/10/10, a fixed seed.
+    cola sst2 mrpc stsb qqp mnli qnli rte wnli conll2003 (ner) swag squad1 squad2
+          a model directory written by `python -m model.train finetune`,
+          scored on any labelled file in the task's standard format with the
+          task's official metric (`model/tasks/`). The sequence length is the
+          one the model was fine-tuned with unless --max-seq-length says.
+
+    python -m model.evaluate --task mlm --model runs/mini \\
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw
+    python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from model.tasks import ALIASES
+from model.tasks import TASKS as FINETUNE_TASKS
+
+TASKS = ("mlm", *FINETUNE_TASKS, *ALIASES)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m model.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--data", required=True, help="evaluation file")
+    p.add_argument("--out", default=None, help="also write the metrics JSON here")
+    p.add_argument("--batch-size", type=int, default=32)
+    g = p.add_argument_group("mlm")
+    g.add_argument("--max-seq-length", type=int, default=None,
+                   help="mlm: instance length (default 128); other tasks: default the model's")
+    g.add_argument("--max-predictions", type=int, default=20)
+    g.add_argument("--seed", type=int, default=12345)
+    g.add_argument("--format", default="auto", help="corpus format of --data")
+    return p.parse_args(argv)
+
+
+def evaluate_mlm(model, tokenizer, path: str, max_seq_length: int = 128,
+                 max_predictions: int = 20, seed: int = 12345, batch_size: int = 32,
+                 corpus_format: str = "auto") -> dict:
+    """Masked-LM and NSP metrics of a `BertPretrainer` on instances made from `path`."""
+    import numpy as np
+
+    from model.data import _instance_features, generate_instances
+    from model.masking import Masker, MaskingConfig
+    from model.pretraining_data import InstanceConfig
+
+    masker = Masker(tokenizer.vocabulary, MaskingConfig(max_predictions=max_predictions))
+    instances = list(generate_instances([path], tokenizer, InstanceConfig(max_seq_length),
+                                        seed=seed, corpus_format=corpus_format,
+                                        pool_tokens=10 ** 12))
+    if not instances:
+        raise ValueError(f"{path}: no text to make evaluation instances from")
+    rows = []
+    for i, inst in enumerate(instances):
+        feats = _instance_features(inst, tokenizer, max_seq_length)
+        masked, pos, labels, weights = masker(feats["input_ids"], np.random.default_rng([seed, i]))
+        rows.append((masked, feats["segment_ids"], feats["input_mask"], pos, labels, weights,
+                     feats["next_sentence_labels"][0]))
+    cols = [np.stack(c) for c in zip(*rows)]
+    token_ids, segment_ids, padding_mask, positions, labels, weights, nsp_labels = cols
+    top1 = top5 = nll = count = nsp_correct = 0.0
+    for start in range(0, len(rows), batch_size):
+        sl = slice(start, start + batch_size)
+        out = model.predict_on_batch({"token_ids": token_ids[sl], "segment_ids": segment_ids[sl],
+                                      "padding_mask": padding_mask[sl],
+                                      "mask_positions": positions[sl]})
+        logits = np.asarray(out["mlm"], dtype=np.float64)  # (batch, P, vocab)
+        w = weights[sl]
+        logp = logits - logits.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        gold = labels[sl]
+        gold_logp = np.take_along_axis(logp, gold[..., None], -1)[..., 0]
+        rank = (logp > gold_logp[..., None]).sum(-1)  # 0 = the best guess
+        top1 += float(((rank < 1) * w).sum())
+        top5 += float(((rank < 5) * w).sum())
+        nll -= float((gold_logp * w).sum())
+        count += float(w.sum())
+        if "nsp" in out:
+            nsp_correct += float((np.argmax(out["nsp"], -1) == nsp_labels[sl]).sum())
+    metrics = {"mlm_top1_accuracy": top1 / count, "mlm_top5_accuracy": top5 / count,
+               "mlm_loss": nll / count, "mlm_perplexity": float(np.exp(nll / count)),
+               "masked_positions": int(count), "instances": len(rows)}
+    if getattr(model, "next_sentence", False):
+        metrics["nsp_accuracy"] = nsp_correct / len(rows)
+    return metrics
+
+
+def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
+                  seq_len: int | None = None) -> dict:
+    """The metrics of the fine-tuned model in `directory` on the labelled file `path`."""
+    from model import model_dir, tasks
+    from model.tokenizer import WordPieceTokenizer
+
+    task = tasks.get(name)
+    info = model_dir.read_info(directory)
+    if info.get("task") != task.head:
+        raise ValueError(f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
+                         f"needs a {task.head!r} one (python -m model.train finetune --task "
+                         f"{task.name} makes it)")
+    labels = task.labels()
+    stored = info.get("id2label")
+    if labels and stored and [stored[k] for k in sorted(stored, key=int)] != labels:
+        raise ValueError(f"{directory}: the model's labels {list(stored.values())} are not "
+                         f"task {task.name}'s {labels}")
+    trained_on = info.get("finetuned_task")
+    if trained_on and trained_on != task.name:
+        print(f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}",
+              file=sys.stderr)
+    examples = task.read(path)  # malformed files fail before the model loads
+    model = model_dir.load(directory)
+    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB),
+                                   lowercase=info["encoder"].get("lowercase", True))
+    seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
+    return task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
+                         batch_size=batch_size)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from model import model_dir
+    from model.tokenizer import WordPieceTokenizer
+
+    start = time.time()
+    try:
+        if not os.path.isfile(args.data):
+            raise FileNotFoundError(f"{args.data}: no such file")
+        if args.task != "mlm":
+            metrics = evaluate_task(args.task, args.model, args.data, args.batch_size,
+                                    args.max_seq_length)
+            return _report(args, metrics, start)
+        info = model_dir.read_info(args.model)
+        model = model_dir.load(args.model)
+        tokenizer = WordPieceTokenizer(os.path.join(args.model, model_dir.VOCAB),
+                                       lowercase=info["encoder"].get("lowercase", True))
+        if args.task == "mlm":
+            if info.get("task") != "pretraining":
+                raise ValueError(f"{args.model}: a {info.get('task')!r} model has no masked-LM head")
+            metrics = evaluate_mlm(model, tokenizer, args.data, args.max_seq_length or 128,
+                                   args.max_predictions, args.seed, args.batch_size, args.format)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return _report(args, metrics, start)
+
+
+def _report(args, metrics: dict, start: float) -> int:
+    metrics = {"task": args.task, "model": args.model, "data": args.data, **metrics,
+               "seconds": round(time.time() - start, 1)}
+    print(json.dumps(metrics, indent=2))
+    if args.out:
+        from model.io import write_json
+
+        write_json(args.out, metrics)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

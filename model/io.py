@@ -1,0 +1,67 @@
+"""Atomic file output: write under a temporary name, then rename.
+
+A crash (or `kill -9`) at any moment leaves either the old file or the new
+one under the real name, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yields a temporary path next to `path`; renames it over `path` on success.
+
+    Works for files and for directories written by a library that wants a
+    path (e.g. `model.save_weights`). On error the temporary is removed.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.basename(path)
+    suffix = ".weights.h5" if base.endswith(".weights.h5") else os.path.splitext(base)[1]
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{suffix}", dir=directory)
+    os.close(fd)
+    os.remove(tmp)  # libraries that refuse to overwrite get a fresh name
+    try:
+        yield tmp
+        if os.path.isfile(tmp):
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8"):
+    """`open()` for writing that only publishes the file when the block succeeds."""
+    if "b" in mode:
+        encoding = None
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, encoding=encoding) as f:
+            yield f
+
+
+def write_json(path: str, data) -> None:
+    with atomic_open(path) as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+def check_writable_dir(path: str) -> None:
+    """Fails at start, not after an hour, when `path` cannot be written."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise SystemExit(f"error: output directory {path!r} is not writable: {e.strerror}") from None

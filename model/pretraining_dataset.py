@@ -1,0 +1,154 @@
+"""The pre-training input pipeline: TFRecord shards to `(inputs, labels, weights)` batches.
+
+The stream is an endless sequence of epochs; epoch `e` reads the shards in an
+order and shuffle fixed by `(seed, e)`. Every example therefore has a fixed
+position in the stream, which gives two properties the trainer relies on:
+
+- resuming at step `s` starts at position `s * batch_size` (`start_step`):
+  no example is lost or repeated after a restart;
+- dynamic masks are drawn from `default_rng([seed, position])`: fresh masks
+  every epoch (RoBERTa), identical masks after a restart.
+
+Static records (made with `--masking static` or google-research's script)
+carry their own masks and are used as they are.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from model.masking import Masker
+
+INFO = "dataset.json"
+
+
+def find_records(pattern: str) -> tuple[list[str], dict]:
+    """The record files matched by `pattern` (a glob or a directory) and their dataset.json."""
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "*.tfrecord")
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"{pattern}: no record files match")
+    info_path = os.path.join(os.path.dirname(files[0]), INFO)
+    info = {}
+    if os.path.isfile(info_path):
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+    shards = info.get("shards", {})
+    if all(os.path.basename(p) in shards for p in files):
+        info["num_instances"] = sum(shards[os.path.basename(p)] for p in files)
+    else:  # records from elsewhere: look at them once
+        info.update(_inspect(files))
+    return files, info
+
+
+def _inspect(files: list[str]) -> dict:
+    count = 0
+    for path in files:
+        try:
+            count += sum(1 for _ in tf.data.TFRecordDataset(path))
+        except tf.errors.DataLossError as e:
+            raise ValueError(f"{path}: corrupt or truncated TFRecord file ({e.message})") from None
+    first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(files[0]))).numpy())
+    feats = first.features.feature
+    if "input_ids" not in feats:
+        raise ValueError(f"{files[0]}: not a pre-training record (no 'input_ids' feature)")
+    static = "masked_lm_positions" in feats
+    info = {"num_instances": count, "max_seq_length": len(feats["input_ids"].int64_list.value),
+            "masking": "static" if static else "dynamic",
+            "next_sentence": "next_sentence_labels" in feats}
+    if static:
+        info["masking_config"] = {"max_predictions":
+                                  len(feats["masked_lm_positions"].int64_list.value)}
+    return info
+
+
+def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = None,
+                        seed: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000,
+                        next_sentence: bool = True) -> tf.data.Dataset:
+    """Batches of `({token_ids, segment_ids, padding_mask, mask_positions},
+    {mlm, nsp}, {mlm})`, endless, starting `start_step` batches in.
+
+    `masker` is required for dynamically masked records and ignored for
+    static ones. Batches are full (`drop_remainder`): TPUs need static shapes.
+    """
+    files, info = find_records(pattern)
+    seq_len = info["max_seq_length"]
+    static = info.get("masking") == "static"
+    if not static and masker is None:
+        raise ValueError(f"{pattern}: records are not masked; pass a Masker for dynamic masking")
+    if next_sentence and not info.get("next_sentence", True):
+        raise ValueError(f"{pattern}: records were made without next-sentence labels (--no-nsp)")
+    num = info["num_instances"]
+    max_predictions = (info["masking_config"]["max_predictions"] if static
+                       else masker.config.max_predictions)
+
+    spec = {"input_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
+            "input_mask": tf.io.FixedLenFeature([seq_len], tf.int64),
+            "segment_ids": tf.io.FixedLenFeature([seq_len], tf.int64)}
+    if info.get("next_sentence", True):
+        spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+    if static:
+        spec.update({
+            "masked_lm_positions": tf.io.FixedLenFeature([max_predictions], tf.int64),
+            "masked_lm_ids": tf.io.FixedLenFeature([max_predictions], tf.int64),
+            "masked_lm_weights": tf.io.FixedLenFeature([max_predictions], tf.float32)})
+
+    file_list = tf.constant(files)
+
+    def epoch(e):
+        e = tf.cast(e, tf.int64)
+        order = tf.random.experimental.stateless_shuffle(
+            file_list, seed=tf.stack([tf.constant(seed, tf.int64), e]))
+        records = tf.data.Dataset.from_tensor_slices(order).interleave(
+            tf.data.TFRecordDataset, cycle_length=min(8, len(files)), block_length=1)
+        # Each epoch is its own dataset with its own seed; reshuffling on
+        # re-iteration would break "same position, same example".
+        return records.shuffle(shuffle_buffer, seed=tf.constant(seed, tf.int64) * 1_000_003 + e,
+                               reshuffle_each_iteration=False)
+
+    start = start_step * batch_size
+    first_epoch, offset = divmod(start, num)
+    stream = epoch(first_epoch).skip(offset).concatenate(
+        tf.data.Dataset.range(first_epoch + 1, 2 ** 62).flat_map(epoch))
+    stream = stream.enumerate(start=start).batch(batch_size, drop_remainder=True)
+
+    def to_model(positions, serialized):
+        ex = tf.io.parse_example(serialized, spec)
+        token_ids = tf.cast(ex["input_ids"], tf.int32)  # (batch, seq_len)
+        if static:
+            mask_positions = tf.cast(ex["masked_lm_positions"], tf.int32)
+            mask_ids = tf.cast(ex["masked_lm_ids"], tf.int32)
+            weights = ex["masked_lm_weights"]  # (batch, max_predictions)
+        else:
+            keys = tf.stack([tf.fill(tf.shape(positions), tf.constant(seed, tf.int64)),
+                             positions], axis=1)
+            token_ids, mask_positions, mask_ids, weights = tf.numpy_function(
+                masker.mask_batch, [token_ids, keys],
+                [tf.int32, tf.int32, tf.int32, tf.float32], stateful=False)
+            token_ids.set_shape([batch_size, seq_len])
+            for t in (mask_positions, mask_ids, weights):
+                t.set_shape([batch_size, max_predictions])
+        x = {"token_ids": token_ids,
+             "segment_ids": tf.cast(ex["segment_ids"], tf.int32),
+             "padding_mask": tf.cast(ex["input_mask"], tf.int32),
+             "mask_positions": mask_positions}
+        # The paper's loss is the mean over the batch's real masked positions.
+        # Keras divides a weighted loss by the element count (batch * P), so
+        # the weights are scaled here by (batch * P) / (real positions): the
+        # result is exact on one replica and on N mirrored replicas alike.
+        scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
+        y = {"mlm": mask_ids}
+        sw = {"mlm": weights * scale}
+        if next_sentence:
+            y["nsp"] = tf.cast(ex["next_sentence_labels"], tf.int32)  # (batch, 1)
+            sw["nsp"] = tf.ones([batch_size], tf.float32)
+        return x, y, sw
+
+    return stream.map(to_model, num_parallel_calls=tf.data.AUTOTUNE,
+                      deterministic=True).prefetch(tf.data.AUTOTUNE)
