@@ -1,0 +1,169 @@
+"""Shared test helpers: tiny vocabularies and corpora written into `tmp_path`.
+
+Everything here is small and deterministic so the tests stay at seconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import string
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+BERT_VOCAB = os.path.join(FIXTURES, "bert-base-uncased-vocab.txt")
+SHARED_DATA = os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# Whole words of the tiny vocabulary; with the letters and "##" letters below,
+# WordPiece can spell any lower-case ASCII word.
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "big", "red", "blue",
+         "tree", "house", "river", "stone", "bird", "sang", "song", "day", "night", "sun",
+         "moon", "green", "old", "new", "man", "woman", "child", "saw", "ate", "fish"]
+
+
+def tiny_vocabulary(mask: bool = True, extra: int = 0) -> list[str]:
+    """Special tokens, punctuation, words, letters and `##` letters (plus `extra` filler tokens)."""
+    specials = [t for t in SPECIAL_TOKENS if mask or t != "[MASK]"]
+    letters = list(string.ascii_lowercase)
+    tokens = (specials + list(".,!?;:'\"()-") + WORDS + letters + ["##" + c for c in letters]
+              + ["##s", "##ed", "##ing"] + [f"filler{i}" for i in range(extra)])
+    return list(dict.fromkeys(tokens))  # "a" is a word and a letter
+
+
+def write_vocab(path, mask: bool = True, extra: int = 0) -> str:
+    """Writes `tiny_vocabulary()` to `path` (one token a line); returns the path as a string."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tiny_vocabulary(mask, extra)) + "\n")
+    return str(path)
+
+
+def random_sentence(rng: random.Random, min_words: int = 4, max_words: int = 10) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words))]
+    return " ".join(words).capitalize() + "."
+
+
+def write_corpus(path, num_documents: int = 20, sentences: tuple[int, int] = (3, 12),
+                 seed: int = 0, document_words: bool = False) -> str:
+    """A google-format corpus (one sentence a line, blank line between documents).
+
+    With `document_words`, every sentence of document `i` repeats `WORDS[i]`
+    only, so a token tells which document it came from.
+    """
+    rng = random.Random(seed)
+    docs = []
+    for d in range(num_documents):
+        n = rng.randint(*sentences)
+        if document_words:
+            word = WORDS[d % len(WORDS)]
+            lines = [" ".join([word] * rng.randint(2, 6)).capitalize() + "." for _ in range(n)]
+        else:
+            lines = [random_sentence(rng) for _ in range(n)]
+        docs.append("\n".join(lines))
+    text = "\n\n".join(docs) + "\n"
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+def gutenberg_text(body: str) -> str:
+    """`body` wrapped in a Project Gutenberg header and licence footer."""
+    header = ("The Project Gutenberg EBook of A Test Book, by Nobody\n\n"
+              "This eBook is for the use of anyone anywhere at no cost and with\n"
+              "almost no restrictions whatsoever.\n\n"
+              "*** START OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n")
+    footer = ("\n\nEnd of the Project Gutenberg EBook of A Test Book, by Nobody\n\n"
+              "*** END OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n"
+              "Section 5.  General Information About Project Gutenberg-tm electronic works.\n")
+    return header + body + footer
+
+
+def leftovers(parent, name: str) -> list[str]:
+    """Entries of `parent` that a failed build of `parent/name` may have left behind."""
+    return sorted(e for e in os.listdir(parent) if e == name or e.startswith(f".{name}.tmp-"))
+
+
+# === Model inputs, record directories and training runs ===
+# (the `tiny` preset, 32-token records: every run is seconds on two CPU cores)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def random_encoder_inputs(batch: int, seq_len: int, vocabulary_size: int, seed: int = 0,
+                          lengths=None) -> dict:
+    """`BertEncoder` inputs of random tokens; row i is real for its first
+    `lengths[i]` tokens (default: all), padded with 0 after them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray([seq_len] * batch if lengths is None else lengths)
+    positions = np.arange(seq_len)[None, :]
+    padding_mask = (positions < lengths[:, None]).astype("int32")  # (batch, seq_len)
+    token_ids = rng.integers(5, vocabulary_size, size=(batch, seq_len)).astype("int32")
+    segment_ids = (positions >= lengths[:, None] // 2).astype("int32")  # second half: B
+    return {"token_ids": token_ids * padding_mask, "segment_ids": segment_ids * padding_mask,
+            "padding_mask": padding_mask}
+
+
+def make_records(parent, name: str = "records", seq_len: int = 32, num_shards: int = 2,
+                 num_documents: int = 8, vocab: str | None = None) -> str:
+    """A `model.data` record directory (dynamic masking) of a `write_corpus`
+    corpus, by default with the `write_vocab` vocabulary; returns its path."""
+    from model import data
+
+    parent = str(parent)
+    vocab = vocab or write_vocab(os.path.join(parent, f"{name}-vocab.txt"))
+    corpus = write_corpus(os.path.join(parent, f"{name}-corpus.txt"), num_documents,
+                          sentences=(3, 6))
+    output = os.path.join(parent, name)
+    rc = data.main(["--input", corpus, "--vocab", vocab, "--output", output,
+                    "--max-seq-length", str(seq_len), "--num-shards", str(num_shards)])
+    assert rc == 0, f"python -m model.data exited with {rc}"
+    return output
+
+
+def pretrain_argv(data_dir: str, output: str, steps: int = 20, batch_size: int = 4,
+                  checkpoint_every: int = 10, extra=()) -> list[str]:
+    """`python -m model.train` arguments of a seconds-long `tiny` pre-training run."""
+    return ["pretrain", "--config", "tiny", "--data", str(data_dir), "--output", str(output),
+            "--steps", str(steps), "--batch-size", str(batch_size),
+            "--checkpoint-every", str(checkpoint_every), "--shuffle-buffer", "64",
+            "--log-every", "1000", *extra]
+
+
+def module_command(module: str, argv) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", module, *map(str, argv)]
+
+
+def subprocess_env() -> dict:
+    """The environment of a child `python -m model.…`: the repository on the
+    path, TensorFlow quiet, on the CPU (same device, same numbers, every run)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_module(module: str, argv, timeout: float = 300):
+    """`python -m module argv` in a fresh process (fresh Keras globals); the
+    `subprocess.CompletedProcess` with text stdout and stderr."""
+    import subprocess
+
+    return subprocess.run(module_command(module, argv), cwd=REPO_ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def weights_of(path) -> dict:
+    """{dataset path: numpy array} of every tensor in a Keras `.weights.h5` file."""
+    import h5py
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
