@@ -1,0 +1,987 @@
+"""SQuAD v1.1 and v2.0 (the paper's sections 4.2, 4.3) as google-research/bert's `run_squad.py`.
+
+    python -m model.train finetune --task squad1 --init runs/base --output runs/squad1 \\
+        --data ../shared/data/squad/train-v1.1.reconstructed.json   # dev-v1.1.json beside it
+    python -m model.evaluate --task squad1 --model runs/squad1 \\
+        --data ../shared/data/squad/dev-v1.1.json
+
+    python -m model.tasks.squad make-v2-train --negative-ratio 0.5 --seed 0 \\
+        --input ../shared/data/squad/train-v1.1.reconstructed.json \\
+        --output runs/squad2-data/train-v2.0.json \\
+        --dev ../shared/data/squad/dev-v2.0.reconstructed.json  # copied in as dev-v2.0.json
+    python -m model.train finetune --task squad2 --data runs/squad2-data --init runs/base \\
+        --output runs/squad2 --epochs 2 --batch-size 48
+    python -m model.evaluate --task squad2 --model runs/squad2 \\
+        --data ../shared/data/squad/dev-v2.0.reconstructed.json
+    python -m model.tasks.squad_metric DATA.json runs/squad2/predictions.json \\
+        --na-prob-file runs/squad2/null_odds.json      # the official v2.0 script's numbers
+
+The model (`model.question_answerer.BertQuestionAnswerer`) is the paper's: a
+start vector and an end vector dotted with every token's final hidden state.
+
+Inputs. A context is split at whitespace into words (`Paragraph`, google's
+`doc_tokens`), each word is WordPiece-tokenized on its own, and every token
+remembers its word (`tok_to_orig_index`). `[CLS] question [SEP] window [SEP]`
+features slide over long contexts: the question is cut to `max_query_length`
+(64) tokens, windows of `seq_len - len(question) - 3` tokens start every
+`doc_stride` (128) tokens, the last one ends at the context's end. A token
+seen by several windows belongs to the one where it has the most context on
+both sides (`max_context_mask`); only there may an answer start.
+
+Training labels. The first answer's words become a token span, narrowed to
+the answer's own tokens when they are part of a longer word
+(`improve_answer_span`: "1895" inside "(1895-1943)"). A window that does not
+contain the whole span, and every window of an unanswerable question, is
+labelled at `[CLS]` (position 0), as google-research does for both versions.
+
+Predictions. For each question, the `n_best_size` (20) best start and end
+positions of each window are paired, invalid pairs dropped (outside the
+context, end before start, longer than `max_answer_length` (30) tokens, start
+not in its max-context window), the rest ranked by start + end logit; the
+best span is projected from its tokens back onto the original characters of
+the context (`final_char_span`, google's `get_final_text`). An answer is
+always a piece of the context, with its own whitespace (google's joins the
+words with single spaces; the metric's normalisation makes them equal), and
+nbest_predictions.json gives its `answer_start` too. SQuAD v2.0 adds
+the null answer: its score is the smallest `[CLS]` start + end logit over
+the question's windows, and the question is answered "" when that score
+minus the best span's score (written to null_odds.json) exceeds
+`null_threshold` (0). `evaluate` reports the metrics at that threshold, and
+also `best_exact`/`best_f1` at the threshold tuned on the file itself by the
+official script's `find_best_thresh`, run on the best non-null answers so
+that every threshold is considered (run on the thresholded predictions, as
+the official command line does, it can only lower the threshold).
+
+SQuAD v2.0 training data. There is no SQuAD v2.0 training set offline, so
+`make_v2_train` builds one from v1.1: each unanswerable question is a v1.1
+question paired with another paragraph of the same article that does not
+contain any of its answers. These negatives are a proxy for the real
+SQuAD 2.0 ones: those were written by crowd workers to look answerable from
+their own paragraph (with a plausible answer in it), whereas a question moved
+to another paragraph is usually off-topic there, so it is easier to reject.
+Expect a model trained on them to answer many of the real dev set's
+unanswerable questions (a low NoAns score).
+
+Files are read strictly: a missing field, a wrong type, a duplicate question
+id or an answer whose `answer_start` is past the context (out of range) or
+whose text is not the context at `answer_start` (mismatch) stops the reader
+with the file and the article/paragraph/question; `skip_invalid=True` skips
+such questions and counts them instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import dataclasses
+import functools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import unicodedata
+
+import numpy as np
+
+from model.tasks import squad_metric
+from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
+
+DOC_STRIDE = 128
+MAX_QUERY_LENGTH = 64
+N_BEST_SIZE = 20
+MAX_ANSWER_LENGTH = 30
+# Stands for "no span at all" in null_odds.json (google-research's script
+# crashes there): the null answer wins at any sensible threshold.
+NO_SPAN_ODDS = 1e6
+
+# google-research's `is_whitespace`: only these split a context into words.
+_WORD = re.compile(r"[^ \t\r\n\u202f]+")
+
+
+# === Examples ===
+
+class Paragraph:
+    """A context and its whitespace-separated words (google's `doc_tokens`).
+
+    `starts[i]` is the character offset of `words[i]`; a word is a maximal run
+    of non-whitespace characters, so `context[starts[i]:starts[i] + len(words[i])]`
+    is `words[i]`.
+    """
+
+    __slots__ = ("context", "words", "starts")
+
+    def __init__(self, context: str):
+        self.context = context
+        matches = list(_WORD.finditer(context))
+        self.words = [m.group() for m in matches]
+        self.starts = [m.start() for m in matches]
+
+    def char_to_word(self, char: int) -> int:
+        """google's `char_to_word_offset`: the word at `char`, or the word
+        before it when `char` is whitespace (-1 before the first word)."""
+        return bisect.bisect_right(self.starts, char) - 1
+
+    def word_end(self, word: int) -> int:
+        return self.starts[word] + len(self.words[word])
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question on one paragraph (shared by the paragraph's questions).
+
+    answers: the gold answers, `{"text", "answer_start"}` in file order; []
+        for an unanswerable (SQuAD v2.0) question.
+    """
+
+    qas_id: str
+    question: str
+    paragraph: Paragraph
+    answers: list
+    is_impossible: bool = False
+    title: str = ""
+
+    @property
+    def context(self) -> str:
+        return self.paragraph.context
+
+
+def load_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
+    """Examples of an official-format SQuAD file (`data` / `paragraphs` / `qas`).
+
+    Returns:
+        (examples, skipped): `skipped` lists the message of each question left
+        out (only with `skip_invalid`; otherwise the first one raises).
+    """
+    dataset = load_json(path)
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise ValueError(f"{path}: not a SQuAD file: the top level needs a \"data\" list")
+    examples, skipped, seen = [], [], {}
+    for ai, article in enumerate(dataset["data"]):
+        where_article = f"{path}: data[{ai}]"
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
+            raise ValueError(f"{where_article}: an article needs a \"paragraphs\" list")
+        title = article.get("title", "")
+        if title:
+            where_article += f" (title {title!r})"
+        for pi, para in enumerate(article["paragraphs"]):
+            where_para = f"{where_article}, paragraphs[{pi}]"
+            if not isinstance(para, dict) or not isinstance(para.get("context"), str):
+                raise ValueError(f"{where_para}: a paragraph needs a \"context\" string")
+            if not isinstance(para.get("qas"), list):
+                raise ValueError(f"{where_para}: a paragraph needs a \"qas\" list")
+            paragraph = Paragraph(para["context"])
+            if not paragraph.words:
+                raise ValueError(f"{where_para}: the context has no text")
+            for qi, qa in enumerate(para["qas"]):
+                qid = qa.get("id") if isinstance(qa, dict) else None
+                where = f"{where_para}, qas[{qi}]" + (f" (id {qid!r})" if qid is not None else "")
+                problem = _check_question(qa, paragraph.context, version_2)
+                if problem is None and qid in seen:
+                    problem = f"duplicate question id (first at {seen[qid]})"
+                if problem is not None:
+                    if not skip_invalid:
+                        raise ValueError(f"{where}: {problem} (skip_invalid skips such questions)")
+                    skipped.append(f"{where}: {problem}")
+                    continue
+                seen[qid] = where
+                answers = [{"text": a["text"], "answer_start": a["answer_start"]}
+                           for a in qa["answers"]]
+                examples.append(SquadExample(qid, qa["question"], paragraph, answers,
+                                             is_impossible=not answers, title=title))
+    return examples, skipped
+
+
+def _check_question(qa, context: str, version_2: bool) -> str | None:
+    """What is wrong with one `qas` entry, or None."""
+    if not isinstance(qa, dict):
+        return "a question must be an object"
+    if not isinstance(qa.get("id"), str) or not qa["id"]:
+        return "\"id\" must be a non-empty string"
+    if not isinstance(qa.get("question"), str) or not qa["question"].strip():
+        return "\"question\" must be a non-empty string"
+    answers = qa.get("answers")
+    if not isinstance(answers, list):
+        return "\"answers\" must be a list"
+    # A v2.0 question without the field is unanswerable iff it has no
+    # answers, as the official v2.0 script decides.
+    impossible = qa.get("is_impossible", version_2 and answers == [])
+    if not isinstance(impossible, bool):
+        return f"\"is_impossible\" must be true or false, not {impossible!r}"
+    if impossible and not version_2:
+        return "unanswerable question (is_impossible) in SQuAD v1.1; use the squad2 task"
+    if impossible and answers:
+        return f"is_impossible is true but the question has {len(answers)} answer(s)"
+    if not answers and not impossible:
+        return ("no answers" if not version_2 else
+                "no answers but is_impossible is false")
+    for k, answer in enumerate(answers):
+        if not isinstance(answer, dict):
+            return f"answers[{k}] must be an object"
+        text, start = answer.get("text"), answer.get("answer_start")
+        if not isinstance(text, str) or not text.strip():
+            return f"answers[{k}]: \"text\" must be a non-empty string"
+        if not isinstance(start, int) or isinstance(start, bool):
+            return f"answers[{k}]: \"answer_start\" must be an integer, not {start!r}"
+        if start < 0 or start + len(text) > len(context):
+            return (f"answers[{k}]: answer_start {start} is out of range: {text!r} "
+                    f"({len(text)} characters) does not fit in the context "
+                    f"({len(context)} characters)")
+        found = context[start:start + len(text)]
+        if found != text:
+            return (f"answers[{k}]: mismatch: the context at answer_start {start} reads "
+                    f"{found!r}, not the answer text {text!r}")
+    return None
+
+
+# === Windows ===
+
+def doc_spans(num_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) of the windows over `num_tokens` context tokens: at
+    most `max_tokens` long, starting every `doc_stride` tokens (google's
+    `_DocSpan`s); the last window ends at the last token."""
+    if max_tokens < 1:
+        raise ValueError(f"no room for the context: {max_tokens} tokens left by seq_len")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be positive, not {doc_stride}")
+    spans, start = [], 0
+    while start < num_tokens:
+        length = min(num_tokens - start, max_tokens)
+        spans.append((start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context_mask(spans: list[tuple[int, int]], num_tokens: int) -> np.ndarray:
+    """(num_spans, num_tokens) bool: whether span s is the one where token t
+    has the most context (google's `_check_is_max_context`).
+
+    The score of a token in a span is min(left context, right context) plus
+    0.01 * span length (a longer span breaks ties); the first best span wins.
+    """
+    t = np.arange(num_tokens)
+    scores = np.full((len(spans), num_tokens), -np.inf)
+    for s, (start, length) in enumerate(spans):
+        end = start + length - 1
+        inside = (t >= start) & (t <= end)
+        score = np.minimum(t - start, end - t) + 0.01 * length
+        scores[s, inside] = score[inside]
+    best = np.argmax(scores, axis=0)  # the first maximum, as google's strict ">"
+    return best[None, :] == np.arange(len(spans))[:, None]
+
+
+def improve_answer_span(doc_ids, start: int, end: int, answer_ids) -> tuple[int, int]:
+    """The tokens of `doc_ids[start:end + 1]` that are exactly the answer's
+    tokens, if some are (google's `_improve_answer_span`): an answer "1895"
+    in the word "(1895-1943)." becomes its one token, not the whole word."""
+    answer_ids = list(answer_ids)
+    for new_start in range(start, end + 1):
+        for new_end in range(end, new_start - 1, -1):
+            if list(doc_ids[new_start:new_end + 1]) == answer_ids:
+                return new_start, new_end
+    return start, end
+
+
+@dataclasses.dataclass
+class Windows:
+    """`Encoded.meta` of SQuAD features: where each window came from.
+
+    example_index: (num_features,) the example each window belongs to.
+    token_to_word: (num_features, seq_len) the paragraph word of each
+        context token; -1 for [CLS], the question, [SEP] and padding.
+        None when encoded for training.
+    max_context: (num_features, seq_len) bool, whether this window is the
+        one where the token has most context. None when encoded for training.
+    skipped: training examples left out because their answer was not found
+        in the context's words (google's "Could not find answer").
+    """
+
+    example_index: np.ndarray
+    token_to_word: np.ndarray | None = None
+    max_context: np.ndarray | None = None
+    skipped: int = 0
+
+
+def tokenize_paragraphs(paragraphs: list[Paragraph], tokenizer, chunk: int = 65536):
+    """{id(paragraph): (token ids, token -> word, word -> first token)} with
+    every word tokenized on its own, all words in a few TensorFlow calls."""
+    import tensorflow as tf
+
+    words = [w for p in paragraphs for w in p.words]
+    values, lengths = [], []
+    for i in range(0, len(words), chunk):
+        ragged = tokenizer.encode_tf(tf.constant(words[i:i + chunk], dtype=tf.string))
+        values.append(ragged.flat_values.numpy().astype(np.int32))
+        lengths.append(np.diff(ragged.row_splits.numpy()))
+    values = np.concatenate(values) if values else np.zeros(0, np.int32)
+    lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    splits = np.concatenate([[0], np.cumsum(lengths)])
+    out, w = {}, 0
+    for p in paragraphs:
+        n = len(p.words)
+        ids = values[splits[w]:splits[w + n]]
+        tok_to_word = np.repeat(np.arange(n, dtype=np.int32), lengths[w:w + n])
+        word_to_tok = (splits[w:w + n] - splits[w]).astype(np.int32)
+        out[id(p)] = (ids, tok_to_word, word_to_tok)
+        w += n
+    return out
+
+
+def answer_token_span(example: SquadExample, doc, answer_ids) -> tuple[int, int] | None:
+    """The first answer's (start, end) token positions in the paragraph's
+    tokens, or None when its words do not contain it (google skips those)."""
+    ids, _, word_to_tok = doc
+    paragraph = example.paragraph
+    answer = example.answers[0]
+    start_char = answer["answer_start"]
+    start_word = paragraph.char_to_word(start_char)
+    end_word = paragraph.char_to_word(start_char + len(answer["text"]) - 1)
+    if start_word < 0 or end_word < start_word:
+        return None
+    actual = " ".join(paragraph.words[start_word:end_word + 1])
+    if actual.find(" ".join(answer["text"].split())) == -1:
+        return None
+    start = int(word_to_tok[start_word])
+    end = (int(word_to_tok[end_word + 1]) - 1 if end_word + 1 < len(paragraph.words)
+           else len(ids) - 1)
+    if end < start:  # the answer's words have no tokens (only dropped characters)
+        return None
+    return improve_answer_span(ids, start, end, answer_ids)
+
+
+def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
+                 doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
+                 training: bool = False) -> Encoded:
+    """`[CLS] question [SEP] window [SEP]` features of `examples`.
+
+    Returns an `Encoded` with x (num_features, seq_len) int32 inputs,
+    `meta` a `Windows`, and with `training` the labels
+    `y = {"start_logits": (num_features,), "end_logits": (num_features,)}`
+    (token positions; 0, the [CLS], when the window holds no answer).
+    """
+    paragraphs = list({id(e.paragraph): e.paragraph for e in examples}.values())
+    docs = tokenize_paragraphs(paragraphs, tokenizer)
+    questions = encode_texts(tokenizer, [e.question for e in examples])
+    answerable = [e for e in examples if training and not e.is_impossible]
+    answer_ids = dict(zip((id(e) for e in answerable),
+                          encode_texts(tokenizer, [e.answers[0]["text"] for e in answerable])))
+    # First the windows of every example, then one array for all of them:
+    # the train set makes ~90k windows of 384 tokens.
+    plan, skipped = [], 0  # (example index, question ids, spans, answer token span)
+    for i, example in enumerate(examples):
+        query = questions[i][:max_query_length]
+        doc = docs[id(example.paragraph)]
+        spans = doc_spans(len(doc[0]), seq_len - len(query) - 3, doc_stride)
+        answer = (-1, -1)
+        if training and not example.is_impossible:
+            answer = answer_token_span(example, doc, answer_ids[id(example)])
+            if answer is None:
+                skipped += 1
+                continue
+        plan.append((i, query, spans, answer))
+
+    n = sum(len(spans) for _, _, spans, _ in plan)
+    token_ids = np.full((n, seq_len), tokenizer.pad_id, dtype=np.int32)
+    segment_ids = np.zeros((n, seq_len), dtype=np.int32)
+    padding_mask = np.zeros((n, seq_len), dtype=np.int32)
+    windows = Windows(np.zeros(n, dtype=np.int32), skipped=skipped)
+    if training:
+        starts, ends = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32)
+    else:
+        windows.token_to_word = np.full((n, seq_len), -1, dtype=np.int32)
+        windows.max_context = np.zeros((n, seq_len), dtype=bool)
+    f = 0
+    for i, query, spans, answer in plan:
+        ids, tok_to_word, _ = docs[id(examples[i].paragraph)]
+        best = None if training else max_context_mask(spans, len(ids))
+        offset = len(query) + 2  # [CLS] question [SEP]
+        for s, (start, length) in enumerate(spans):
+            stop = offset + length  # the final [SEP]
+            token_ids[f, 0] = tokenizer.cls_id
+            token_ids[f, 1:offset - 1] = query
+            token_ids[f, offset - 1] = tokenizer.sep_id
+            token_ids[f, offset:stop] = ids[start:start + length]
+            token_ids[f, stop] = tokenizer.sep_id
+            segment_ids[f, offset:stop + 1] = 1
+            padding_mask[f, :stop + 1] = 1
+            windows.example_index[f] = i
+            if training:
+                if answer[0] >= start and answer[1] <= start + length - 1:
+                    starts[f] = answer[0] - start + offset
+                    ends[f] = answer[1] - start + offset
+                # else: no answer in this window (or none at all): [CLS], 0.
+            else:
+                windows.token_to_word[f, offset:stop] = tok_to_word[start:start + length]
+                windows.max_context[f, offset:stop] = best[s, start:start + length]
+            f += 1
+
+    x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+    y = {"start_logits": starts, "end_logits": ends} if training else None
+    return Encoded(x=x, y=y, meta=windows)
+
+
+# === Answers back to the text (google's get_final_text) ===
+
+def _is_punctuation(char: str) -> bool:
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def basic_tokenize(text: str, lowercase: bool) -> list[str]:
+    """BERT's BasicTokenizer (before WordPiece), in Python, with the cleaning
+    rules of `model.tokenizer.clean_text`: spaces for Unicode whitespace,
+    control/format/private-use characters dropped, CJK characters and
+    punctuation split off, and for uncased vocabularies lower-casing and
+    accent stripping."""
+    chars = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if ch in "\t\n\r\u2028\u2029" or cat == "Zs":
+            chars.append(" ")
+        elif ch == "\ufffd" or cat in ("Cc", "Cf", "Co"):
+            continue
+        elif _is_cjk(ord(ch)):
+            chars.append(f" {ch} ")
+        else:
+            chars.append(ch)
+    tokens = []
+    for word in "".join(chars).split():
+        if lowercase:
+            word = unicodedata.normalize("NFD", word.replace("\u03a3", "\u03c3").lower())
+            word = "".join(c for c in word if unicodedata.category(c) != "Mn")
+        current = []
+        for ch in word:
+            if _is_punctuation(ch):
+                if current:
+                    tokens.append("".join(current))
+                    current = []
+                tokens.append(ch)
+            else:
+                current.append(ch)
+        if current:
+            tokens.append("".join(current))
+    return tokens
+
+
+def _strip_spaces(text: str):
+    ns_chars, ns_to_s_map = [], {}
+    for i, c in enumerate(text):
+        if c == " ":
+            continue
+        ns_to_s_map[len(ns_chars)] = i
+        ns_chars.append(c)
+    return "".join(ns_chars), ns_to_s_map
+
+
+def final_char_span(pred_text: str, paragraph: Paragraph, first_word: int, last_word: int,
+                    lowercase: bool) -> tuple[int, int]:
+    """[start, end) characters of the context that the tokens `pred_text`
+    (WordPieces glued back, e.g. "steve smith") cover, inside the words
+    `first_word..last_word` (e.g. "Steve Smith's").
+
+    google's `get_final_text`: the words are basic-tokenized ("steve smith ' s"),
+    `pred_text` is looked up there, and its position carried back through the
+    characters that are not spaces, which line up one to one unless
+    normalisation changed their number; when the lookup or the alignment fails,
+    the whole words are the answer.
+    """
+    words = paragraph.words[first_word:last_word + 1]
+    whole = (paragraph.starts[first_word], paragraph.word_end(last_word))
+    orig_text = " ".join(words)
+    # Character of orig_text -> character of the context (-1 for the joining spaces).
+    to_context = []
+    for k, word in enumerate(words):
+        if k:
+            to_context.append(-1)
+        begin = paragraph.starts[first_word + k]
+        to_context.extend(range(begin, begin + len(word)))
+
+    tok_text = " ".join(basic_tokenize(orig_text, lowercase))
+    start_position = tok_text.find(pred_text)
+    if start_position == -1 or not pred_text:
+        return whole
+    end_position = start_position + len(pred_text) - 1
+    orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return whole
+    tok_s_to_ns_map = {v: k for k, v in tok_ns_to_s_map.items()}
+    orig_start = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start_position, -1))
+    orig_end = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end_position, -1))
+    if orig_start is None or orig_end is None:
+        return whole
+    return to_context[orig_start], to_context[orig_end] + 1
+
+
+def wordpiece_text(tokens: list[str]) -> str:
+    """Tokens glued back into words, as google's `write_predictions` does."""
+    text = " ".join(tokens).replace(" ##", "").replace("##", "").strip()
+    return " ".join(text.split())
+
+
+def window_char_span(example: SquadExample, windows: Windows, token_ids: np.ndarray,
+                     feature: int, start: int, end: int, vocabulary: list[str],
+                     lowercase: bool) -> tuple[int, int]:
+    """[start, end) characters of the context for tokens `start..end` of window `feature`."""
+    first_word = int(windows.token_to_word[feature, start])
+    last_word = int(windows.token_to_word[feature, end])
+    if first_word < 0 or last_word < 0:
+        raise ValueError(f"tokens {start}..{end} of window {feature} are not all context")
+    tokens = [vocabulary[int(t)] for t in token_ids[feature, start:end + 1]]
+    return final_char_span(wordpiece_text(tokens), example.paragraph, first_word, last_word,
+                           lowercase)
+
+
+# === Predictions ===
+
+@dataclasses.dataclass
+class SquadPredictions:
+    """predictions: {id: answer text} ("" for no answer, v2.0).
+    nbest: {id: [{"text", "probability", "start_logit", "end_logit"[, "answer_start"]}]}.
+    null_odds: {id: null score - best span score} (v2.0; empty for v1.1).
+    best_non_null: {id: the best span's text, whatever the null score}.
+    """
+
+    predictions: dict
+    nbest: dict
+    null_odds: dict
+    best_non_null: dict
+
+
+def best_indexes(logits: np.ndarray, n_best_size: int) -> np.ndarray:
+    """The `n_best_size` largest positions, ties to the earlier (a stable sort, as google's)."""
+    return np.argsort(-logits, kind="stable")[:n_best_size]
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exp = [math.exp(s - top) for s in scores]
+    total = sum(exp)
+    return [e / total for e in exp]
+
+
+def postprocess(examples: list[SquadExample], windows: Windows, token_ids: np.ndarray,
+                start_logits: np.ndarray, end_logits: np.ndarray, vocabulary: list[str],
+                lowercase: bool = True, n_best_size: int = N_BEST_SIZE,
+                max_answer_length: int = MAX_ANSWER_LENGTH, version_2: bool = False,
+                null_threshold: float = 0.0) -> SquadPredictions:
+    """google's `write_predictions`: window logits -> an answer per question."""
+    by_example = collections.defaultdict(list)
+    for f, i in enumerate(windows.example_index):
+        by_example[int(i)].append(f)
+    out = SquadPredictions({}, {}, {}, {})
+    for i, example in enumerate(examples):
+        prelim = []  # (score, feature, start, end, start_logit, end_logit)
+        score_null = math.inf
+        null_feature = null_start = null_end = 0
+        null_start_logit = null_end_logit = 0.0
+        for f in by_example.get(i, []):
+            s_logits = np.asarray(start_logits[f], dtype=np.float64)
+            e_logits = np.asarray(end_logits[f], dtype=np.float64)
+            if version_2:
+                feature_null = s_logits[0] + e_logits[0]
+                if feature_null < score_null:
+                    score_null, null_feature = feature_null, f
+                    null_start_logit, null_end_logit = s_logits[0], e_logits[0]
+            starts, ends = np.meshgrid(best_indexes(s_logits, n_best_size),
+                                       best_indexes(e_logits, n_best_size), indexing="ij")
+            starts, ends = starts.ravel(), ends.ravel()  # google's nested loops' order
+            words = windows.token_to_word[f]
+            ok = ((words[starts] >= 0) & (words[ends] >= 0) & windows.max_context[f][starts]
+                  & (ends >= starts) & (ends - starts + 1 <= max_answer_length))
+            for s, e in zip(starts[ok], ends[ok]):
+                sl, el = float(s_logits[s]), float(e_logits[e])
+                prelim.append((sl + el, f, int(s), int(e), sl, el))
+        if version_2:
+            prelim.append((null_start_logit + null_end_logit, null_feature, null_start,
+                           null_end, float(null_start_logit), float(null_end_logit)))
+        prelim.sort(key=lambda p: p[0], reverse=True)  # stable, as google's sorted()
+
+        seen, nbest = set(), []
+        for _, f, s, e, sl, el in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            if s > 0:  # a span, not the null answer
+                begin, stop = window_char_span(example, windows, token_ids, f, s, e,
+                                               vocabulary, lowercase)
+                text = example.context[begin:stop]
+                if text in seen:
+                    continue
+                entry = {"text": text, "start_logit": sl, "end_logit": el,
+                         "answer_start": begin}
+            else:
+                text = ""
+                entry = {"text": "", "start_logit": sl, "end_logit": el}
+            seen.add(text)
+            nbest.append(entry)
+        if version_2 and "" not in seen:
+            nbest.append({"text": "", "start_logit": float(null_start_logit),
+                          "end_logit": float(null_end_logit)})
+        if not nbest:  # no valid span at all (google's fallback)
+            nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+        probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
+        best_non_null = next((n for n in nbest if n["text"]), None)
+        out.nbest[example.qas_id] = [
+            {"text": n["text"], "probability": p, "start_logit": n["start_logit"],
+             "end_logit": n["end_logit"],
+             **({"answer_start": n["answer_start"]} if "answer_start" in n else {})}
+            for n, p in zip(nbest, probs)]
+        if not version_2:
+            out.predictions[example.qas_id] = nbest[0]["text"]
+            out.best_non_null[example.qas_id] = nbest[0]["text"]
+            continue
+        if best_non_null is None:
+            score_diff = NO_SPAN_ODDS
+        else:
+            score_diff = (float(score_null) - best_non_null["start_logit"]
+                          - best_non_null["end_logit"])
+        out.null_odds[example.qas_id] = score_diff
+        out.best_non_null[example.qas_id] = best_non_null["text"] if best_non_null else ""
+        out.predictions[example.qas_id] = (
+            "" if score_diff > null_threshold else out.best_non_null[example.qas_id])
+    return out
+
+
+def split_logits(outputs) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) logits from what a model's `predict` returned: a dict with
+    start_logits/end_logits (also a key containing "start"/"end", as an
+    exported signature may name them), a pair, or one (..., 2) array."""
+    if isinstance(outputs, dict):
+        if "start_logits" in outputs and "end_logits" in outputs:
+            return np.asarray(outputs["start_logits"]), np.asarray(outputs["end_logits"])
+        start = [k for k in outputs if "start" in k]
+        end = [k for k in outputs if "end" in k]
+        if len(start) == 1 and len(end) == 1:
+            return np.asarray(outputs[start[0]]), np.asarray(outputs[end[0]])
+        raise ValueError(f"cannot find start and end logits in the outputs {sorted(outputs)}")
+    if isinstance(outputs, (list, tuple)) and len(outputs) == 2:
+        return np.asarray(outputs[0]), np.asarray(outputs[1])
+    outputs = np.asarray(outputs)
+    if outputs.ndim == 3 and outputs.shape[-1] == 2:
+        return outputs[..., 0], outputs[..., 1]
+    raise ValueError(f"cannot read start and end logits from outputs of shape {outputs.shape}")
+
+
+# === SQuAD v2.0 training data from v1.1 ===
+
+def make_v2_train(dataset: dict, negative_ratio: float = 0.5, seed: int = 0) -> dict:
+    """A SQuAD v2.0-format training set: every v1.1 question, plus
+    unanswerable ones, each a v1.1 question (drawn at random from articles
+    with several paragraphs) asked of another paragraph of the same article
+    that contains none of its answers; a proxy for SQuAD 2.0's negatives (see
+    the module docstring). `negative_ratio` of those questions are drawn
+    (each at most once per paragraph; a ratio above 1 draws questions again),
+    fewer when every other paragraph holds the answer. Deterministic for a
+    `seed`; the input is not modified.
+
+    The default ratio of 0.5 makes a third of the questions unanswerable, as
+    in the real SQuAD 2.0 train set (43,498 of 130,319).
+    """
+    if negative_ratio < 0:
+        raise ValueError(f"negative_ratio must be >= 0, not {negative_ratio}")
+    rng = random.Random(seed)
+    articles = []
+    candidates = []  # (article, paragraph, question) that have another paragraph
+    for ai, article in enumerate(dataset["data"]):
+        paragraphs = []
+        for pi, para in enumerate(article["paragraphs"]):
+            qas = [{"question": qa["question"], "id": qa["id"],
+                    "answers": [dict(a) for a in qa["answers"]],
+                    "is_impossible": bool(qa.get("is_impossible", False))}
+                   for qa in para["qas"]]
+            paragraphs.append({"context": para["context"], "qas": qas})
+            if len(article["paragraphs"]) > 1:
+                candidates.extend((ai, pi, qi) for qi, qa in enumerate(qas)
+                                  if not qa["is_impossible"] and qa["answers"])
+        articles.append({"title": article.get("title", ""), "paragraphs": paragraphs})
+
+    wanted = round(negative_ratio * len(candidates))
+    order = []
+    while len(order) < wanted and candidates:  # ratio > 1: every question again, reshuffled
+        batch = list(candidates)
+        rng.shuffle(batch)
+        order.extend(batch[:wanted - len(order)])
+    normalized = {}  # (article, paragraph) -> normalised context, for the leak check
+    used = set()
+    for ai, pi, qi in order:
+        qa = articles[ai]["paragraphs"][pi]["qas"][qi]
+        answers = {squad_metric.normalize_answer(a["text"]) for a in qa["answers"]}
+        others = [j for j in range(len(articles[ai]["paragraphs"]))
+                  if j != pi and (ai, j, qa["id"]) not in used]
+        rng.shuffle(others)
+        for j in others:
+            if (ai, j) not in normalized:
+                normalized[ai, j] = " " + squad_metric.normalize_answer(
+                    articles[ai]["paragraphs"][j]["context"]) + " "
+            # Leave out paragraphs where the answer appears: there the question
+            # might well be answerable.
+            if any(f" {a} " in normalized[ai, j] for a in answers if a):
+                continue
+            used.add((ai, j, qa["id"]))
+            articles[ai]["paragraphs"][j]["qas"].append(
+                {"question": qa["question"], "id": f"{qa['id']}-unanswerable-p{j}",
+                 "answers": [], "is_impossible": True})
+            break
+    return {"version": "v2.0", "data": articles}
+
+
+# === The tasks ===
+
+@functools.cache
+def span_loss():
+    """Cross-entropy over positions of one logits output, halved, so the
+    two outputs' sum is google-research's (start loss + end loss) / 2."""
+    import keras
+
+    class HalfSpanLoss(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            return 0.5 * keras.losses.sparse_categorical_crossentropy(
+                y_true, y_pred, from_logits=True)
+
+    return HalfSpanLoss
+
+
+class SquadTask(Task):
+    """SQuAD extractive QA; `Squad1Task` and `Squad2Task` set the version.
+
+    Args:
+        doc_stride, max_query_length, n_best_size, max_answer_length: as in
+            google-research's run_squad.py (128, 64, 20, 30).
+        null_threshold: v2.0: answer "" when null score - best span score
+            exceeds this (tune it with `best_f1_thresh` of a dev evaluation).
+        skip_invalid: skip (and count in `self.skipped`) malformed questions
+            instead of stopping at the first.
+    """
+
+    head = "question_answerer"
+    main_metric = "f1"
+    default_seq_len = 384
+    # The paper: 3 epochs at 5e-5, batch 32 (v1.1); 2 epochs at 5e-5, batch 48 (v2.0).
+    default_learning_rate = 5e-5
+    default_epochs = 3.0
+    default_batch_size = 32
+    version_2 = False
+    train_names: tuple[str, ...] = ()
+    dev_names: tuple[str, ...] = ()
+
+    def __init__(self, doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
+                 n_best_size: int = N_BEST_SIZE, max_answer_length: int = MAX_ANSWER_LENGTH,
+                 null_threshold: float = 0.0, skip_invalid: bool = False):
+        self.doc_stride = doc_stride
+        self.max_query_length = max_query_length
+        self.n_best_size = n_best_size
+        self.max_answer_length = max_answer_length
+        self.null_threshold = null_threshold
+        self.skip_invalid = skip_invalid
+        self.skipped: list[str] = []
+
+    # === Data ===
+
+    def read(self, path: str, skip_invalid: bool | None = None) -> list[SquadExample]:
+        skip = self.skip_invalid if skip_invalid is None else skip_invalid
+        examples, self.skipped = read_squad(path, self.version_2, skip)
+        if self.skipped:
+            print(f"warning: {path}: skipped {len(self.skipped)} invalid question(s); the first: "
+                  f"{self.skipped[0]}", file=sys.stderr)
+        return examples
+
+    def files(self, data: str) -> tuple[str, str | None]:
+        """`--data` a directory holding one of `train_names` (and perhaps one
+        of `dev_names`), or a train file (its dev file looked for beside it)."""
+        if os.path.isdir(data):
+            folder, train = data, _first(data, self.train_names)
+            if train is None:
+                hint = (" (make one from v1.1 with `python -m model.tasks.squad make-v2-train`)"
+                        if self.version_2 else "")
+                raise FileNotFoundError(f"{data}: no training file for task {self.name!r}: "
+                                        f"looked for {list(self.train_names)}{hint}")
+        elif os.path.isfile(data):
+            train, folder = data, os.path.dirname(os.path.abspath(data))
+        else:
+            raise FileNotFoundError(f"{data}: no such file or directory")
+        dev = _first(folder, self.dev_names)
+        if dev is not None and os.path.samefile(dev, train):
+            dev = None
+        return train, dev
+
+    def encode(self, examples: list[SquadExample], tokenizer, seq_len: int,
+               training: bool = False) -> Encoded:
+        encoded = encode_squad(examples, tokenizer, seq_len, self.doc_stride,
+                               self.max_query_length, training)
+        if encoded.meta.skipped:
+            print(f"warning: {encoded.meta.skipped} training question(s) left out: the answer "
+                  f"text is not in the context words at answer_start", file=sys.stderr)
+        return encoded
+
+    # === Model ===
+
+    def build_model(self, encoder, dropout: float = 0.1):
+        from model.question_answerer import BertQuestionAnswerer
+
+        # The paper's head has no dropout of its own; `dropout` is the encoder's.
+        return BertQuestionAnswerer(encoder)
+
+    def loss(self):
+        loss = span_loss()
+        return {"start_logits": loss(name="start_loss"), "end_logits": loss(name="end_loss")}
+
+    # === Metric ===
+
+    def predict(self, predict, examples: list[SquadExample], tokenizer, seq_len: int,
+                batch_size: int = 64) -> SquadPredictions:
+        """Answers to `examples` by the model behind `predict`."""
+        if not examples:
+            raise ValueError("no examples to evaluate")
+        encoded = self.encode(examples, tokenizer, seq_len)
+        start, end = split_logits(predict_in_batches(predict, encoded.x, batch_size))
+        return postprocess(examples, encoded.meta, encoded.x["token_ids"], start, end,
+                           tokenizer.vocabulary, tokenizer.lowercase, self.n_best_size,
+                           self.max_answer_length, self.version_2, self.null_threshold)
+
+    def evaluate(self, predict, examples: list[SquadExample], tokenizer, seq_len: int,
+                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+        """The official script's metrics of the model's answers to `examples`;
+        with `output_dir`, also predictions.json, nbest_predictions.json (and
+        for v2.0 null_odds.json) there, as google-research writes them."""
+        predictions = self.predict(predict, examples, tokenizer, seq_len, batch_size)
+        metrics = self.score(examples, predictions)
+        if output_dir is not None:
+            write_predictions(output_dir, predictions, self.version_2)
+        return metrics
+
+    def score(self, examples: list[SquadExample], predictions: SquadPredictions) -> dict:
+        gold = {e.qas_id: [a["text"] for a in e.answers] for e in examples}
+        return {**squad_metric.evaluate_v1(gold, predictions.predictions), "total": len(gold)}
+
+
+class Squad1Task(SquadTask):
+    """SQuAD v1.1: every question has an answer in its paragraph."""
+
+    name = "squad1"
+    train_names = ("train-v1.1.json", "train-v1.1.reconstructed.json")
+    dev_names = ("dev-v1.1.json", "dev-v1.1.reconstructed.json")
+
+
+class Squad2Task(SquadTask):
+    """SQuAD v2.0: questions may have no answer; a [CLS] null score decides."""
+
+    name = "squad2"
+    version_2 = True
+    default_epochs = 2.0
+    default_batch_size = 48
+    train_names = ("train-v2.0.json", "train-v2.0.from-v1.1.json",
+                   "train-v2.0.reconstructed.json")
+    dev_names = ("dev-v2.0.json", "dev-v2.0.reconstructed.json")
+
+    def score(self, examples: list[SquadExample], predictions: SquadPredictions) -> dict:
+        """The official v2.0 metrics at `null_threshold`, the best threshold
+        (found on the best non-null answers, see the module docstring), and
+        the always-no-answer baseline."""
+        gold = {e.qas_id: [a["text"] for a in e.answers] for e in examples}
+        odds = predictions.null_odds
+        metrics = squad_metric.evaluate_v2(gold, predictions.predictions, odds,
+                                           na_prob_thresh=self.null_threshold)
+        exact_raw, f1_raw = squad_metric.get_raw_scores(gold, predictions.best_non_null)
+        has_ans = {qid: bool(answers) for qid, answers in gold.items()}
+        squad_metric.find_all_best_thresh(metrics, predictions.best_non_null, exact_raw,
+                                          f1_raw, odds, has_ans)
+        baseline = squad_metric.evaluate_v2(gold, {qid: "" for qid in gold})
+        metrics["null_threshold"] = self.null_threshold
+        metrics["always_no_answer_exact"] = baseline["exact"]
+        metrics["always_no_answer_f1"] = baseline["f1"]
+        return metrics
+
+
+TASKS = {"squad1": Squad1Task, "squad2": Squad2Task}
+
+
+def _first(folder: str, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def write_predictions(output_dir: str, predictions: SquadPredictions, version_2: bool) -> None:
+    from model.io import write_json
+
+    os.makedirs(output_dir, exist_ok=True)
+    write_json(os.path.join(output_dir, "predictions.json"), predictions.predictions)
+    write_json(os.path.join(output_dir, "nbest_predictions.json"), predictions.nbest)
+    if version_2:
+        write_json(os.path.join(output_dir, "null_odds.json"), predictions.null_odds)
+
+
+# === Command line ===
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m model.tasks.squad",
+                                description="SQuAD data tools.")
+    sub = p.add_subparsers(dest="command", required=True)
+    make = sub.add_parser("make-v2-train",
+                          help="a SQuAD v2.0-format train set from v1.1 (proxy negatives)",
+                          description=make_v2_train.__doc__)
+    make.add_argument("--input", required=True, help="SQuAD v1.1 train JSON")
+    make.add_argument("--output", required=True, help="v2.0-format JSON to write")
+    make.add_argument("--negative-ratio", type=float, default=0.5,
+                      help="unanswerable questions per answerable one (default 0.5)")
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--dev", default=None,
+                      help="a SQuAD v2.0 dev file to copy beside --output as dev-v2.0.json, "
+                           "making that folder a complete --data for --task squad2")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        # Read through the strict reader first: a malformed input stops here.
+        examples, _ = read_squad(args.input, version_2=False)
+        if args.dev is not None:
+            read_squad(args.dev, version_2=True)
+        dataset = make_v2_train(load_json(args.input), args.negative_ratio, args.seed)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    from model.io import atomic_path, write_json
+
+    write_json(args.output, dataset)
+    if args.dev is not None:
+        dev = os.path.join(os.path.dirname(os.path.abspath(args.output)), "dev-v2.0.json")
+        if not os.path.exists(dev) or not os.path.samefile(dev, args.dev):
+            with atomic_path(dev) as tmp:
+                shutil.copyfile(args.dev, tmp)
+    negatives = sum(qa["is_impossible"] for a in dataset["data"] for para in a["paragraphs"]
+                    for qa in para["qas"])
+    print(json.dumps({"output": args.output, "answerable": len(examples),
+                      "unanswerable": negatives, "seed": args.seed,
+                      "negative_ratio": args.negative_ratio}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
