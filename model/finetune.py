@@ -1,0 +1,232 @@
+"""Fine-tuning on a task of the paper: `python -m model.train finetune`.
+
+    python -m model.train finetune --task mrpc --data ../shared/data/glue/MRPC \\
+        --init runs/base --output runs/mrpc
+    python -m model.evaluate --task mrpc --model runs/mrpc --data ../shared/data/glue/MRPC/dev.tsv
+
+`--init` is any checkpoint `model.load` reads (our model directory, a Hugging
+Face or a Google folder); only its encoder is used, and the task's head
+(`model/tasks/`) starts fresh. The defaults are the paper's: batch 32, 3
+epochs, AdamW with the task's learning rate (GLUE and SWAG 2e-5, NER 3e-5),
+linear warm-up over the first 10 % of the steps then linear decay, dropout 0.1,
+weight decay 0.01; each is a flag.
+
+The training examples are shuffled anew every epoch (seed `--seed` + epoch).
+After every epoch the model is scored on the task's dev file(s) with the
+task's own metric, and the best by `task.main_metric` is kept. OUTPUT then
+holds a self-contained model directory:
+
+    config.json         encoder config, head, label map (id2label), max_seq_length
+    vocab.txt           the vocabulary
+    model.weights.h5    the best epoch's weights (no optimizer state)
+    label_map.json      {"id2label": ...}, for tasks with named labels
+    metrics.json        best dev metrics, every epoch's, wall time, examples seen, command
+    logs/               TensorBoard: training loss and dev metrics
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import time
+
+
+def finetune(args) -> int:
+    """Trains `args.task` from `args.init` into `args.output`; returns the exit code."""
+    import keras
+    import tensorflow as tf
+
+    from model import model_dir, tasks
+    from model.convert import read
+    from model.encoder import BertEncoder
+    from model.io import check_writable_dir, write_json
+    from model.optimizer import bert_adamw
+    from model.strategy import make_strategy
+    from model.tokenizer import WordPieceTokenizer
+
+    task = tasks.get(args.task)
+    if args.init_checkpoint:
+        raise ValueError("finetune starts from --init; --init-checkpoint is pretrain's flag")
+    if args.epochs <= 0 or args.batch_size < 1:
+        raise ValueError("--epochs and --batch-size must be positive")
+    if args.max_train_examples is not None and args.max_train_examples < 1:
+        raise ValueError("--max-train-examples must be positive")
+    seq_len = args.seq_len or task.default_seq_len
+    learning_rate = args.learning_rate or task.default_learning_rate
+
+    # Read the data first: a malformed row should stop the run before a
+    # checkpoint of hundreds of MB is loaded.
+    train_file, _ = task.files(args.data)
+    dev_files = task.dev_files(args.data)
+    train_examples = task.read(train_file)[:args.max_train_examples]
+    if not train_examples:
+        raise ValueError(f"{train_file}: no training examples")
+    dev_sets = {prefix: task.read(path) for prefix, path in dev_files.items()}
+    check_writable_dir(args.output)
+
+    source, vocab_path, notes = read(args.init)
+    for note in notes:
+        print(f"{args.init}: {note}")
+    if vocab_path is None:
+        vocab_path = os.path.join(args.init, model_dir.VOCAB)
+        if not os.path.isfile(vocab_path):
+            raise FileNotFoundError(f"{args.init}: no vocab.txt beside the checkpoint")
+    source_encoder = source if isinstance(source, BertEncoder) else source.encoder
+    config = source_encoder.config.replace(dropout=args.dropout)
+    if seq_len > config.max_sequence_length:
+        raise ValueError(f"--seq-len {seq_len} exceeds the model's max_sequence_length "
+                         f"{config.max_sequence_length}")
+    tokenizer = WordPieceTokenizer(vocab_path, lowercase=config.lowercase)
+    if tokenizer.vocabulary_size != config.vocabulary_size:
+        raise ValueError(f"{vocab_path}: {tokenizer.vocabulary_size} tokens, but the checkpoint's "
+                         f"embedding has {config.vocabulary_size} rows")
+    encoded = task.encode(train_examples, tokenizer, seq_len, training=True)
+    num_train = len(encoded)
+
+    keras.utils.set_random_seed(args.seed)
+    keras.mixed_precision.set_global_policy(args.mixed_precision)
+    strategy = make_strategy(args.strategy, args.tpu)
+    # TPUs need static shapes: every batch full.
+    drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
+    steps_per_epoch = num_train // args.batch_size if drop_remainder else math.ceil(
+        num_train / args.batch_size)
+    if steps_per_epoch < 1:
+        raise ValueError(f"{num_train} training features make no full batch of {args.batch_size}")
+    total_steps = max(1, math.ceil(args.epochs * steps_per_epoch))
+    warmup = args.warmup_steps if args.warmup_steps is not None else int(0.1 * total_steps)
+    print(f"task {task.name}: {len(train_examples)} training examples ({num_train} features of "
+          f"{seq_len} tokens) from {train_file}; dev: {', '.join(dev_files.values()) or 'none'}")
+    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s); "
+          f"batch {args.batch_size}, {total_steps} steps ({steps_per_epoch} an epoch), "
+          f"learning rate {learning_rate:g}, warm-up {warmup} steps")
+
+    with strategy.scope():
+        encoder = BertEncoder.from_config_object(config)
+        encoder.set_weights(source_encoder.get_weights())
+        model = task.build_model(encoder, dropout=args.dropout)
+        model.compile(optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
+                      loss=task.loss(), jit_compile=args.jit)
+    del source, source_encoder
+    # What is published: the model's weights alone (a compiled model's
+    # save_weights would add the optimizer's).
+    export = model_dir.build_model(model_dir.describe(model))
+    extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
+
+    def save():
+        export.set_weights(model.get_weights())
+        model_dir.save(export, args.output, vocab_path, extra=extra)
+        if task.labels():
+            write_json(os.path.join(args.output, "label_map.json"),
+                       {"task": task.name, "id2label": dict(enumerate(task.labels()))})
+
+    def dataset(epoch: int):
+        items = [encoded.x, encoded.y]
+        if encoded.sample_weight is not None:
+            items.append(encoded.sample_weight)
+        ds = tf.data.Dataset.from_tensor_slices(tuple(items))
+        ds = ds.shuffle(num_train, seed=args.seed + epoch, reshuffle_each_iteration=False)
+        return ds.batch(args.batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+    dev_writer = tf.summary.create_file_writer(os.path.join(args.output, "logs", "dev"))
+    callbacks = [keras.callbacks.TerminateOnNaN(),
+                 keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
+                                             update_freq=args.log_every)]
+    if not sys.stdout.isatty():
+        # Keras' non-interactive output is one line an epoch; a log file
+        # should show progress inside long epochs too.
+        callbacks.append(_ProgressLines(args.log_every, total_steps))
+    history, best, done, seen = [], None, 0, 0
+    start = time.time()
+    for epoch in range(math.ceil(args.epochs)):
+        steps = min(steps_per_epoch, total_steps - done)
+        if steps <= 0:
+            break
+        model.fit(dataset(epoch), initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps,
+                  callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
+        if model.stop_training:
+            print(f"error: training stopped in epoch {epoch + 1}: the loss is not finite",
+                  file=sys.stderr)
+            return 3
+        done += steps
+        seen += min(steps * args.batch_size, num_train)
+        metrics = {}
+        for prefix, examples in dev_sets.items():
+            scores = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
+                                   batch_size=2 * args.batch_size, output_dir=args.output)
+            metrics.update({prefix + k: v for k, v in scores.items()})
+        record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
+        history.append(record)
+        with dev_writer.as_default():
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    tf.summary.scalar(k, v, step=done)
+        if metrics:
+            score = metrics.get(task.main_metric)
+            if score is None:
+                raise ValueError(f"task {task.name}: the dev metrics lack its main metric "
+                                 f"{task.main_metric!r} ({sorted(metrics)})")
+            print(f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
+                  + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)}))
+            if best is None or score > best[task.main_metric]:
+                best = record
+                save()
+                print(f"  best so far: saved {args.output}")
+    if not dev_sets:
+        best = history[-1] if history else None
+        save()
+    elapsed = time.time() - start
+
+    summary = {
+        "task": task.name, "main_metric": task.main_metric,
+        "dev": {k: v for k, v in (best or {}).items() if k not in ("epoch", "step")},
+        "best_epoch": best["epoch"] if best else None, "best_step": best["step"] if best else None,
+        "history": history,
+        "train_file": train_file, "dev_files": dev_files, "init": args.init,
+        "train_examples": len(train_examples), "train_features": num_train,
+        "examples_seen": seen, "steps": done, "epochs": args.epochs,
+        "batch_size": args.batch_size, "learning_rate": learning_rate, "warmup_steps": warmup,
+        "weight_decay": args.weight_decay, "dropout": args.dropout, "seq_len": seq_len,
+        "seed": args.seed, "strategy": args.strategy, "mixed_precision": args.mixed_precision,
+        "wall_seconds": round(elapsed, 1), "command": command_line(args), "argv": sys.argv,
+    }
+    write_json(os.path.join(args.output, "metrics.json"), summary)
+    print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
+    print(f"saved {args.output}")
+    return 0
+
+
+def _progress_base():
+    import keras
+
+    return keras.callbacks.Callback
+
+
+class _ProgressLines(_progress_base()):
+    """Prints `step N/TOTAL loss L (S s)` every `every` steps."""
+
+    def __init__(self, every: int, total: int):
+        super().__init__()
+        self.every, self.total = max(1, every), total
+        self.start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0:
+            loss = (logs or {}).get("loss")
+            loss = f" loss {float(loss):.4f}" if loss is not None else ""
+            print(f"step {step}/{self.total}{loss} ({time.time() - self.start:.0f} s)",
+                  flush=True)
+
+
+def command_line(args) -> str:
+    """The `python -m model.train finetune ...` command that repeats this run."""
+    words = ["python", "-m", "model.train", "finetune"]
+    for key, value in vars(args).items():
+        if key == "command" or value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return shlex.join(words)

@@ -1,0 +1,158 @@
+"""`Task`: what one fine-tuning task of the paper needs, behind one interface.
+
+A task reads its standard file format, turns examples into model inputs,
+builds its thin head over the shared encoder, and scores predictions with
+its official metric. `model.finetune` (training) and `model.evaluate`
+(scoring a model directory or, later, an exported bundle) only talk to this
+interface, so a new task is one new file in `model/tasks/`.
+
+    predict(x: dict[str, np.ndarray]) -> dict[str, np.ndarray] | np.ndarray
+
+is how a task sees a model: any callable, so a Keras model and a LiteRT
+bundle are evaluated by the same code.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+Predict = Callable[[dict], Any]
+
+
+@dataclasses.dataclass
+class Encoded:
+    """Model-ready arrays for a list of examples.
+
+    x: inputs by name, each (num_features, ...) int32.
+    y: labels (or a dict of labels by output name); None when unlabelled.
+    meta: whatever `evaluate` needs to map feature predictions back to
+        examples (e.g. QA windows, word offsets).
+    """
+
+    x: dict[str, np.ndarray]
+    y: Any = None
+    meta: Any = None
+    sample_weight: Any = None
+
+    def __len__(self) -> int:
+        return len(next(iter(self.x.values())))
+
+
+class Task(abc.ABC):
+    """One fine-tuning task. Subclasses set the class attributes and the methods."""
+
+    name: str = ""
+    head: str = "classifier"          # model_dir task: classifier | token_classifier | ...
+    main_metric: str = "accuracy"     # the dev metric that picks the best checkpoint
+    default_seq_len: int = 128
+    default_learning_rate: float = 2e-5
+    # File names inside a `--data` directory; the default `files()` reads them.
+    train_file: str = ""
+    dev_file: str = ""
+
+    # === Data ===
+
+    @abc.abstractmethod
+    def read(self, path: str) -> list:
+        """Examples of one file in the task's standard format. Malformed input
+        raises ValueError naming the file and line."""
+
+    def files(self, data: str) -> tuple[str, str | None]:
+        """(train file, dev file) for `--data` (a directory or a train file).
+
+        The default looks for `train_file` and `dev_file` in the directory
+        (or beside the given train file); the dev file is optional.
+        """
+        if not self.train_file:
+            raise NotImplementedError(f"task {self.name!r} does not say where its files are")
+        if os.path.isdir(data):
+            train = os.path.join(data, self.train_file)
+            folder = data
+        elif os.path.isfile(data):
+            train, folder = data, os.path.dirname(os.path.abspath(data))
+        else:
+            raise FileNotFoundError(f"{data}: no such file or directory")
+        if not os.path.isfile(train):
+            raise FileNotFoundError(f"{train}: no training file for task {self.name!r} in {data}")
+        dev = os.path.join(folder, self.dev_file) if self.dev_file else None
+        if dev is None or not os.path.isfile(dev) or os.path.samefile(dev, train):
+            dev = None
+        return train, dev
+
+    def dev_files(self, data: str) -> dict[str, str]:
+        """Dev files by metric-name prefix. Most tasks have one (prefix "");
+        MNLI has two ("matched_", "mismatched_"), and `main_metric` names the
+        prefixed metric that picks the best checkpoint."""
+        _, dev = self.files(data)
+        return {"": dev} if dev else {}
+
+    def labels(self) -> list[str] | None:
+        """Label names in output order; None for regression or span tasks."""
+        return None
+
+    @abc.abstractmethod
+    def encode(self, examples: list, tokenizer, seq_len: int, training: bool = False) -> Encoded:
+        """Model inputs (and labels) for `examples`."""
+
+    # === Model ===
+
+    @abc.abstractmethod
+    def build_model(self, encoder, dropout: float = 0.1):
+        """The head over `encoder`, a `model.model_dir`-known task model."""
+
+    @abc.abstractmethod
+    def loss(self):
+        """The Keras loss (or dict of losses by output name)."""
+
+    # === Metric ===
+
+    @abc.abstractmethod
+    def evaluate(self, predict: Predict, examples: list, tokenizer, seq_len: int,
+                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+        """Runs `predict` over `examples` and returns the task's metrics
+        (floats, computed as the official script does)."""
+
+
+def check_labelled(examples: list, what: str = "label") -> None:
+    """Refuses examples without labels (GLUE test files, for one), naming the
+    first; each example has `.label` (or `.tags`) and `.source` ("path:line")."""
+    if not examples:
+        raise ValueError("no examples to evaluate")
+    for e in examples:
+        if getattr(e, what) is None:
+            raise ValueError(f"{e.source}: no {what}: this file is unlabelled (e.g. a GLUE "
+                             f"test.tsv), so it cannot be trained on or evaluated")
+
+
+def encode_texts(tokenizer, texts: list[str], chunk: int = 4096) -> list[list[int]]:
+    """`tokenizer.encode` over a long list, `chunk` texts per TensorFlow call."""
+    out = []
+    for i in range(0, len(texts), chunk):
+        out.extend(tokenizer.encode(list(texts[i:i + chunk])))
+    return out
+
+
+def stack_packed(packed: list, seq_len: int) -> dict[str, np.ndarray]:
+    """`tokenizer.pack` results -> {"token_ids", "segment_ids", "padding_mask"},
+    each (len(packed), seq_len) int32."""
+    names = ("token_ids", "segment_ids", "padding_mask")
+    if not packed:
+        return {name: np.zeros((0, seq_len), np.int32) for name in names}
+    return {name: np.stack([p[i] for p in packed]).astype(np.int32) for i, name in enumerate(names)}
+
+
+def predict_in_batches(predict: Predict, x: dict[str, np.ndarray], batch_size: int):
+    """Concatenated outputs of `predict` over `x`, `batch_size` rows at a time."""
+    n = len(next(iter(x.values())))
+    chunks = [predict({k: v[i:i + batch_size] for k, v in x.items()})
+              for i in range(0, n, batch_size)]
+    if not chunks:
+        return {}
+    if isinstance(chunks[0], dict):
+        return {k: np.concatenate([np.asarray(c[k]) for c in chunks]) for k in chunks[0]}
+    return np.concatenate([np.asarray(c) for c in chunks])

@@ -1,0 +1,312 @@
+"""CoNLL-2003 named-entity recognition (paper section 5.3), fine-tuned and scored as conlleval.
+
+    python -m model.train finetune --task conll2003 --data ../shared/data/conll2003 \\
+        --init runs/base --output runs/ner
+    python -m model.evaluate --task ner --model runs/ner --data ../shared/data/conll2003/valid.txt
+
+The file format: one token a line, `token POS chunk NER` (space-separated; the
+last column is the tag, IOB2 as distributed with the paper's data),
+`-DOCSTART-` lines between documents and a blank line between sentences.
+A file of tokens only (one column) is read as unlabelled.
+
+Labels live on words, the model on WordPieces: as in the paper, each word's
+*first* piece carries its tag and the other pieces are ignored by the loss
+(label -100, Keras' `ignore_class`). Predictions are read back at the first
+pieces, one tag a word. A sentence longer than `seq_len - 2` pieces becomes
+several consecutive features, so every word gets a prediction. The metric is
+conlleval's: entity-level precision, recall and F1 over exact (start, end,
+type) matches, chunks read by conlleval's own start/end rules (so IOB1 and
+stray `I-` tags are scored as conlleval scores them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predict_in_batches
+
+IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
+CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
+@dataclasses.dataclass
+class Sentence:
+    """Words and their tags (None in an unlabelled file)."""
+
+    words: list[str]
+    tags: list[str] | None
+    source: str  # "path:line" of the first word
+
+
+# === conlleval ===
+
+def _split(tag: str) -> tuple[str, str]:
+    """("B", "PER") for "B-PER"; ("O", "") for "O"."""
+    if tag == "O" or "-" not in tag:
+        return tag[:1] or "O", ""
+    prefix, _, kind = tag.partition("-")
+    return prefix, kind
+
+
+def _end_of_chunk(prev_tag, tag, prev_type, kind) -> bool:
+    # conlleval's endOfChunk, for IOB1/IOB2/IOE/IOBES tags.
+    return (prev_tag in ("E", "S")
+            or (prev_tag in ("B", "I") and tag in ("B", "S", "O"))
+            or (prev_tag != "O" and prev_type != kind))
+
+
+def _start_of_chunk(prev_tag, tag, prev_type, kind) -> bool:
+    # conlleval's startOfChunk.
+    return (tag in ("B", "S")
+            or (prev_tag in ("E", "S", "O") and tag in ("E", "I"))
+            or (tag != "O" and prev_type != kind))
+
+
+def chunks(tags: list[str]) -> set[tuple[int, int, str]]:
+    """The entities of one sentence, (first word, last word, type), as conlleval reads them."""
+    found, start = set(), None
+    prev_tag, prev_type = "O", ""
+    for i, tag in enumerate([*tags, "O"]):  # the sentence end closes any chunk
+        t, kind = _split(tag)
+        if start is not None and _end_of_chunk(prev_tag, t, prev_type, kind):
+            found.add((start, i - 1, prev_type))
+            start = None
+        if _start_of_chunk(prev_tag, t, prev_type, kind):
+            start = i
+        prev_tag, prev_type = t, kind
+    return found
+
+
+def conll_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
+    """conlleval's scores of predicted tag sentences against gold ones.
+
+    Returns precision, recall and f1 (entity level, micro-averaged; 0.0 when
+    undefined, as conlleval prints), token accuracy, and per entity type
+    precision/recall/f1 under "per_type".
+    """
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
+    found_gold, found_pred, correct = {}, {}, {}
+    tokens = right = 0
+    for i, (g, p) in enumerate(zip(gold, predicted)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        tokens += len(g)
+        right += sum(a == b for a, b in zip(g, p))
+        cg, cp = chunks(g), chunks(p)
+        for table, items in ((found_gold, cg), (found_pred, cp), (correct, cg & cp)):
+            for _, _, kind in items:
+                table[kind] = table.get(kind, 0) + 1
+
+    def scores(c, fp, fg):
+        precision = c / fp if fp else 0.0
+        recall = c / fg if fg else 0.0
+        f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f}
+
+    total = scores(sum(correct.values()), sum(found_pred.values()), sum(found_gold.values()))
+    per_type = {kind: scores(correct.get(kind, 0), found_pred.get(kind, 0), found_gold.get(kind, 0))
+                for kind in sorted(set(found_gold) | set(found_pred))}
+    return {**total, "accuracy": right / tokens if tokens else 0.0, "per_type": per_type}
+
+
+# === WordPiece alignment ===
+
+def word_pieces(tokenizer, sentences: list[list[str]], unk_id: int) -> list[list[list[int]]]:
+    """The WordPieces of every word; a word the tokenizer drops entirely
+    (only control characters) becomes one [UNK], so it still has a first piece."""
+    flat = encode_texts(tokenizer, [w for words in sentences for w in words])
+    out, i = [], 0
+    for words in sentences:
+        out.append([pieces or [unk_id] for pieces in flat[i:i + len(words)]])
+        i += len(words)
+    return out
+
+
+def split_features(pieces: list[list[int]], budget: int) -> list[tuple[int, int]]:
+    """Word ranges [start, end) whose pieces fit in `budget` tokens each; a
+    single word longer than `budget` is cut (only its first piece matters)."""
+    spans, start, used = [], 0, 0
+    for i, p in enumerate(pieces):
+        n = min(len(p), budget)
+        if used + n > budget and i > start:
+            spans.append((start, i))
+            start, used = i, 0
+        used += n
+    if start < len(pieces) or not spans:
+        spans.append((start, len(pieces)))
+    return spans
+
+
+def align(pieces: list[list[int]], label_ids: list[int] | None, budget: int):
+    """One feature's piece ids, the positions of the words' first pieces (after
+    [CLS]), and per-piece labels (IGNORE except at first pieces)."""
+    ids, firsts, labels = [], [], []
+    for w, p in enumerate(pieces):
+        p = p[:max(0, budget - len(ids))]
+        if not p:
+            # split_features gives every word of a feature room for a piece.
+            raise ValueError("a feature's words do not fit its budget")
+        firsts.append(1 + len(ids))
+        labels += [label_ids[w] if label_ids is not None else IGNORE] + [IGNORE] * (len(p) - 1)
+        ids += p
+    return ids, firsts, labels
+
+
+@dataclasses.dataclass
+class FeatureMap:
+    """Where feature f's words are: sentence `sentence[f]`, words from
+    `start[f]`, their first pieces at `positions[f]`."""
+
+    sentence: list[int]
+    start: list[int]
+    positions: list[list[int]]
+
+    def to_words(self, piece_values: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
+        """Per-sentence word values, read at each word's first piece from
+        (num_features, seq_len, ...) feature values."""
+        out = [np.zeros((n, *piece_values.shape[2:]), piece_values.dtype) for n in lengths]
+        for f, (s, start, pos) in enumerate(zip(self.sentence, self.start, self.positions)):
+            out[s][start:start + len(pos)] = piece_values[f, pos]
+        return out
+
+
+def encode_sentences(sentences: list[list[str]], tags: list[list[int]] | None, tokenizer,
+                     seq_len: int):
+    """(x, y, FeatureMap): features of `[CLS] pieces [SEP]`, y (num_features,
+    seq_len) int32 with IGNORE off the first pieces (None without tags)."""
+    budget = seq_len - 2
+    if budget < 1:
+        raise ValueError(f"seq_len={seq_len} leaves no room for words")
+    all_pieces = word_pieces(tokenizer, sentences, tokenizer.unk_id)
+    rows, ys = [], []
+    fmap = FeatureMap([], [], [])
+    for s, pieces in enumerate(all_pieces):
+        for start, end in split_features(pieces, budget):
+            ids, firsts, labels = align(pieces[start:end],
+                                        tags[s][start:end] if tags is not None else None, budget)
+            token_ids = np.full(seq_len, tokenizer.pad_id, np.int32)
+            token_ids[:len(ids) + 2] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+            mask = np.zeros(seq_len, np.int32)
+            mask[:len(ids) + 2] = 1
+            y = np.full(seq_len, IGNORE, np.int32)
+            y[1:len(ids) + 1] = labels
+            rows.append((token_ids, mask))
+            ys.append(y)
+            fmap.sentence.append(s)
+            fmap.start.append(start)
+            fmap.positions.append(firsts)
+    n = len(rows)
+    x = {"token_ids": np.stack([r[0] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
+         "segment_ids": np.zeros((n, seq_len), np.int32),
+         "padding_mask": np.stack([r[1] for r in rows]) if n else np.zeros((0, seq_len), np.int32)}
+    y = (np.stack(ys) if n else np.zeros((0, seq_len), np.int32)) if tags is not None else None
+    return x, y, fmap
+
+
+# === The task ===
+
+class Conll2003(Task):
+    """CoNLL-2003 NER with a token-classification head (`BertTokenClassifier`)."""
+
+    name = "conll2003"
+    head = "token_classifier"
+    main_metric = "f1"
+    default_seq_len = 128
+    default_learning_rate = 3e-5
+    train_file = "train.txt"
+    dev_file = "valid.txt"
+    label_names = CONLL2003_LABELS
+
+    def labels(self) -> list[str]:
+        return list(self.label_names)
+
+    # === Data ===
+
+    def read(self, path: str) -> list[Sentence]:
+        sentences, words, tags, first_line = [], [], [], None
+        columns = None
+        allowed = set(self.label_names)
+
+        def flush():
+            nonlocal words, tags, first_line
+            if words:
+                sentences.append(Sentence(words, tags if columns > 1 else None,
+                                          f"{path}:{first_line}"))
+            words, tags, first_line = [], [], None
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line_no, line in enumerate(f, 1):
+                    parts = line.split()
+                    if not parts:
+                        flush()
+                        continue
+                    if parts[0] == "-DOCSTART-":
+                        flush()
+                        continue
+                    if columns is None:
+                        columns = len(parts)
+                    elif len(parts) != columns:
+                        raise ValueError(f"{path}:{line_no}: expected {columns} space-separated "
+                                         f"columns like the lines before, found {len(parts)}")
+                    if columns > 1 and parts[-1] not in allowed:
+                        raise ValueError(f"{path}:{line_no}: tag {parts[-1]!r} is not one of "
+                                         f"{list(self.label_names)}")
+                    if first_line is None:
+                        first_line = line_no
+                    words.append(parts[0])
+                    tags.append(parts[-1])
+                flush()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        return sentences
+
+    def encode(self, examples: list[Sentence], tokenizer, seq_len: int,
+               training: bool = False) -> Encoded:
+        if training:
+            check_labelled(examples, "tags")
+        labelled = bool(examples) and all(e.tags is not None for e in examples)
+        index = {t: i for i, t in enumerate(self.label_names)}
+        tags = [[index[t] for t in e.tags] for e in examples] if labelled else None
+        x, y, fmap = encode_sentences([e.words for e in examples], tags, tokenizer, seq_len)
+        return Encoded(x=x, y=y, meta=fmap)
+
+    # === Model ===
+
+    def build_model(self, encoder, dropout: float = 0.1):
+        from model.token_classifier import BertTokenClassifier
+
+        return BertTokenClassifier(encoder, num_labels=len(self.label_names), dropout=dropout,
+                                   id2label=dict(enumerate(self.label_names)))
+
+    def loss(self):
+        import keras
+
+        # Averaged over the first pieces only (Keras divides by the unmasked count).
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
+
+    # === Metric ===
+
+    def predict_tags(self, predict, examples: list[Sentence], tokenizer, seq_len: int,
+                     batch_size: int = 64) -> list[list[str]]:
+        """One predicted tag per word of each sentence."""
+        encoded = self.encode(examples, tokenizer, seq_len)
+        logits = predict_in_batches(predict, encoded.x, batch_size)
+        ids = np.asarray(logits).argmax(-1)  # (num_features, seq_len)
+        words = encoded.meta.to_words(ids, [len(e.words) for e in examples])
+        return [[self.label_names[i] for i in w] for w in words]
+
+    def evaluate(self, predict, examples: list[Sentence], tokenizer, seq_len: int,
+                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+        check_labelled(examples, "tags")
+        predicted = self.predict_tags(predict, examples, tokenizer, seq_len, batch_size)
+        metrics = conll_metrics([e.tags for e in examples], predicted)
+        return {**metrics, "sentences": len(examples)}
+
+
+TASKS = {"conll2003": Conll2003}
