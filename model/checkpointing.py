@@ -65,7 +65,10 @@ class ResumableCheckpoint(keras.callbacks.Callback):
 
     def restore(self, model) -> int:
         """Loads the newest complete checkpoint into `model` (built, compiled).
-        Returns its step, or 0 when there is none."""
+        Returns its step, or 0 when there is none. Raises ValueError when
+        there are checkpoints but none fits `model`: starting over would
+        rotate the real ones away after `keep` saves."""
+        error = None
         for step, path in reversed(self.checkpoints()):
             try:
                 if not model.optimizer.built:
@@ -82,9 +85,14 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                 # Renamed directories are complete, so this is disk damage, not
                 # a crash mid-write; say so and fall back to the one before.
                 print(f"warning: checkpoint {path} is unreadable ({e}); trying an older one")
+                error = error or e
                 continue
             self.last_saved = step
             return step
+        if error is not None:
+            raise ValueError(
+                f"{self.directory}: no checkpoint there fits this model (the newest: "
+                f"{error}); resume with the command that wrote them, or use a new --output")
         return 0
 
     # === Save ===

@@ -17,6 +17,11 @@ at 512 from the first run's weights:
     python -m model.train pretrain --config base --data 'd128/*' --output r128 --steps 900000
     python -m model.train pretrain --config base --data 'd512/*' --output r512 --steps 100000 \\
         --init-checkpoint r128
+
+Every command also takes `--strategy` (auto, cpu, gpu, mirrored, multiworker,
+tpu), `--mixed-precision` (float32, mixed_float16, mixed_bfloat16), `--jit`
+(XLA) and `--init-checkpoint`; `python -m model.train pretrain --help` lists
+all flags.
 """
 
 from __future__ import annotations

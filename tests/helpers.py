@@ -141,11 +141,10 @@ def module_command(module: str, argv) -> list[str]:
 
 def subprocess_env() -> dict:
     """The environment of a child `python -m model.…`: the repository on the
-    path, TensorFlow quiet, on the CPU (same device, same numbers, every run)."""
+    path, TensorFlow quiet."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 

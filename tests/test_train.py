@@ -1,0 +1,335 @@
+"""Training: learning at all, kill -9 and resume, bad input, the NaN guard, evaluation, --help.
+
+    PYTHONPATH=. python -m pytest tests/test_train.py
+
+Every run is the `tiny` preset on a few dozen 32-token records made from a
+generated corpus: seconds each. The run that gets `kill -9` is a child
+`python -m model.train`; the rest call `main(argv)` (or run the module's
+`__main__` block) in this process, which saves a TensorFlow start-up per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model import evaluate, train
+from model.checkpointing import ResumableCheckpoint
+from model.encoder import BertEncoder
+from model.optimizer import WarmupLinearDecay, bert_adamw
+from model.pretrainer import BertPretrainer
+from tests.helpers import (REPO_ROOT, make_records, module_command, pretrain_argv,
+                           random_encoder_inputs, subprocess_env, weights_of, write_corpus,
+                           write_vocab)
+
+# 40 steps of 4, a checkpoint every 10, the tiny preset's dropout of 0.1 (so
+# the dropout seed state has to survive the restart too), on the CPU in every
+# process (a GPU would make the runs differ in the last bits).
+RUN = {"steps": 40, "batch_size": 4, "checkpoint_every": 10, "extra": ["--strategy", "cpu"]}
+FINAL_FILES = ("model.weights.h5", "config.json", "vocab.txt", "train_summary.json")
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    return make_records(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(records, tmp_path_factory):
+    """The output directory of one uninterrupted 40-step run."""
+    output = str(tmp_path_factory.mktemp("uninterrupted") / "run")
+    assert train.main(pretrain_argv(records, output, **RUN)) == 0
+    return output
+
+
+def checkpoint_steps(output) -> list[int]:
+    return [step for step, _ in ResumableCheckpoint(os.path.join(output, "checkpoints"), 1)
+            .checkpoints()]
+
+
+def sha256(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def assert_same_weights(path_a, path_b, atol=1e-6):
+    a, b = weights_of(path_a), weights_of(path_b)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=atol, err_msg=name)
+
+
+# === It learns ===
+
+def test_tiny_model_overfits_one_batch():
+    keras.utils.set_random_seed(0)
+    vocab = 64
+    model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=vocab, dropout=0.0))
+    rng = np.random.default_rng(1)
+    x = random_encoder_inputs(8, 16, vocab, seed=1)
+    x["mask_positions"] = np.stack(
+        [np.sort(rng.choice(np.arange(1, 16), 3, replace=False)) for _ in range(8)]
+    ).astype("int32")  # (batch, 3)
+    y = {"mlm": rng.integers(5, vocab, (8, 3)).astype("int32"),
+         "nsp": rng.integers(0, 2, (8,)).astype("int32")}
+    steps = 40
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=bert_adamw(1e-2, warmup_steps=0, total_steps=steps, weight_decay=0.0),
+                  loss={"mlm": loss, "nsp": loss})
+    # One step per epoch: the history holds each step's loss, the first one
+    # taken before any update.
+    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=1,
+                        epochs=steps, shuffle=False, verbose=0).history["loss"]
+    before, after = history[0], history[-1]
+    assert before > 4.0  # ~ln(64) + ln(2) at initialisation
+    assert after <= 0.1 * before, f"loss {before:.3f} -> {after:.3f}"
+
+
+def test_learning_rate_schedule():
+    s = WarmupLinearDecay(1.0, warmup_steps=4, total_steps=12)
+    rates = [float(s(step)) for step in range(14)]
+    np.testing.assert_allclose(rates[:5], [0.0, 0.25, 0.5, 0.75, 1.0], atol=1e-6)
+    np.testing.assert_allclose(rates[8:], [0.5, 0.375, 0.25, 0.125, 0.0, 0.0], atol=1e-6)
+    # No warm-up: the first step gets the peak, not 0.
+    np.testing.assert_allclose([float(WarmupLinearDecay(1.0, 0, 4)(t)) for t in range(5)],
+                               [1.0, 0.75, 0.5, 0.25, 0.0], atol=1e-6)
+
+
+def test_no_weight_decay_on_layer_norm_and_biases():
+    model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=64))
+    optimizer = bert_adamw(1e-4, 10, 100)
+    optimizer.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    for v in model.trainable_variables:
+        exempt = v.name in ("gamma", "beta") or v.name.endswith("bias")
+        assert (v.path not in decayed) == exempt, v.path
+    assert "transformer_layer_0/feedforward_intermediate_dense/kernel" in decayed
+    assert "masked_lm_head/output_bias" not in decayed
+
+
+# === Checkpoints ===
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(records, uninterrupted, tmp_path,
+                                                              capsys):
+    output = str(tmp_path / "run")
+    argv = pretrain_argv(records, output, **RUN)
+    first = os.path.join(output, "checkpoints", "ckpt-00000010")
+    child = subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
+                             env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while not os.path.isdir(first):
+            assert child.poll() is None, "the run ended before its first checkpoint"
+            assert time.time() < deadline, "no checkpoint after 240 s"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert not os.path.exists(os.path.join(output, "model.weights.h5")), "killed too late"
+    # What a kill in the middle of a save leaves: a temporary directory of a
+    # later step with a truncated weights file. It must be ignored and removed.
+    partial = os.path.join(output, "checkpoints", ".ckpt-00000039.tmp-k1ll3d")
+    os.makedirs(partial)
+    with open(os.path.join(partial, "model.weights.h5"), "wb") as f:
+        f.write(b"\x89HDF\r\n\x1a\n truncated")
+    with open(os.path.join(partial, "state.json"), "w") as f:
+        f.write('{"step": 39}')
+
+    # The same command again (in this process: a second TensorFlow start-up
+    # would add ~10 s and test nothing more).
+    assert train.main(argv) == 0
+    resumed = re.search(r"resuming from step (\d+)", capsys.readouterr().out)
+    assert resumed and 10 <= int(resumed.group(1)) < RUN["steps"]
+    assert not os.path.exists(partial)
+    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
+        assert json.load(f)["steps"] == RUN["steps"]
+    assert_same_weights(os.path.join(uninterrupted, "model.weights.h5"),
+                        os.path.join(output, "model.weights.h5"))
+    # The optimizer state too: the last checkpoints of both runs are alike.
+    assert_same_weights(os.path.join(uninterrupted, "checkpoints", "ckpt-00000040",
+                                     "model.weights.h5"),
+                        os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"))
+
+
+def tiny_compiled_pretrainer(seed):
+    keras.utils.set_random_seed(seed)
+    model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=64))
+    model.compile(optimizer=bert_adamw(1e-3, 1, 10),
+                  loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_restore_never_loads_a_half_written_checkpoint(tmp_path, monkeypatch):
+    directory = str(tmp_path / "checkpoints")
+    model = tiny_compiled_pretrainer(seed=1)
+    saver = ResumableCheckpoint(directory, every=1, keep=2)
+    saver.set_model(model)
+    for step in (3, 4, 5):
+        saver.save(step)
+    assert [s for s, _ in saver.checkpoints()] == [4, 5]  # keep=2
+    saved = [v.copy() for v in model.get_weights()]
+
+    # A save that dies half-way leaves nothing under a ckpt-* name ...
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", disk_full)
+    with pytest.raises(OSError):
+        saver.save(6)
+    monkeypatch.undo()
+    assert sorted(os.listdir(directory)) == ["ckpt-00000004", "ckpt-00000005"]
+    # ... and what a kill -9 mid-save leaves (a temporary directory; a ckpt-*
+    # directory without its state.json) is never read; a damaged complete one
+    # is skipped for the one before.
+    for name in (".ckpt-00000007.tmp-abc", "ckpt-00000008", "ckpt-00000009"):
+        os.makedirs(os.path.join(directory, name))
+        with open(os.path.join(directory, name, "model.weights.h5"), "wb") as f:
+            f.write(b"\x89HDF truncated")
+    with open(os.path.join(directory, "ckpt-00000009", "state.json"), "w") as f:
+        f.write('{"step": 9}')
+
+    fresh = tiny_compiled_pretrainer(seed=2)
+    loader = ResumableCheckpoint(directory, every=1)
+    loader.clean_partial()
+    assert not os.path.exists(os.path.join(directory, ".ckpt-00000007.tmp-abc"))
+    assert loader.restore(fresh) == 5
+    for a, b in zip(saved, fresh.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # When nothing loads, restore says so rather than starting over.
+    for step in (4, 5):
+        os.remove(os.path.join(directory, f"ckpt-{step:08d}", "model.weights.h5"))
+    with pytest.raises(ValueError, match="no checkpoint there fits this model"):
+        loader.restore(fresh)
+
+
+def test_resuming_with_another_model_stops_instead_of_starting_over(
+        records, uninterrupted, tmp_path, capsys):
+    # Without dropout the model has no seed generators, so no checkpoint fits;
+    # starting from scratch would rotate the real checkpoints away.
+    output = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, output)
+    rc = train.main(pretrain_argv(records, output, steps=50, extra=["--dropout", "0.0"]))
+    assert rc == 1
+    assert "no checkpoint there fits this model" in capsys.readouterr().err
+    assert checkpoint_steps(output) == [20, 30, 40]
+
+
+# === Bad input ===
+
+@pytest.fixture
+def bad_vocab(tmp_path):
+    path = write_vocab(tmp_path / "vocab-without-mask.txt", mask=False)
+    with open(path, encoding="utf-8") as f:
+        assert "[MASK]" not in f.read().split()
+    return path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing data", r"missing-data-dir\S*: no record files match"),
+    ("vocab without [MASK]", r"vocab-without-mask.txt: the vocabulary has no \[MASK\] token"),
+    ("tpu without a TPU", r"--strategy tpu: no TPU found"),
+])
+def test_bad_input_fails_early_with_a_message(records, bad_vocab, tmp_path, capsys, case, message):
+    output = str(tmp_path / "out")
+    data, extra = records, []
+    if case == "missing data":
+        data = str(tmp_path / "missing-data-dir")
+    elif case == "vocab without [MASK]":
+        extra = ["--vocab", bad_vocab]
+    else:
+        extra = ["--strategy", "tpu"]
+    rc = train.main(pretrain_argv(data, output, extra=extra))
+    assert rc != 0
+    assert re.search(message, capsys.readouterr().err)
+    leftovers = os.listdir(output) if os.path.isdir(output) else []
+    assert leftovers == [], f"a failed run left {leftovers}"
+
+
+def run_as_main(module: str, argv, monkeypatch) -> int | str | None:
+    """`python -m module argv`, in this process: the exit status it ends with."""
+    monkeypatch.setattr(sys, "argv", [f"python -m {module}", *argv])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_:
+        # runpy's note that the module is imported already (by this file).
+        warnings.filterwarnings("ignore", "'model.* found in sys.modules", RuntimeWarning)
+        runpy.run_module(module, run_name="__main__", alter_sys=False)
+    return exit_.value.code
+
+
+def test_tpu_without_tpu_exits_non_zero(records, tmp_path, monkeypatch, capsys):
+    # Through the `__main__` block, for the exit status a shell sees.
+    output = str(tmp_path / "out")
+    code = run_as_main("model.train", pretrain_argv(records, output,
+                                                    extra=["--strategy", "tpu"]), monkeypatch)
+    assert code not in (0, None)
+    assert "--strategy tpu: no TPU found" in capsys.readouterr().err
+    assert not any(os.path.exists(os.path.join(output, f)) for f in FINAL_FILES)
+
+
+# === The NaN guard ===
+
+def test_nan_loss_stops_with_exit_3_and_keeps_the_last_good_checkpoint(
+        records, uninterrupted, tmp_path, capsys):
+    # Resume the finished 40-step run for 2 more steps at a learning rate of
+    # 1e30: step 41 makes the weights ~1e29, step 42's forward pass overflows
+    # to NaN. Step 42 is both the last step and (every 1) a checkpoint step,
+    # the two places where a NaN used to slip through.
+    output = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, output)
+    published = sha256(os.path.join(output, "model.weights.h5"))
+    assert checkpoint_steps(output) == [20, 30, 40]
+    rc = train.main(pretrain_argv(records, output, steps=42, checkpoint_every=1,
+                                  extra=["--learning-rate", "1e30", "--warmup-steps", "0"]))
+    err = capsys.readouterr().err
+    assert rc == 3, err[-2000:]
+    assert re.search(r"training stopped at step 42: the loss is not finite", err)
+    assert "last good checkpoint is kept" in err
+    assert checkpoint_steps(output) == [30, 40, 41]  # no ckpt-00000042
+    for name, value in weights_of(os.path.join(output, "checkpoints", "ckpt-00000041",
+                                               "model.weights.h5")).items():
+        assert np.all(np.isfinite(value)), name
+    # The published model is the earlier run's, untouched.
+    assert sha256(os.path.join(output, "model.weights.h5")) == published
+
+
+# === Evaluation ===
+
+def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
+    text = write_corpus(tmp_path / "eval.txt", num_documents=4, sentences=(3, 6), seed=7)
+    rc = evaluate.main(["--task", "mlm", "--model", uninterrupted, "--data", text,
+                        "--max-seq-length", "32", "--batch-size", "8"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    metrics = json.loads(out)  # stdout is the JSON and nothing else
+    for key in ("mlm_top1_accuracy", "mlm_top5_accuracy", "nsp_accuracy"):
+        assert 0.0 <= metrics[key] <= 1.0, key
+    assert metrics["mlm_top1_accuracy"] <= metrics["mlm_top5_accuracy"]
+    assert metrics["masked_positions"] > 0 and np.isfinite(metrics["mlm_loss"])
+
+
+# === --help ===
+
+@pytest.mark.parametrize("argv", [["--help"], ["pretrain", "--help"]])
+def test_help_names_the_main_flags(monkeypatch, capsys, argv):
+    assert run_as_main("model.train", argv, monkeypatch) == 0
+    out = capsys.readouterr().out
+    for flag in ("--strategy", "--mixed-precision", "--jit", "--init-checkpoint"):
+        assert flag in out, flag
