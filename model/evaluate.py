@@ -13,9 +13,18 @@ Tasks:
           task's official metric (`model/tasks/`). The sequence length is the
           one the model was fine-tuned with unless --max-seq-length says.
 
+SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
+(and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
+questions (counted as `skipped`) instead of stopping at the first. squad2
+answers "" when null score - best span score exceeds the null threshold: by
+default the one fine-tuning tuned on its dev file (`null_threshold` in the
+model's config.json; 0 for a model without one), or --null-threshold X.
+
     python -m model.evaluate --task mlm --model runs/mini \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
+    python -m model.evaluate --task squad2 --model runs/squad2 --predictions-dir runs/squad2/dev \\
+        --data ../shared/data/squad/dev-v2.0.reconstructed.json
 """
 
 from __future__ import annotations
@@ -46,6 +55,15 @@ def parse_args(argv):
     g.add_argument("--max-predictions", type=int, default=20)
     g.add_argument("--seed", type=int, default=12345)
     g.add_argument("--format", default="auto", help="corpus format of --data")
+    g = p.add_argument_group("squad1, squad2")
+    g.add_argument("--predictions-dir", default=None,
+                   help="write the task's prediction files (SQuAD: predictions.json, "
+                        "nbest_predictions.json, null_odds.json) here; tasks without any ignore it")
+    g.add_argument("--null-threshold", type=float, default=None,
+                   help="squad2: answer \"\" when null score - best span score exceeds this "
+                        "(default: the model's dev-tuned null_threshold, else 0)")
+    g.add_argument("--skip-invalid", action="store_true",
+                   help="skip (and count) malformed questions instead of stopping")
     return p.parse_args(argv)
 
 
@@ -101,12 +119,25 @@ def evaluate_mlm(model, tokenizer, path: str, max_seq_length: int = 128,
 
 
 def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
-                  seq_len: int | None = None) -> dict:
-    """The metrics of the fine-tuned model in `directory` on the labelled file `path`."""
+                  seq_len: int | None = None, predictions_dir: str | None = None,
+                  null_threshold: float | None = None, skip_invalid: bool = False) -> dict:
+    """The metrics of the fine-tuned model in `directory` on the labelled file `path`.
+
+    predictions_dir: where the task writes its prediction files (SQuAD's).
+    null_threshold: squad2 only; None takes the model's stored `null_threshold`.
+    skip_invalid: skip malformed examples (tasks with a `skip_invalid` reader
+        only); their count is the `skipped` metric.
+    """
     from model import model_dir, tasks
+    from model.io import check_writable_dir
     from model.tokenizer import WordPieceTokenizer
 
     task = tasks.get(name)
+    if null_threshold is not None and not getattr(task, "version_2", False):
+        raise ValueError(f"--null-threshold: task {task.name} has no null answer (squad2 has)")
+    if skip_invalid and not hasattr(task, "skip_invalid"):
+        raise ValueError(f"--skip-invalid: task {task.name} reads its files strictly and "
+                         f"cannot skip examples")
     info = model_dir.read_info(directory)
     if info.get("task") != task.head:
         raise ValueError(f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
@@ -121,13 +152,25 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
     if trained_on and trained_on != task.name:
         print(f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}",
               file=sys.stderr)
+    if getattr(task, "version_2", False):
+        # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
+        stored = info.get("null_threshold")
+        task.null_threshold = float(null_threshold if null_threshold is not None
+                                    else stored if stored is not None else task.null_threshold)
+    if skip_invalid:
+        task.skip_invalid = True
     examples = task.read(path)  # malformed files fail before the model loads
+    if predictions_dir is not None:
+        check_writable_dir(predictions_dir)
     model = model_dir.load(directory)
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB),
                                    lowercase=info["encoder"].get("lowercase", True))
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
-    return task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
-                         batch_size=batch_size)
+    metrics = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
+                            batch_size=batch_size, output_dir=predictions_dir)
+    if skip_invalid:
+        metrics["skipped"] = len(getattr(task, "skipped", ()))
+    return metrics
 
 
 def main(argv=None) -> int:
@@ -141,8 +184,12 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"{args.data}: no such file")
         if args.task != "mlm":
             metrics = evaluate_task(args.task, args.model, args.data, args.batch_size,
-                                    args.max_seq_length)
+                                    args.max_seq_length, args.predictions_dir,
+                                    args.null_threshold, args.skip_invalid)
             return _report(args, metrics, start)
+        if args.null_threshold is not None or args.skip_invalid:
+            raise ValueError("--null-threshold (squad2) and --skip-invalid (squad1, squad2) "
+                             "do not apply to mlm")
         info = model_dir.read_info(args.model)
         model = model_dir.load(args.model)
         tokenizer = WordPieceTokenizer(os.path.join(args.model, model_dir.VOCAB),

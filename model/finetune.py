@@ -9,7 +9,14 @@ Face or a Google folder); only its encoder is used, and the task's head
 (`model/tasks/`) starts fresh. The defaults are the paper's: batch 32, 3
 epochs, AdamW with the task's learning rate (GLUE and SWAG 2e-5, NER 3e-5),
 linear warm-up over the first 10 % of the steps then linear decay, dropout 0.1,
-weight decay 0.01; each is a flag.
+weight decay 0.01; each is a flag. A flag left unset (None) takes the task's
+own default first (`default_epochs`, `default_batch_size`,
+`default_learning_rate`, `default_seq_len`: SQuAD v2.0 trains 2 epochs at
+batch 48), then the paper's.
+
+Heads on the sequence output alone (SQuAD, NER) never read the pooler, so its
+Dense is frozen for the run (no gradient would reach it anyway) and saved
+unchanged from `--init`.
 
 The training examples are shuffled anew every epoch (seed `--seed` + epoch).
 After every epoch the model is scored on the task's dev file(s) with the
@@ -22,16 +29,53 @@ holds a self-contained model directory:
     label_map.json      {"id2label": ...}, for tasks with named labels
     metrics.json        best dev metrics, every epoch's, wall time, examples seen, command
     logs/               TensorBoard: training loss and dev metrics
+    predictions.json    SQuAD: the best epoch's dev answers, with nbest_predictions.json
+                        (and null_odds.json for v2.0); other tasks write none
+
+Every epoch's dev predictions go to a scratch folder inside OUTPUT
+(`.epoch-predictions-*`) and are renamed into OUTPUT only when that epoch is
+the new best, so they always match model.weights.h5. For SQuAD v2.0 the null
+threshold that maximises dev F1 (`best_f1_thresh`) is stored as
+`null_threshold` in config.json and metrics.json; `model.evaluate` uses it
+unless `--null-threshold` says otherwise.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
+
+# The paper's fine-tuning recipe (section 4), for tasks that set no default of their own.
+PAPER_EPOCHS = 3.0
+PAPER_BATCH_SIZE = 32
+# Heads that read only the sequence output: the pooler gets no gradient there.
+POOLER_UNUSED = ("question_answerer", "token_classifier")
+# Scratch folders (inside OUTPUT) for one epoch's dev predictions.
+SCRATCH_PREFIX = ".epoch-predictions-"
+
+
+def resolve_defaults(args, task):
+    """A copy of `args` with each hyper-parameter left unset (None) filled in:
+    the task's default (`task.default_epochs`, ...) if it has one, else the paper's.
+
+    Explicit values are kept as given, so `--epochs 3` on SQuAD v2.0 means 3.
+    """
+    resolved = copy.copy(args)
+    for flag, attribute, paper in (("epochs", "default_epochs", PAPER_EPOCHS),
+                                   ("batch_size", "default_batch_size", PAPER_BATCH_SIZE),
+                                   ("learning_rate", "default_learning_rate", None),
+                                   ("seq_len", "default_seq_len", None)):
+        if getattr(args, flag, None) is None:
+            default = getattr(task, attribute, None)
+            setattr(resolved, flag, paper if default is None else default)
+    return resolved
 
 
 def finetune(args) -> int:
@@ -48,14 +92,16 @@ def finetune(args) -> int:
     from model.tokenizer import WordPieceTokenizer
 
     task = tasks.get(args.task)
+    args = resolve_defaults(args, task)
     if args.init_checkpoint:
         raise ValueError("finetune starts from --init; --init-checkpoint is pretrain's flag")
     if args.epochs <= 0 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be positive")
+    if args.seq_len < 1 or args.learning_rate <= 0:
+        raise ValueError("--seq-len and --learning-rate must be positive")
     if args.max_train_examples is not None and args.max_train_examples < 1:
         raise ValueError("--max-train-examples must be positive")
-    seq_len = args.seq_len or task.default_seq_len
-    learning_rate = args.learning_rate or task.default_learning_rate
+    seq_len, learning_rate = args.seq_len, args.learning_rate
 
     # Read the data first: a malformed row should stop the run before a
     # checkpoint of hundreds of MB is loaded.
@@ -66,6 +112,9 @@ def finetune(args) -> int:
         raise ValueError(f"{train_file}: no training examples")
     dev_sets = {prefix: task.read(path) for prefix, path in dev_files.items()}
     check_writable_dir(args.output)
+    for name in os.listdir(args.output):  # left by a killed run
+        if name.startswith(SCRATCH_PREFIX):
+            shutil.rmtree(os.path.join(args.output, name), ignore_errors=True)
 
     source, vocab_path, notes = read(args.init)
     for note in notes:
@@ -107,6 +156,7 @@ def finetune(args) -> int:
         encoder = BertEncoder.from_config_object(config)
         encoder.set_weights(source_encoder.get_weights())
         model = task.build_model(encoder, dropout=args.dropout)
+        pooler_frozen = freeze_unused_pooler(task, encoder)  # before compile
         model.compile(optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
                       loss=task.loss(), jit_compile=args.jit)
     del source, source_encoder
@@ -115,7 +165,10 @@ def finetune(args) -> int:
     export = model_dir.build_model(model_dir.describe(model))
     extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
 
-    def save():
+    def save(record: dict):
+        if "best_f1_thresh" in record:
+            # SQuAD v2.0: the dev-tuned null threshold goes with the weights it was tuned for.
+            extra["null_threshold"] = record["best_f1_thresh"]
         export.set_weights(model.get_weights())
         model_dir.save(export, args.output, vocab_path, extra=extra)
         if task.labels():
@@ -152,31 +205,38 @@ def finetune(args) -> int:
             return 3
         done += steps
         seen += min(steps * args.batch_size, num_train)
-        metrics = {}
-        for prefix, examples in dev_sets.items():
-            scores = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
-                                   batch_size=2 * args.batch_size, output_dir=args.output)
-            metrics.update({prefix + k: v for k, v in scores.items()})
-        record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
-        history.append(record)
-        with dev_writer.as_default():
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)):
-                    tf.summary.scalar(k, v, step=done)
-        if metrics:
-            score = metrics.get(task.main_metric)
-            if score is None:
-                raise ValueError(f"task {task.name}: the dev metrics lack its main metric "
-                                 f"{task.main_metric!r} ({sorted(metrics)})")
-            print(f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
-                  + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)}))
-            if best is None or score > best[task.main_metric]:
-                best = record
-                save()
-                print(f"  best so far: saved {args.output}")
+        # This epoch's predictions (SQuAD's) wait here until it proves the best.
+        scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=args.output)
+        try:
+            metrics = {}
+            for prefix, examples in dev_sets.items():
+                scores = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
+                                       batch_size=2 * args.batch_size,
+                                       output_dir=os.path.join(scratch, prefix.rstrip("_")))
+                metrics.update({prefix + k: v for k, v in scores.items()})
+            record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
+            history.append(record)
+            with dev_writer.as_default():
+                for k, v in metrics.items():
+                    if isinstance(v, (int, float)):
+                        tf.summary.scalar(k, v, step=done)
+            if metrics:
+                score = metrics.get(task.main_metric)
+                if score is None:
+                    raise ValueError(f"task {task.name}: the dev metrics lack its main metric "
+                                     f"{task.main_metric!r} ({sorted(metrics)})")
+                print(f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
+                      + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)}))
+                if best is None or score > best[task.main_metric]:
+                    best = record
+                    save(record)
+                    publish_predictions(scratch, args.output)
+                    print(f"  best so far: saved {args.output}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     if not dev_sets:
         best = history[-1] if history else None
-        save()
+        save(best or {})
     elapsed = time.time() - start
 
     summary = {
@@ -190,12 +250,51 @@ def finetune(args) -> int:
         "batch_size": args.batch_size, "learning_rate": learning_rate, "warmup_steps": warmup,
         "weight_decay": args.weight_decay, "dropout": args.dropout, "seq_len": seq_len,
         "seed": args.seed, "strategy": args.strategy, "mixed_precision": args.mixed_precision,
+        **({"null_threshold": extra["null_threshold"]} if "null_threshold" in extra else {}),
+        "pooler_frozen": pooler_frozen,
         "wall_seconds": round(elapsed, 1), "command": command_line(args), "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     print(f"saved {args.output}")
     return 0
+
+
+def freeze_unused_pooler(task, encoder) -> bool:
+    """Freezes `encoder.pooled_dense` when the task's head never reads the
+    pooled output (SQuAD, NER); returns whether it did.
+
+    Left trainable, it gets no gradient: Keras warns "Gradients do not exist
+    for variables [...pooled_dense...]" and AdamW still allocates its two
+    moment slots. Frozen, it is saved exactly as loaded (`get_weights` and
+    `save_weights` hold non-trainable variables too, in the same order), so a
+    classifier fine-tuned later from this directory still finds the
+    pre-trained pooler.
+    """
+    if task.head not in POOLER_UNUSED:
+        return False
+    encoder.pooled_dense.trainable = False
+    return True
+
+
+def publish_predictions(scratch: str, output: str) -> list[str]:
+    """Moves every file under `scratch` to the same relative path under `output`.
+
+    The task wrote each file atomically (`model.io.write_json`: a temporary
+    name, fsync, rename); `scratch` lies inside `output`, on the same file
+    system, so each move is one atomic `os.replace` too: a reader sees the
+    previous best epoch's file or this one's, never a mix inside a file.
+    Returns the published paths.
+    """
+    published = []
+    for folder, _, names in os.walk(scratch):
+        for name in sorted(names):
+            source = os.path.join(folder, name)
+            target = os.path.join(output, os.path.relpath(source, scratch))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(source, target)
+            published.append(target)
+    return published
 
 
 def _progress_base():

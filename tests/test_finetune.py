@@ -243,3 +243,159 @@ def test_stack_and_predict_in_batches_handle_empty_and_dicts():
     x = {"a": np.arange(10).reshape(5, 2)}
     out = predict_in_batches(lambda b: {"s": b["a"].sum(-1)}, x, 2)
     np.testing.assert_array_equal(out["s"], [1, 5, 9, 13, 17])
+
+
+# === Task defaults, the best epoch's predictions, the unused pooler ===
+
+def test_unset_flags_take_the_task_default_then_the_papers():
+    import argparse
+
+    from model.finetune import resolve_defaults
+
+    unset = argparse.Namespace(epochs=None, batch_size=None, learning_rate=None, seq_len=None)
+    squad2 = resolve_defaults(unset, tasks.get("squad2"))
+    assert (squad2.epochs, squad2.batch_size, squad2.learning_rate, squad2.seq_len) == (
+        2.0, 48, 5e-5, 384)
+    # GLUE sets no epochs or batch size of its own: the paper's 3 and 32.
+    sst2 = resolve_defaults(unset, tasks.get("sst2"))
+    assert (sst2.epochs, sst2.batch_size, sst2.learning_rate, sst2.seq_len) == (3.0, 32, 2e-5, 128)
+    assert unset.epochs is None  # a copy; the caller's namespace is left alone
+    given = argparse.Namespace(epochs=1.0, batch_size=4, learning_rate=1e-3, seq_len=16)
+    assert vars(resolve_defaults(given, tasks.get("squad2"))) == vars(given)
+
+
+def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypatch, capsys):
+    """A task that scores epoch 1 best and writes its epoch number as its
+    predictions: OUTPUT ends with epoch 1's file and epoch 1's weights. It
+    also sets default_epochs/default_batch_size, which the run (flags unset,
+    as train.py gives them once its defaults are None) must take."""
+    from model.finetune import SCRATCH_PREFIX, finetune
+    from model.io import write_json
+    from model.train import parse_args
+
+    scores = iter([0.9, 0.1])
+
+    class Scripted(type(tasks.get("sst2"))):
+        default_epochs = 2.0
+        default_batch_size = 8
+
+        def evaluate(self, predict, examples, tokenizer, seq_len, batch_size=64,
+                     output_dir=None):
+            metrics = super().evaluate(predict, examples, tokenizer, seq_len, batch_size)
+            score = next(scores)
+            write_json(os.path.join(output_dir, "predictions.json"), {"score": score})
+            return {**metrics, "real_accuracy": metrics["accuracy"], "accuracy": score}
+
+    monkeypatch.setattr(tasks, "get", lambda name: Scripted())
+    data = write_sst2(tmp_path / "SST-2")
+    init = make_init(tmp_path)
+    output = tmp_path / "run"
+    args = parse_args(["finetune", "--task", "sst2", "--data", data, "--init", init,
+                       "--output", str(output), "--seq-len", "24", "--learning-rate", "1e-2",
+                       "--log-every", "1000"])
+    args.epochs = args.batch_size = None
+    assert finetune(args) == 0
+    monkeypatch.undo()
+
+    with open(output / "metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["epochs"] == 2.0 and metrics["batch_size"] == 8
+    assert metrics["steps"] == 6  # 24 examples, batch 8, 2 epochs
+    assert "--epochs 2.0 --seq-len 24" in metrics["command"]
+    assert metrics["best_epoch"] == 1 and [h["accuracy"] for h in metrics["history"]] == [0.9, 0.1]
+    with open(output / "predictions.json") as f:
+        assert json.load(f) == {"score": 0.9}
+    assert not [n for n in os.listdir(output) if n.startswith(SCRATCH_PREFIX)]
+    # The saved weights are epoch 1's too (its real accuracy, not epoch 2's).
+    capsys.readouterr()
+    assert run_evaluate(["--task", "sst2", "--model", str(output), "--batch-size", "16",
+                         "--data", os.path.join(data, "dev.tsv")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["accuracy"] == pytest.approx(metrics["history"][0]["real_accuracy"])
+
+
+def test_publish_predictions_moves_a_tree(tmp_path):
+    from model.finetune import publish_predictions
+
+    scratch = tmp_path / "out" / ".epoch-predictions-x"
+    (scratch / "matched").mkdir(parents=True)
+    (scratch / "predictions.json").write_text("new")
+    (scratch / "matched" / "predictions.json").write_text("m")
+    (tmp_path / "out" / "predictions.json").write_text("old")
+    published = publish_predictions(str(scratch), str(tmp_path / "out"))
+    assert sorted(os.path.relpath(p, tmp_path / "out") for p in published) == [
+        os.path.join("matched", "predictions.json"), "predictions.json"]
+    assert (tmp_path / "out" / "predictions.json").read_text() == "new"
+    assert (tmp_path / "out" / "matched" / "predictions.json").read_text() == "m"
+    assert not any(f for _, _, f in os.walk(scratch))
+
+
+def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
+    import warnings
+
+    import keras
+
+    from model.encoder import BertEncoder
+    from model.finetune import freeze_unused_pooler
+    from model.tokenizer import load_vocabulary
+    from tests.helpers import random_encoder_inputs
+
+    vocab = write_task_vocab(tmp_path / "vocab.txt")
+    size = len(load_vocabulary(vocab))
+    ner, sst2 = tasks.get("conll2003"), tasks.get("sst2")
+    x = random_encoder_inputs(4, 8, size)
+    y = np.ones((4, 8), "int32")
+
+    def train(freeze: bool):
+        keras.utils.set_random_seed(0)
+        encoder = BertEncoder.from_preset("tiny", vocabulary_size=size)
+        model = ner.build_model(encoder)
+        if freeze:
+            assert freeze_unused_pooler(ner, encoder)
+        before = [w.copy() for w in encoder.pooled_dense.get_weights()]
+        model.compile(optimizer=keras.optimizers.AdamW(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        warned = any("Gradients do not exist" in str(w.message) for w in caught)
+        return model, before, warned
+
+    trainable, _, warned = train(freeze=False)
+    assert warned  # the warning this guards against is real
+    model, before, warned = train(freeze=True)
+    assert not warned
+    pooler = {id(v) for v in model.encoder.pooled_dense.weights}
+    assert pooler.isdisjoint(id(v) for v in model.trainable_variables)
+    # No AdamW moments (two per variable) for the pooler's kernel and bias.
+    assert len(trainable.optimizer.variables) - len(model.optimizer.variables) == 4
+
+    # Saved as finetune saves (weights alone) and reloaded strictly: the pooler
+    # is the one it started with, every other weight the trained one.
+    export = model_dir.build_model(model_dir.describe(model))
+    export.set_weights(model.get_weights())
+    model_dir.save(export, str(tmp_path / "model"), vocab)
+    loaded = model_dir.load(str(tmp_path / "model"))
+    for a, b in zip(loaded.encoder.pooled_dense.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+    # Heads that read the pooled output keep it trainable.
+    encoder = BertEncoder.from_preset("tiny", vocabulary_size=size)
+    assert not freeze_unused_pooler(sst2, encoder) and encoder.pooled_dense.trainable
+
+
+def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
+    _, data, output = sst2_run
+    dev = os.path.join(data, "dev.tsv")
+    capsys.readouterr()
+    assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev,
+                         "--null-threshold", "1.5"]) == 1
+    assert "--null-threshold: task sst2 has no null answer" in capsys.readouterr().err
+    assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev,
+                         "--skip-invalid"]) == 1
+    assert "--skip-invalid: task sst2 reads its files strictly" in capsys.readouterr().err
+    assert run_evaluate(["--task", "mlm", "--model", output, "--data", dev,
+                         "--skip-invalid"]) == 1
+    assert "do not apply to mlm" in capsys.readouterr().err

@@ -483,6 +483,9 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
     keras.utils.set_random_seed(0)
     encoder = BertEncoder.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
     model = v2.build_model(encoder)
+    from model.finetune import freeze_unused_pooler
+
+    freeze_unused_pooler(v2, encoder)  # QA does not read the pooler: no gradient warning
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=v2.loss())
     history = model.fit({k: v[:8] for k, v in train.x.items()},
                         {k: v[:8] for k, v in train.y.items()}, batch_size=4, epochs=1, verbose=0)
@@ -573,3 +576,90 @@ def test_real_dev_v1(tokenizer):
             assert (answer in predicted
                     or len(tokenizer.encode([answer])[0]) > squad.MAX_ANSWER_LENGTH), e.qas_id
     assert misses <= 10
+
+
+# === Fine-tuning and `python -m model.evaluate` on a tiny SQuAD v2.0 ===
+
+def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys):
+    """`model.train finetune --task squad2` with a tiny encoder: the prediction
+    files of the kept epoch, the dev-tuned null threshold stored for
+    `model.evaluate`, the pooler untouched (and no gradient warning); then
+    `model.evaluate`'s --predictions-dir, --null-threshold and --skip-invalid."""
+    import warnings
+
+    from model import model_dir
+    from model.evaluate import main as evaluate_main
+    from model.finetune import SCRATCH_PREFIX
+    from tests.test_finetune import finetune_argv, make_init, run_train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    train_file = _tiny_squad(data / "train-v2.0.json", True)
+    shutil.copyfile(train_file, data / "dev-v2.0.json")
+    init = make_init(tmp_path)
+    output = tmp_path / "run"
+    argv = finetune_argv("squad2", data, init, output, epochs="2", batch_size=8, seq_len=48,
+                         learning_rate="1e-3", extra=["--warmup-steps", "0"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run_train(argv) == 0
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+
+    names = set(os.listdir(output))
+    assert {"predictions.json", "nbest_predictions.json", "null_odds.json"} <= names
+    assert not [n for n in names if n.startswith(SCRATCH_PREFIX)]
+    with open(output / "metrics.json") as f:
+        metrics = json.load(f)
+    info = model_dir.read_info(str(output))
+    assert info["null_threshold"] == metrics["null_threshold"] == metrics["dev"]["best_f1_thresh"]
+    assert metrics["pooler_frozen"] is True
+
+    # The pooler is --init's, bit for bit; the rest of the encoder trained.
+    before, after = model_dir.load(init), model_dir.load(str(output)).encoder
+    for a, b in zip(after.pooled_dense.get_weights(), before.pooled_dense.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(after.get_weights()[0], before.get_weights()[0])
+
+    def evaluate(*flags) -> dict:
+        capsys.readouterr()
+        rc = evaluate_main(["--task", "squad2", "--model", str(output), "--batch-size", "16",
+                            "--data", str(data / "dev-v2.0.json"), *flags])
+        assert rc == 0, capsys.readouterr().err
+        return json.loads(capsys.readouterr().out)
+
+    # Default: the stored threshold. At 0, as fine-tuning scored it: the kept
+    # epoch's numbers and answers.
+    assert evaluate()["null_threshold"] == pytest.approx(info["null_threshold"])
+    again = evaluate("--null-threshold", "0", "--predictions-dir", str(tmp_path / "dev"))
+    assert again["null_threshold"] == 0.0
+    assert again["f1"] == pytest.approx(metrics["dev"]["f1"])
+    for name in ("predictions.json", "null_odds.json"):
+        with open(output / name) as f, open(tmp_path / "dev" / name) as g:
+            assert json.load(f) == json.load(g), name
+    # Raising the threshold only turns "" into spans: answerable questions can only gain.
+    with open(output / "null_odds.json") as f:
+        top = max(json.load(f).values())
+    high = evaluate("--null-threshold", str(top + 1))
+    assert high["null_threshold"] == pytest.approx(top + 1)
+    assert high["HasAns_f1"] >= again["HasAns_f1"]
+
+    # --skip-invalid: a malformed question stops the strict reader, or is counted.
+    with open(data / "dev-v2.0.json") as f:
+        bad = json.load(f)
+    bad["data"][0]["paragraphs"][0]["qas"].append(qa("bad", "Who?", "x", "dog", start=0))
+    write_json(tmp_path / "bad.json", bad)
+    capsys.readouterr()
+    assert evaluate_main(["--task", "squad2", "--model", str(output),
+                          "--data", str(tmp_path / "bad.json")]) == 1
+    assert "mismatch" in capsys.readouterr().err
+    skipped = evaluate("--skip-invalid")
+    assert skipped["skipped"] == 0
+    capsys.readouterr()
+    assert evaluate_main(["--task", "squad2", "--model", str(output), "--skip-invalid",
+                          "--data", str(tmp_path / "bad.json")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["skipped"] == 1 and result["total"] == 15
+    # squad1 has no null answer.
+    assert evaluate_main(["--task", "squad1", "--model", str(output), "--null-threshold", "1",
+                          "--data", str(data / "dev-v2.0.json")]) == 1
+    assert "has no null answer" in capsys.readouterr().err
