@@ -10,7 +10,6 @@ export) reads its sizes from here. A config is written next to the weights as
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 # Activation names. Hugging Face's `"gelu"` is the exact erf form; Google's
@@ -161,15 +160,9 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str) -> "BertConfig":
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: config file not found") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a JSON config ({e})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config must be a JSON object")
+        from model.io import read_json_object
+
+        data = read_json_object(path)
         # Our model directories keep the encoder config under "encoder".
         data = data.get("encoder", data)
         return cls.from_dict(data, source=path)

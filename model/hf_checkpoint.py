@@ -33,7 +33,7 @@ import numpy as np
 from model import safetensors_io
 from model.checkpoint_mapping import ENCODER, Entry, assign, export
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
-from model.io import atomic_path, write_json
+from model.io import atomic_path, read_json_object, write_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -153,13 +153,7 @@ def weight_entries(model, prefix: str) -> list[Entry]:
 
 def read_config(directory: str) -> dict:
     path = os.path.join(directory, CONFIG)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: not found; is {directory!r} a Hugging Face model folder?")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a JSON config ({e})") from None
+    data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
     if data.get("model_type", "bert") != "bert":
         raise ValueError(f"{path}: model_type is {data['model_type']!r}, not 'bert'")
     tok_path = os.path.join(directory, TOKENIZER_CONFIG)

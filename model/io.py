@@ -57,6 +57,20 @@ def write_json(path: str, data) -> None:
         f.write("\n")
 
 
+def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
+    """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON {what} ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a {what} must be a JSON object")
+    return data
+
+
 def check_writable_dir(path: str) -> None:
     """Fails at start, not after an hour, when `path` cannot be written."""
     try:

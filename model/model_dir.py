@@ -24,7 +24,6 @@ only warns about some of these and leaves the variable randomly initialised).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -35,7 +34,7 @@ import keras
 from model.classifier import BertClassifier
 from model.config import BertConfig
 from model.encoder import BertEncoder
-from model.io import atomic_path, write_json
+from model.io import atomic_path, read_json_object, write_json
 from model.multiple_choice import BertMultipleChoice
 from model.pretrainer import BertPretrainer
 from model.question_answerer import BertQuestionAnswerer
@@ -132,13 +131,7 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
 
 def read_info(directory: str) -> dict:
     path = os.path.join(directory, CONFIG)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: not found; is {directory!r} a model directory?")
-    try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a JSON config ({e})") from None
+    info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
     if "encoder" not in info:
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
