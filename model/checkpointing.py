@@ -13,6 +13,11 @@ so a directory named `ckpt-*` is always whole, and restarting the same
 command resumes from the newest one. Dropout's seed state is saved too (Keras
 leaves it out of `.weights.h5`): a resumed run then matches an uninterrupted
 one bit for bit.
+
+Multi-worker training: only the chief (`is_chief`) writes; every worker
+restores from the same directory, which must be on a filesystem they share.
+The others have nothing of their own to save, since their variables are
+kept identical to the chief's by the all-reduce.
 """
 
 from __future__ import annotations

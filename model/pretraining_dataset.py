@@ -11,6 +11,12 @@ position in the stream, which gives two properties the trainer relies on:
 
 Static records (made with `--masking static` or google-research's script)
 carry their own masks and are used as they are.
+
+Under a tf.distribute strategy (`distributed_pretraining_dataset`) every
+input pipeline (one per worker) builds the same global batches and keeps its
+own contiguous rows of each, split into consecutive per-replica batches: the
+replicas of all workers together see exactly the global batch one replica
+would, in the same order, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -70,13 +76,26 @@ def _inspect(files: list[str]) -> dict:
 
 def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = None,
                         seed: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000,
-                        next_sentence: bool = True) -> tf.data.Dataset:
+                        next_sentence: bool = True, worker_index: int = 0, num_workers: int = 1,
+                        replica_batch_size: int | None = None) -> tf.data.Dataset:
     """Batches of `({token_ids, segment_ids, padding_mask, mask_positions},
     {mlm, nsp}, {mlm})`, endless, starting `start_step` batches in.
 
     `masker` is required for dynamically masked records and ignored for
     static ones. Batches are full (`drop_remainder`): TPUs need static shapes.
+
+    `batch_size` is always the global batch. With `num_workers` > 1 this
+    pipeline keeps rows `[worker_index * b, (worker_index + 1) * b)` of every
+    global batch (`b = batch_size / num_workers`); `replica_batch_size` then
+    cuts those rows into consecutive batches of that size, one per local
+    replica (tf.distribute hands them to the replicas in turn).
     """
+    replica_batch_size = replica_batch_size or batch_size // num_workers
+    worker_rows = batch_size // num_workers
+    if (batch_size % num_workers or worker_rows % replica_batch_size
+            or not 0 <= worker_index < num_workers):
+        raise ValueError(f"global batch {batch_size} cannot be split into {num_workers} "
+                         f"worker(s) of batches of {replica_batch_size}")
     files, info = find_records(pattern)
     seq_len = info["max_seq_length"]
     static = info.get("masking") == "static"
@@ -138,10 +157,17 @@ def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = N
              "segment_ids": tf.cast(ex["segment_ids"], tf.int32),
              "padding_mask": tf.cast(ex["input_mask"], tf.int32),
              "mask_positions": mask_positions}
-        # The paper's loss is the mean over the batch's real masked positions.
-        # Keras divides a weighted loss by the element count (batch * P), so
-        # the weights are scaled here by (batch * P) / (real positions): the
-        # result is exact on one replica and on N mirrored replicas alike.
+        # The paper's loss is the mean over the global batch's real masked
+        # positions. Keras divides each replica's weighted loss by its element
+        # count (batch / N * P), divides again by the N replicas and sums the
+        # gradients over them; scaling the weights by (batch * P) / (real
+        # positions of the whole global batch) makes that sum the exact global
+        # mean on 1 or N replicas, on one worker or several. It is why every
+        # worker masks the whole global batch before keeping its rows: a worker
+        # that saw only its own rows could not know the global count without a
+        # cross-replica sum inside the loss. The price is that each worker
+        # parses and masks N times the rows it trains on, which is small next
+        # to a train step of the encoder.
         scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
         y = {"mlm": mask_ids}
         sw = {"mlm": weights * scale}
@@ -150,5 +176,32 @@ def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = N
             sw["nsp"] = tf.ones([batch_size], tf.float32)
         return x, y, sw
 
-    return stream.map(to_model, num_parallel_calls=tf.data.AUTOTUNE,
-                      deterministic=True).prefetch(tf.data.AUTOTUNE)
+    batches = stream.map(to_model, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if replica_batch_size != batch_size:
+        first = worker_index * worker_rows
+
+        def own_rows(*batch):  # (batch_size, ...) -> (worker_rows, ...)
+            return tf.nest.map_structure(lambda t: t[first:first + worker_rows], batch)
+
+        # then (replica_batch_size, ...) batches, one per local replica in turn
+        batches = batches.map(own_rows).rebatch(replica_batch_size, drop_remainder=True)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def distributed_pretraining_dataset(strategy: tf.distribute.Strategy, pattern: str,
+                                    batch_size: int, **kwargs):
+    """`pretraining_dataset` (same arguments; `batch_size` global) distributed
+    over `strategy`'s replicas: one pipeline per worker, each keeping its rows
+    of every global batch, so that N replicas train on what one would."""
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"--batch-size {batch_size} (the global batch) is not a multiple "
+                         f"of the {replicas} replicas")
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return pretraining_dataset(
+            pattern, batch_size, worker_index=context.input_pipeline_id,
+            num_workers=context.num_input_pipelines,
+            replica_batch_size=context.get_per_replica_batch_size(batch_size), **kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

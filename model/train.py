@@ -22,6 +22,24 @@ Every command also takes `--strategy` (auto, cpu, gpu, mirrored, multiworker,
 tpu), `--mixed-precision` (float32, mixed_float16, mixed_bfloat16), `--jit`
 (XLA) and `--init-checkpoint`; `python -m model.train pretrain --help` lists
 all flags.
+
+Several replicas: `--batch-size` is the global batch, split evenly over
+them, and the loss is the same mean over the global batch as on one replica
+(see model/pretraining_dataset.py), so a run gives the same weights on 1 or N
+replicas up to float rounding when dropout is 0. On a machine without GPUs,
+`--strategy mirrored --cpu-replicas 2` trains on two logical CPUs. Several
+machines: start the same command on each with `--strategy multiworker` and
+its own TF_CONFIG, e.g. for worker 1 of 2
+
+    TF_CONFIG='{"cluster": {"worker": ["host0:12345", "host1:12345"]},
+                "task": {"type": "worker", "index": 1}}' \
+        python -m model.train pretrain ... --strategy multiworker --output /shared/run
+
+OUTPUT must be on a filesystem all workers share: worker 0 (the chief)
+writes the checkpoints, the logs and the final model; every worker restores
+from the chief's checkpoints. After any worker dies, stop the others and
+start all of them again with the same command: they resume together from the
+newest checkpoint.
 """
 
 from __future__ import annotations
@@ -74,6 +92,9 @@ def parse_args(argv):
                      help="sequence length; must equal the records' (default: theirs)")
     pre.add_argument("--dropout", type=float, default=None, help="override the config's dropout")
     pre.add_argument("--no-nsp", action="store_true", help="train masked LM only")
+    pre.add_argument("--cpu-replicas", type=int, default=None, metavar="N",
+                     help="with --strategy mirrored and no GPU: split the CPU into N logical "
+                          "devices, one replica each (tests; multi-replica numerics on a laptop)")
     g = pre.add_argument_group("dynamic masking (records made with --masking dynamic)")
     g.add_argument("--max-predictions", type=int, default=None,
                    help="masked positions per sequence (default: 15%% of --seq-len, rounded up)")
@@ -92,13 +113,15 @@ def parse_args(argv):
                       help="the task's data: its directory or its train file")
     fine.add_argument("--init", required=True,
                       help="pre-trained checkpoint: our model directory, HF or Google folder")
-    fine.add_argument("--epochs", type=float, default=3.0)
+    fine.add_argument("--epochs", type=float, default=None,
+                      help="default: the task's (squad2: 2), else 3 (the paper's)")
     fine.add_argument("--seq-len", type=int, default=None, help="default: the task's")
     fine.add_argument("--dropout", type=float, default=0.1)
     fine.add_argument("--max-train-examples", type=int, default=None,
                       help="use only the first N training examples")
     add_common_flags(fine)
-    fine.set_defaults(learning_rate=None)
+    # None: the task's own default (model/tasks/*), else the paper's.
+    fine.set_defaults(learning_rate=None, batch_size=None)
     return p.parse_args(argv)
 
 
@@ -162,10 +185,15 @@ def pretrain(args) -> int:
     from model.masking import Masker, MaskingConfig
     from model.optimizer import bert_adamw
     from model.pretrainer import BertPretrainer
-    from model.pretraining_dataset import find_records, pretraining_dataset
-    from model.strategy import make_strategy
+    from model.pretraining_dataset import (distributed_pretraining_dataset, find_records,
+                                          pretraining_dataset)
+    from model.strategy import is_chief, make_strategy, prepare_fit, sum_gradients_first
     from model.tokenizer import load_vocabulary
 
+    # First: splitting the CPU into logical devices and configuring
+    # multi-worker collectives both fail once TensorFlow has initialised.
+    strategy = make_strategy(args.strategy, args.tpu, args.cpu_replicas)
+    chief = is_chief(strategy)
     check_writable_dir(args.output)
     files, info = find_records(args.data)
     vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
@@ -182,6 +210,17 @@ def pretrain(args) -> int:
                          f"max_sequence_length {config.max_sequence_length}")
     if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
         raise ValueError("--steps, --batch-size and --checkpoint-every must be positive")
+    if (args.jit and strategy.num_replicas_in_sync > 1
+            and not isinstance(strategy, tf.distribute.TPUStrategy)):
+        # Keras 3 compiles `strategy.run` over all replicas as one XLA
+        # function, which fails when the replicas' variables live on
+        # different devices (keras-team/keras#19005).
+        raise ValueError(f"--jit with {strategy.num_replicas_in_sync} replicas of "
+                         f"{type(strategy).__name__}: Keras cannot compile a step that spans "
+                         f"devices; leave --jit out, or use one device or a TPU")
+    if args.batch_size % strategy.num_replicas_in_sync:
+        raise ValueError(f"--batch-size {args.batch_size} (the global batch) is not a multiple "
+                         f"of the {strategy.num_replicas_in_sync} replicas")
     next_sentence = not args.no_nsp
     masker = None
     if info.get("masking") != "static":
@@ -194,7 +233,6 @@ def pretrain(args) -> int:
 
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.mixed_precision)
-    strategy = make_strategy(args.strategy, args.tpu)
     print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s); "
           f"global batch {args.batch_size}; {info['num_instances']} instances of {seq_len} tokens")
 
@@ -209,11 +247,13 @@ def pretrain(args) -> int:
                                            args.weight_decay),
                       loss=losses, weighted_metrics=metrics, jit_compile=args.jit)
         model.optimizer.build(model.trainable_variables)
+        sum_gradients_first(model.optimizer)
 
     checkpoint = ResumableCheckpoint(os.path.join(args.output, "checkpoints"),
                                      every=args.checkpoint_every, keep=args.keep_checkpoints,
-                                     is_chief=_is_chief(strategy))
-    checkpoint.clean_partial()
+                                     is_chief=chief)
+    if chief:  # another worker's temporaries may be the chief's save in progress
+        checkpoint.clean_partial()
     checkpoint.set_model(model)
     start_step = checkpoint.restore(model)
     if start_step:
@@ -224,32 +264,41 @@ def pretrain(args) -> int:
               + (f"; created fresh (not in the checkpoint): {', '.join(fresh)}" if fresh else ""))
 
     timing = Throughput()
+    interval_losses = []
     if start_step < args.steps:
-        dataset = pretraining_dataset(args.data, args.batch_size, masker, seed=args.seed,
-                                      start_step=start_step, shuffle_buffer=args.shuffle_buffer,
-                                      next_sentence=next_sentence)
+        data_args = dict(masker=masker, seed=args.seed, start_step=start_step,
+                         shuffle_buffer=args.shuffle_buffer, next_sentence=next_sentence)
+        dataset = distributed_pretraining_dataset(strategy, args.data, args.batch_size,
+                                                  **data_args)
+        prepare_fit(model, strategy, pretraining_dataset(
+            args.data, args.batch_size, **data_args).element_spec)
         # One Keras "epoch" is one checkpoint interval.
         every = args.checkpoint_every
         callbacks = [
             checkpoint,
             _StopAt(args.steps),
             keras.callbacks.TerminateOnNaN(),
-            keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
-                                        update_freq=args.log_every),
             _Timer(timing),
         ]
+        if chief:
+            callbacks.append(keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
+                                                         update_freq=args.log_every))
         history = model.fit(dataset, initial_epoch=start_step // every,
                             epochs=math.ceil(args.steps / every), steps_per_epoch=every,
                             callbacks=callbacks, shuffle=False,
                             verbose=1 if sys.stdout.isatty() else 2)
         # A NaN on the very last step also sets stop_training with the step
         # count reached, so look at the loss itself, not only at the step.
-        last_loss = (history.history.get("loss") or [0.0])[-1]
+        interval_losses = [float(v) for v in history.history.get("loss", [])]
+        last_loss = (interval_losses or [0.0])[-1]
         if not np.isfinite(last_loss) or (model.stop_training and _step(model) < args.steps):
             print(f"error: training stopped at step {_step(model)}: the loss is not finite. "
                   f"The last good checkpoint is kept in {checkpoint.directory}", file=sys.stderr)
             return 3
 
+    if not chief:
+        print(f"worker done at step {_step(model)}; the chief writes {args.output}")
+        return 0
     # The published weights are the model's alone; optimizer state stays in
     # the checkpoints, where resuming needs it.
     final = model_dir.build_model(model_dir.describe(model))
@@ -263,7 +312,10 @@ def pretrain(args) -> int:
                "tokens_per_second": round(tokens / elapsed, 1) if elapsed else None,
                "examples_seen": _step(model) * args.batch_size,
                "batch_size": args.batch_size, "seq_len": seq_len,
+               # mean training loss of each checkpoint interval this run ran
+               "interval_losses": interval_losses,
                "config": config.to_dict(), "strategy": args.strategy,
+               "replicas": strategy.num_replicas_in_sync,
                "mixed_precision": args.mixed_precision, "jit": args.jit,
                "data": args.data, "argv": sys.argv}
     write_json(os.path.join(args.output, "train_summary.json"), summary)
@@ -281,11 +333,9 @@ def _step(model) -> int:
 
 
 def _is_chief(strategy) -> bool:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not getattr(resolver, "task_type", None):
-        return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker"
-                                             and resolver.task_id == 0)
+    from model.strategy import is_chief
+
+    return is_chief(strategy)
 
 
 def _callbacks_base():

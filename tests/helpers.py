@@ -166,3 +166,28 @@ def weights_of(path) -> dict:
         f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
                      if isinstance(obj, h5py.Dataset) else None)
     return out
+
+
+# === Multi-worker runs on this machine ===
+
+def free_ports(n: int) -> list[int]:
+    """`n` TCP ports free on 127.0.0.1 right now (a worker may still lose a
+    race for one; the tests that use them are bounded by timeouts)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(ports, index: int) -> str:
+    """TF_CONFIG of worker `index` of a cluster of loopback workers on `ports`."""
+    import json
+
+    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
