@@ -25,6 +25,8 @@ import sys
 
 import numpy as np
 
+from model.io import reading
+
 DEFAULT_LAYERS = (-1, -2, -3, -4)
 
 
@@ -94,7 +96,7 @@ class LayerFeatures:
 def read_lines(path: str) -> list[tuple[str, str | None]]:
     """(text A, text B or None) per non-empty line; `A ||| B` marks a pair."""
     pairs = []
-    try:
+    with reading(path):
         with open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
                 line = line.strip()
@@ -107,10 +109,6 @@ def read_lines(path: str) -> list[tuple[str, str | None]]:
                     pairs.append((a.strip(), b.strip()))
                 else:
                     pairs.append((line, None))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
     return pairs
 
 

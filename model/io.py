@@ -57,6 +57,17 @@ def write_json(path: str, data) -> None:
         f.write("\n")
 
 
+@contextlib.contextmanager
+def reading(path: str):
+    """Turns the errors of opening and decoding `path` into messages that name it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
 def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
     """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
     try:

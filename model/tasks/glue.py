@@ -37,6 +37,7 @@ import sys
 
 import numpy as np
 
+from model.io import reading
 from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
                               stack_packed)
 
@@ -56,7 +57,7 @@ def _rows(path: str):
     """(line number, cells) of a GLUE .tsv file."""
     # The GLUE files hold fields over 128 KiB in places (csv's default limit).
     csv.field_size_limit(min(sys.maxsize, 2 ** 31 - 1))
-    try:
+    with reading(path):
         # utf-8-sig: MRPC's files start with a byte-order mark.
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -66,10 +67,6 @@ def _rows(path: str):
                         yield reader.line_num, row
             except csv.Error as e:
                 raise ValueError(f"{path}:{reader.line_num}: {e}") from None
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
 
 
 class GlueTask(Task):

@@ -25,6 +25,7 @@ import dataclasses
 
 import numpy as np
 
+from model.io import reading
 from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predict_in_batches
 
 IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
@@ -237,7 +238,7 @@ class Conll2003(Task):
                                           f"{path}:{first_line}"))
             words, tags, first_line = [], [], None
 
-        try:
+        with reading(path):
             with open(path, encoding="utf-8") as f:
                 for line_no, line in enumerate(f, 1):
                     parts = line.split()
@@ -260,10 +261,6 @@ class Conll2003(Task):
                     words.append(parts[0])
                     tags.append(parts[-1])
                 flush()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such file") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
         return sentences
 
     def encode(self, examples: list[Sentence], tokenizer, seq_len: int,

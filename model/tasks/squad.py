@@ -87,6 +87,7 @@ import unicodedata
 
 import numpy as np
 
+from model.io import reading
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
 
@@ -150,15 +151,12 @@ class SquadExample:
 
 
 def load_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+    with reading(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
 
 def read_squad(path: str, version_2: bool, skip_invalid: bool = False):

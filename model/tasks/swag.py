@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from model.io import reading
 from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
                               stack_packed)
 
@@ -55,7 +56,7 @@ class Swag(Task):
 
     def read(self, path: str) -> list[ChoiceExample]:
         examples = []
-        try:
+        with reading(path):
             with open(path, encoding="utf-8-sig", newline="") as f:
                 reader = csv.reader(f)
                 try:
@@ -87,10 +88,6 @@ class Swag(Task):
                             [row[at[f"ending{i}"]] for i in range(NUM_CHOICES)], label, source))
                 except csv.Error as e:
                     raise ValueError(f"{path}:{reader.line_num}: {e}") from None
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such file") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
         return examples
 
     def encode(self, examples: list[ChoiceExample], tokenizer, seq_len: int,
