@@ -191,3 +191,68 @@ def tf_config(ports, index: int) -> str:
 
     return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                        "task": {"type": "worker", "index": index}})
+
+
+# === Fine-tuning (test_finetune, test_glue, test_ner, test_swag, test_squad, ...) ===
+
+def write_task_vocab(path) -> str:
+    """The tiny vocabulary (words, letters, `##` letters), each token once."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(dict.fromkeys(tiny_vocabulary())) + "\n")
+    return str(path)
+
+
+def make_init(parent) -> str:
+    """A `tiny` pre-trained-encoder model directory (random weights) to fine-tune from."""
+    from model.encoder import BertEncoder
+    from model.tokenizer import load_vocabulary
+
+    directory = os.path.join(str(parent), "init")
+    if not os.path.isdir(directory):
+        vocab = write_task_vocab(os.path.join(str(parent), "init-vocab.txt"))
+        encoder = BertEncoder.from_preset("tiny", vocabulary_size=len(load_vocabulary(vocab)))
+        from model import model_dir
+
+        model_dir.save(encoder, directory, vocab)
+    return directory
+
+
+def finetune_argv(task: str, data, init, output, epochs="1", batch_size=4, seq_len=24,
+                  learning_rate="1e-3", extra=()) -> list[str]:
+    """`python -m model.train` arguments of a seconds-long fine-tuning run."""
+    return ["finetune", "--task", task, "--data", str(data), "--init", str(init),
+            "--output", str(output), "--epochs", str(epochs), "--batch-size", str(batch_size),
+            "--seq-len", str(seq_len), "--learning-rate", str(learning_rate), "--log-every", "1000",
+            *map(str, extra)]
+
+
+def sentence(rng: random.Random, words=WORDS, n=(3, 7)) -> str:
+    return " ".join(rng.choice(words) for _ in range(rng.randint(*n)))
+
+
+def write_sst2(directory, train: int = 24, dev: int = 12, seed: int = 0) -> str:
+    """SST-2's layout (sentence<TAB>label, a header) where the label shows in the words."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    for name, n in (("train", train), ("dev", dev)):
+        with open(os.path.join(directory, f"{name}.tsv"), "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n")
+            for _ in range(n):
+                label = rng.randint(0, 1)
+                cue = "sun" if label else "moon"
+                f.write(f"{sentence(rng)} {cue} {cue}\t{label}\n")
+    with open(os.path.join(directory, "test.tsv"), "w", encoding="utf-8") as f:
+        f.write("index\tsentence\n0\tthe cat sat\n1\ta dog ran\n")
+    return str(directory)
+
+
+def run_train(argv) -> int:
+    from model.train import main
+
+    return main(argv)
+
+
+def run_evaluate(argv) -> int:
+    from model.evaluate import main
+
+    return main(argv)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from model import model_dir
-from tests.test_finetune import make_init
+from tests.helpers import make_init
 from tests.test_ner import random_sentences, write_conll
 
 

@@ -13,7 +13,7 @@ import pytest
 from model import tasks
 from model.tasks.glue import TASKS as GLUE
 from tests.helpers import SHARED_DATA
-from tests.test_finetune import finetune_argv, make_init, run_evaluate, run_train, sentence
+from tests.helpers import finetune_argv, make_init, run_evaluate, run_train, sentence
 
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")
 
@@ -142,7 +142,7 @@ def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
 
 def test_encode_packs_pairs_as_the_paper(tmp_path):
     from model.tokenizer import WordPieceTokenizer
-    from tests.test_finetune import write_task_vocab
+    from tests.helpers import write_task_vocab
 
     tokenizer = WordPieceTokenizer(write_task_vocab(tmp_path / "vocab.txt"))
     path = tmp_path / "dev.tsv"

@@ -13,7 +13,7 @@ import pytest
 from model import tasks
 from model.tasks.ner import (CONLL2003_LABELS, IGNORE, chunks, conll_metrics, encode_sentences)
 from tests.helpers import SHARED_DATA, WORDS
-from tests.test_finetune import (finetune_argv, make_init, run_evaluate, run_train,
+from tests.helpers import (finetune_argv, make_init, run_evaluate, run_train,
                                  write_task_vocab)
 
 CONLL_DIR = os.path.join(SHARED_DATA, "conll2003")

@@ -590,7 +590,7 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
     from model import model_dir
     from model.evaluate import main as evaluate_main
     from model.finetune import SCRATCH_PREFIX
-    from tests.test_finetune import finetune_argv, make_init, run_train
+    from tests.helpers import finetune_argv, make_init, run_train
 
     data = tmp_path / "data"
     data.mkdir()

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from model import tasks
-from tests.test_finetune import (finetune_argv, make_init, run_evaluate, run_train, sentence,
+from tests.helpers import (finetune_argv, make_init, run_evaluate, run_train, sentence,
                                  write_task_vocab)
 
 HEADER = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
