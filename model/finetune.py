@@ -160,17 +160,13 @@ def finetune(args) -> int:
         model.compile(optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
                       loss=task.loss(), jit_compile=args.jit)
     del source, source_encoder
-    # What is published: the model's weights alone (a compiled model's
-    # save_weights would add the optimizer's).
-    export = model_dir.build_model(model_dir.describe(model))
     extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
 
     def save(record: dict):
         if "best_f1_thresh" in record:
             # SQuAD v2.0: the dev-tuned null threshold goes with the weights it was tuned for.
             extra["null_threshold"] = record["best_f1_thresh"]
-        export.set_weights(model.get_weights())
-        model_dir.save(export, args.output, vocab_path, extra=extra)
+        model_dir.save(model, args.output, vocab_path, extra=extra)
         if task.labels():
             write_json(os.path.join(args.output, "label_map.json"),
                        {"task": task.name, "id2label": dict(enumerate(task.labels()))})

@@ -112,7 +112,7 @@ def encoder_of(model: keras.Model) -> BertEncoder:
 
 
 def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None = None) -> None:
-    """Writes config.json, vocab.txt and model.weights.h5, each atomically."""
+    """Writes config.json, vocab.txt and model.weights.h5 (no optimizer state), each atomically."""
     from model.tokenizer import load_vocabulary
 
     vocab = load_vocabulary(vocab_path)
@@ -120,6 +120,12 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
     if len(vocab) != size:
         raise ValueError(f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
                          f"embedding has {size} rows")
+    if getattr(model, "optimizer", None) is not None:
+        # A compiled model's save_weights adds the optimizer's state; a model
+        # directory holds the model's weights alone (checkpoints keep the rest).
+        clean = build_model(describe(model))
+        clean.set_weights(model.get_weights())
+        model = clean
     os.makedirs(directory, exist_ok=True)
     with atomic_path(os.path.join(directory, WEIGHTS)) as tmp:
         model.save_weights(tmp)

@@ -299,11 +299,7 @@ def pretrain(args) -> int:
     if not chief:
         print(f"worker done at step {_step(model)}; the chief writes {args.output}")
         return 0
-    # The published weights are the model's alone; optimizer state stays in
-    # the checkpoints, where resuming needs it.
-    final = model_dir.build_model(model_dir.describe(model))
-    final.set_weights(model.get_weights())
-    model_dir.save(final, args.output, vocab_path,
+    model_dir.save(model, args.output, vocab_path,
                    extra={"max_seq_length": seq_len, "lowercase": info.get("lowercase", True)})
     elapsed = time.time() - timing.start if timing.start else 0.0
     tokens = timing.steps * args.batch_size * seq_len
