@@ -15,12 +15,13 @@ from __future__ import annotations
 import keras
 
 from model.encoder import BertEncoder
+from model.task_model import BertTaskModel
 
 INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertClassifier(keras.Model):
+class BertClassifier(BertTaskModel):
     """Pooled output -> dropout -> Dense(num_labels) logits.
 
     Args:
@@ -60,16 +61,8 @@ class BertClassifier(keras.Model):
         self.id2label = normalize_id2label(id2label, num_labels)
 
     # === Config ===
-    def get_config(self):
-        return {"encoder": keras.layers.serialize(self.encoder), "num_labels": self.num_labels,
-                "dropout": self.dropout, "id2label": self.id2label,
-                "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.layers.deserialize(config["encoder"])
-        return cls(**config)
+    def head_config(self):
+        return {"num_labels": self.num_labels, "dropout": self.dropout, "id2label": self.id2label}
 
 
 def normalize_id2label(id2label: dict | None, num_labels: int) -> dict[str, str] | None:

@@ -16,6 +16,7 @@ from keras import ops
 
 from model.classifier import INPUTS
 from model.encoder import BertEncoder
+from model.task_model import BertTaskModel
 
 
 class _FlattenChoices(keras.layers.Layer):
@@ -33,7 +34,7 @@ class _UnflattenChoices(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertMultipleChoice(keras.Model):
+class BertMultipleChoice(BertTaskModel):
     """Per-choice pooled output -> dropout -> Dense(1) -> (batch, num_choices) logits.
 
     Args:
@@ -73,12 +74,5 @@ class BertMultipleChoice(keras.Model):
         self.dropout = dropout
 
     # === Config ===
-    def get_config(self):
-        return {"encoder": keras.layers.serialize(self.encoder), "num_choices": self.num_choices,
-                "dropout": self.dropout, "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.layers.deserialize(config["encoder"])
-        return cls(**config)
+    def head_config(self):
+        return {"num_choices": self.num_choices, "dropout": self.dropout}

@@ -17,10 +17,11 @@ import keras
 from keras_hub.layers import MaskedLMHead
 
 from model.encoder import BertEncoder, activation_fn
+from model.task_model import BertTaskModel
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertPretrainer(keras.Model):
+class BertPretrainer(BertTaskModel):
     """Masked-LM + next-sentence-prediction model over a `BertEncoder`.
 
     Args:
@@ -69,13 +70,5 @@ class BertPretrainer(keras.Model):
         self.next_sentence = next_sentence
 
     # === Config ===
-    def get_config(self):
-        return {"encoder": keras.layers.serialize(self.encoder),
-                "next_sentence": self.next_sentence,
-                "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.layers.deserialize(config["encoder"])
-        return cls(**config)
+    def head_config(self):
+        return {"next_sentence": self.next_sentence}

@@ -16,10 +16,11 @@ import keras
 
 from model.classifier import INPUTS
 from model.encoder import BertEncoder
+from model.task_model import BertTaskModel
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertQuestionAnswerer(keras.Model):
+class BertQuestionAnswerer(BertTaskModel):
     """Sequence output -> Dense(2) -> start and end logits.
 
     Args:
@@ -50,14 +51,3 @@ class BertQuestionAnswerer(keras.Model):
                 "linear", dtype="float32", name="end_logits")(logits[..., 1]),
         }
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-
-    # === Config ===
-    def get_config(self):
-        return {"encoder": keras.layers.serialize(self.encoder),
-                "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.layers.deserialize(config["encoder"])
-        return cls(**config)

@@ -16,10 +16,11 @@ import keras
 
 from model.classifier import INPUTS, normalize_id2label
 from model.encoder import BertEncoder
+from model.task_model import BertTaskModel
 
 
 @keras.saving.register_keras_serializable(package="bert")
-class BertTokenClassifier(keras.Model):
+class BertTokenClassifier(BertTaskModel):
     """Sequence output -> dropout -> Dense(num_labels) logits at every token.
 
     Args:
@@ -58,13 +59,5 @@ class BertTokenClassifier(keras.Model):
         self.id2label = normalize_id2label(id2label, num_labels)
 
     # === Config ===
-    def get_config(self):
-        return {"encoder": keras.layers.serialize(self.encoder), "num_labels": self.num_labels,
-                "dropout": self.dropout, "id2label": self.id2label,
-                "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["encoder"] = keras.layers.deserialize(config["encoder"])
-        return cls(**config)
+    def head_config(self):
+        return {"num_labels": self.num_labels, "dropout": self.dropout, "id2label": self.id2label}
