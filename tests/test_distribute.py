@@ -54,6 +54,19 @@ def summary(output) -> dict:
         return json.load(f)
 
 
+def assert_matches_one_replica(output, one_replica) -> None:
+    """Two replicas trained as one: same losses, same weights."""
+    ours, reference = summary(output), summary(one_replica)
+    assert ours["replicas"] == 2
+    # Step 1 runs on the same initial weights: the loss is one mean over the
+    # same 4 rows, however they are split.
+    assert ours["interval_losses"][0] == pytest.approx(reference["interval_losses"][0],
+                                                       rel=1e-6)
+    np.testing.assert_allclose(ours["interval_losses"], reference["interval_losses"],
+                               rtol=1e-5)
+    assert_same_weights(one_replica, output)
+
+
 def assert_same_weights(output_a, output_b, atol=1e-5):
     a = weights_of(os.path.join(output_a, "model.weights.h5"))
     b = weights_of(os.path.join(output_b, "model.weights.h5"))
@@ -107,15 +120,8 @@ def test_mirrored_over_two_cpus_matches_one_replica(records, one_replica, tmp_pa
         timeout=WORKER_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MirroredStrategy with 2 replica(s)" in done.stdout
-    ours, reference = summary(output), summary(one_replica)
-    assert ours["replicas"] == 2 and reference["replicas"] == 1
-    # Step 1 runs on the same initial weights: the loss is one mean over the
-    # same 4 rows, however they are split.
-    assert ours["interval_losses"][0] == pytest.approx(reference["interval_losses"][0],
-                                                       rel=1e-6)
-    np.testing.assert_allclose(ours["interval_losses"], reference["interval_losses"],
-                               rtol=1e-5)
-    assert_same_weights(one_replica, output)
+    assert summary(one_replica)["replicas"] == 1
+    assert_matches_one_replica(output, one_replica)
 
 
 def test_cpu_replicas_needs_mirrored(records, tmp_path, capsys):
@@ -170,13 +176,8 @@ def test_two_workers_match_one_replica(records, one_replica, tmp_path):
     chief, other = finish(start_workers(multiworker_argv(records, output), free_ports(2)))
     assert "CollectiveAllReduceStrategy with 2 replica(s)" in chief
     assert "the chief writes" in other  # worker 1 published nothing of its own
-    ours, reference = summary(output), summary(one_replica)
-    assert ours["steps"] == STEPS and ours["replicas"] == 2
-    assert ours["interval_losses"][0] == pytest.approx(reference["interval_losses"][0],
-                                                       rel=1e-6)
-    np.testing.assert_allclose(ours["interval_losses"], reference["interval_losses"],
-                               rtol=1e-5)
-    assert_same_weights(one_replica, output)
+    assert summary(output)["steps"] == STEPS
+    assert_matches_one_replica(output, one_replica)
 
 
 def test_two_workers_killed_and_restarted_match_one_replica(records, one_replica, tmp_path):
