@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 
+from model.tasks.base import LENGTH_MULTIPLE
+
 # The paper's fine-tuning recipe (section 4), for tasks that set no default of their own.
 PAPER_EPOCHS = 3.0
 PAPER_BATCH_SIZE = 32
@@ -177,7 +179,17 @@ def finetune(args) -> int:
             items.append(encoded.sample_weight)
         ds = tf.data.Dataset.from_tensor_slices(tuple(items))
         ds = ds.shuffle(num_train, seed=args.seed + epoch, reshuffle_each_iteration=False)
-        return ds.batch(args.batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+        if drop_remainder:  # TPU: static shapes, every batch full and full-length
+            return ds.batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        if args.group_by_length:
+            boundaries = list(range(LENGTH_MULTIPLE + 1, seq_len + 1, LENGTH_MULTIPLE))
+            ds = ds.bucket_by_sequence_length(
+                lambda x, *_: tf.reduce_max(tf.reduce_sum(
+                    tf.reshape(x["padding_mask"], [-1, seq_len]), -1)),
+                boundaries, [args.batch_size] * (len(boundaries) + 1))
+        else:
+            ds = ds.batch(args.batch_size)
+        return ds.map(trim_batch(seq_len)).prefetch(tf.data.AUTOTUNE)
 
     dev_writer = tf.summary.create_file_writer(os.path.join(args.output, "logs", "dev"))
     callbacks = [keras.callbacks.TerminateOnNaN(),
@@ -254,6 +266,31 @@ def finetune(args) -> int:
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     print(f"saved {args.output}")
     return 0
+
+
+def trim_batch(seq_len: int):
+    """A `tf.data` map that cuts a batch to its longest row, rounded up to
+    `LENGTH_MULTIPLE` (the rule `predict_in_batches` uses): every input and
+    every per-token label or weight loses the padding columns no row needs.
+
+    Padding is masked out of attention and of the loss, so this changes no
+    result, only the cost: SST-2's phrases are mostly far shorter than 64.
+    """
+    import tensorflow as tf
+
+    def trim(*items):
+        mask = tf.reshape(items[0]["padding_mask"], [-1, seq_len])
+        longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), -1))
+        length = tf.minimum(-(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE, seq_len)
+
+        def cut(t):
+            per_token = t.shape.rank >= 2 and t.shape[-1] == seq_len
+            return t[..., :length] if per_token else t
+
+        x = {k: v[..., :length] for k, v in items[0].items()}
+        return (x, *tf.nest.map_structure(cut, items[1:]))
+
+    return trim
 
 
 def freeze_unused_pooler(task, encoder) -> bool:

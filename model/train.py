@@ -119,6 +119,9 @@ def parse_args(argv):
     fine.add_argument("--dropout", type=float, default=0.1)
     fine.add_argument("--max-train-examples", type=int, default=None,
                       help="use only the first N training examples")
+    fine.add_argument("--group-by-length", action="store_true",
+                      help="batch training examples of similar length together (less "
+                           "padding, faster on short texts; batches stay in random order)")
     add_common_flags(fine)
     # None: the task's own default (model/tasks/*), else the paper's.
     fine.set_defaults(learning_rate=None, batch_size=None)

@@ -144,14 +144,17 @@ def test_finetune_refuses_an_unlabelled_train_file(tmp_path, capsys):
     assert "no label" in capsys.readouterr().err
 
 
-def test_finetune_learns_an_easy_task(tmp_path):
+@pytest.mark.parametrize("grouping", [[], ["--group-by-length"]])
+def test_finetune_learns_an_easy_task(tmp_path, grouping):
     """Enough steps on cue-word sentences to move dev accuracy well above chance
-    (a randomly initialised tiny encoder needs a high learning rate)."""
+    (a randomly initialised tiny encoder needs a high learning rate), with
+    random batches and with batches grouped by length."""
     data = write_sst2(tmp_path / "SST-2", train=64, dev=32, seed=1)
     init = make_init(tmp_path)
     output = tmp_path / "run"
-    argv = finetune_argv("sst2", data, init, output, epochs="6", batch_size=16, seq_len=16,
-                         learning_rate="1e-2", extra=["--dropout", "0.0", "--warmup-steps", "0"])
+    argv = finetune_argv("sst2", data, init, output, epochs="6", batch_size=16, seq_len=40,
+                         learning_rate="1e-2",
+                         extra=["--dropout", "0.0", "--warmup-steps", "0", *grouping])
     assert run_train(argv) == 0
     with open(os.path.join(output, "metrics.json")) as f:
         metrics = json.load(f)
@@ -174,9 +177,64 @@ def test_stack_and_predict_in_batches_handle_empty_and_dicts():
 
     empty = stack_packed([], 8)
     assert empty["token_ids"].shape == (0, 8)
-    x = {"a": np.arange(10).reshape(5, 2)}
+    x = {"a": np.arange(10).reshape(5, 2), "padding_mask": np.ones((5, 2), np.int32)}
     out = predict_in_batches(lambda b: {"s": b["a"].sum(-1)}, x, 2)
     np.testing.assert_array_equal(out["s"], [1, 5, 9, 13, 17])
+
+
+def test_trim_batch_cuts_inputs_and_per_token_labels_only():
+    import tensorflow as tf
+
+    from model.finetune import trim_batch
+
+    mask = np.zeros((3, 40), np.int32)
+    mask[0, :5], mask[1, :18], mask[2, :2] = 1, 1, 1
+    x = {"token_ids": mask * 7, "segment_ids": mask * 0, "padding_mask": mask}
+    tags = np.where(mask == 1, 1, -1).astype(np.int32)  # NER: (batch, seq_len)
+    labels = np.array([0, 1, 0], np.int32)              # GLUE: (batch,)
+    x2, tags2, labels2 = trim_batch(40)(*tf.nest.map_structure(tf.constant, (x, tags, labels)))
+    assert x2["token_ids"].shape == (3, 32) and x2["padding_mask"].shape == (3, 32)
+    np.testing.assert_array_equal(tags2.numpy(), tags[:, :32])
+    np.testing.assert_array_equal(labels2.numpy(), labels)
+    swag = {k: np.stack([v, v, v, v], 1) for k, v in x.items()}  # (batch, choices, seq_len)
+    (cut,) = trim_batch(40)(tf.nest.map_structure(tf.constant, swag))
+    assert cut["token_ids"].shape == (3, 4, 32)
+
+
+@pytest.mark.parametrize("head", ["classifier", "token_classifier"])
+def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
+    """predict_in_batches sorts rows by length and cuts each batch to its
+    longest row: outputs at real tokens equal those of the full-length batch,
+    in the input order, and sequence outputs are padded back."""
+    from model.classifier import BertClassifier
+    from model.config import BertConfig
+    from model.encoder import BertEncoder
+    from model.tasks.base import PADDED_LOGIT, predict_in_batches
+    from model.token_classifier import BertTokenClassifier
+    from tests.helpers import random_encoder_inputs
+
+    config = BertConfig.preset("tiny").replace(vocabulary_size=50, max_sequence_length=48)
+    encoder = BertEncoder.from_config_object(config)
+    head_class = BertClassifier if head == "classifier" else BertTokenClassifier
+    model = head_class(encoder, num_labels=3)
+    lengths = [40, 3, 47, 5, 9, 2, 30, 12, 6, 48, 4]
+    x = random_encoder_inputs(len(lengths), 48, 50, lengths=lengths)
+    full = np.asarray(model.predict_on_batch(x))
+    widths = []
+
+    def predict(batch):
+        widths.append(batch["token_ids"].shape[1])
+        return model.predict_on_batch(batch)
+
+    out = predict_in_batches(predict, x, 4, sequence_outputs=head == "token_classifier")
+    assert widths == [16, 32, 48]  # sorted lengths 2-5, 6-30, 40-48, rounded up to 16
+    if head == "classifier":
+        np.testing.assert_allclose(out, full, atol=1e-5)
+        return
+    real = x["padding_mask"].astype(bool)
+    np.testing.assert_allclose(out[real], full[real], atol=1e-5)
+    assert out.shape == full.shape
+    assert np.all(out[1, 16:] == PADDED_LOGIT)  # length 3: computed in a 16-wide batch
 
 
 # === Task defaults, the best epoch's predictions, the unused pooler ===

@@ -146,13 +146,55 @@ def stack_packed(packed: list, seq_len: int) -> dict[str, np.ndarray]:
     return {name: np.stack([p[i] for p in packed]).astype(np.int32) for i, name in enumerate(names)}
 
 
-def predict_in_batches(predict: Predict, x: dict[str, np.ndarray], batch_size: int):
-    """Concatenated outputs of `predict` over `x`, `batch_size` rows at a time."""
+# Batches are cut to their longest row rounded up to this many tokens: few
+# distinct shapes (so few traces of a compiled predict), little padding.
+LENGTH_MULTIPLE = 16
+# What a sequence output holds at the positions a trimmed batch did not compute.
+PADDED_LOGIT = -1e4
+
+
+def trimmed_length(padding_mask: np.ndarray, multiple: int = LENGTH_MULTIPLE) -> int:
+    """The longest row of `padding_mask` (..., seq_len), rounded up to
+    `multiple` and capped at seq_len."""
+    seq_len = padding_mask.shape[-1]
+    longest = int(np.asarray(padding_mask).reshape(-1, seq_len).sum(-1).max(initial=1))
+    return min(seq_len, -(-max(longest, 1) // multiple) * multiple)
+
+
+def predict_in_batches(predict: Predict, x: dict[str, np.ndarray], batch_size: int,
+                       sequence_outputs: bool = False):
+    """Concatenated outputs of `predict` over `x`, `batch_size` rows at a time.
+
+    Rows are batched in order of length and each batch is cut to its longest
+    row (`trimmed_length`): the padding a batch leaves out changes no output at
+    the real tokens, and short texts then cost what they are, not what
+    `seq_len` is. The outputs come back in the order of `x`. With
+    `sequence_outputs` (token-level heads: every output is (batch, length,
+    ...)), outputs are padded back to the full length with `PADDED_LOGIT`.
+    """
     n = len(next(iter(x.values())))
-    chunks = [predict({k: v[i:i + batch_size] for k, v in x.items()})
-              for i in range(0, n, batch_size)]
-    if not chunks:
+    if n == 0:
         return {}
+    seq_len = x["padding_mask"].shape[-1]
+    lengths = np.asarray(x["padding_mask"]).reshape(n, -1, seq_len).sum(-1).max(-1)
+    order = np.argsort(lengths, kind="stable")
+
+    def run(rows):
+        length = trimmed_length(x["padding_mask"][rows])
+        out = predict({k: v[rows][..., :length] for k, v in x.items()})
+        if not sequence_outputs:
+            return out
+        pad = lambda a: np.pad(np.asarray(a), [(0, 0), (0, seq_len - length)]  # noqa: E731
+                               + [(0, 0)] * (np.ndim(a) - 2), constant_values=PADDED_LOGIT)
+        if isinstance(out, dict):
+            return {k: pad(v) for k, v in out.items()}
+        return [pad(v) for v in out] if isinstance(out, (list, tuple)) else pad(out)
+
+    chunks = [run(order[i:i + batch_size]) for i in range(0, n, batch_size)]
+    inverse = np.argsort(order, kind="stable")
+    join = lambda parts: np.concatenate([np.asarray(p) for p in parts])[inverse]  # noqa: E731
     if isinstance(chunks[0], dict):
-        return {k: np.concatenate([np.asarray(c[k]) for c in chunks]) for k in chunks[0]}
-    return np.concatenate([np.asarray(c) for c in chunks])
+        return {k: join([c[k] for c in chunks]) for k in chunks[0]}
+    if isinstance(chunks[0], (list, tuple)):
+        return tuple(join([c[i] for c in chunks]) for i in range(len(chunks[0])))
+    return join(chunks)

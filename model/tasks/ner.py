@@ -293,7 +293,7 @@ class Conll2003(Task):
                      batch_size: int = 64) -> list[list[str]]:
         """One predicted tag per word of each sentence."""
         encoded = self.encode(examples, tokenizer, seq_len)
-        logits = predict_in_batches(predict, encoded.x, batch_size)
+        logits = predict_in_batches(predict, encoded.x, batch_size, sequence_outputs=True)
         ids = np.asarray(logits).argmax(-1)  # (num_features, seq_len)
         words = encoded.meta.to_words(ids, [len(e.words) for e in examples])
         return [[self.label_names[i] for i in w] for w in words]

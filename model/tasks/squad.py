@@ -858,7 +858,8 @@ class SquadTask(Task):
         if not examples:
             raise ValueError("no examples to evaluate")
         encoded = self.encode(examples, tokenizer, seq_len)
-        start, end = split_logits(predict_in_batches(predict, encoded.x, batch_size))
+        start, end = split_logits(predict_in_batches(predict, encoded.x, batch_size,
+                                                         sequence_outputs=True))
         return postprocess(examples, encoded.meta, encoded.x["token_ids"], start, end,
                            tokenizer.vocabulary, tokenizer.lowercase, self.n_best_size,
                            self.max_answer_length, self.version_2, self.null_threshold)
