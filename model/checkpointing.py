@@ -48,12 +48,17 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         is_chief: only the chief writes (multi-worker training).
     """
 
-    def __init__(self, directory: str, every: int, keep: int = 3, is_chief: bool = True):
+    def __init__(self, directory: str, every: int, keep: int = 3, is_chief: bool = True,
+                 state=None):
         super().__init__()
         self.directory = directory
         self.every = every
         self.keep = keep
         self.is_chief = is_chief
+        # state(): a JSON-able dict stored in state.json beside the step (e.g.
+        # fine-tuning's dev history); restore() puts it in `restored_state`.
+        self.state = state
+        self.restored_state: dict = {}
         self.last_saved = None
 
     # === Restore ===
@@ -86,6 +91,8 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                                      f"{len(variables)} seed generators")
                 for i, v in enumerate(variables):
                     v.assign(rng[f"s{i}"])
+                with open(os.path.join(path, "state.json")) as f:
+                    state = json.load(f)
             except (OSError, ValueError) as e:
                 # Renamed directories are complete, so this is disk damage, not
                 # a crash mid-write; say so and fall back to the one before.
@@ -93,6 +100,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                 error = error or e
                 continue
             self.last_saved = step
+            self.restored_state = {k: v for k, v in state.items() if k != "step"}
             return step
         if error is not None:
             raise ValueError(
@@ -116,7 +124,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                      **{f"s{i}": keras.ops.convert_to_numpy(v.value)
                         for i, v in enumerate(_rng_variables(self.model))})
             with open(os.path.join(tmp, "state.json"), "w") as f:
-                json.dump({"step": step}, f)
+                json.dump(self._state(step), f)
             for name in os.listdir(tmp):
                 with open(os.path.join(tmp, name), "rb+") as f:
                     os.fsync(f.fileno())
@@ -129,6 +137,26 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             raise
         for _, old in self.checkpoints()[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _state(self, step: int) -> dict:
+        return {"step": step, **(self.state() if self.state else {})}
+
+    def update_state(self) -> None:
+        """Rewrites state.json of the newest checkpoint (atomically) with the
+        current `state()`: what happened after its weights were saved (e.g.
+        that epoch's dev scores) then survives a crash too."""
+        found = self.checkpoints()
+        if not self.is_chief or not found:
+            return
+        step, path = found[-1]
+        from model.io import write_json
+
+        write_json(os.path.join(path, "state.json"), self._state(step))
+
+    def remove_all(self) -> None:
+        """Deletes every checkpoint (a finished run no longer needs them)."""
+        if self.is_chief and os.path.isdir(self.directory):
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def clean_partial(self) -> None:
         """Removes temporaries left by a run killed mid-save."""

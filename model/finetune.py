@@ -32,6 +32,13 @@ holds a self-contained model directory:
     predictions.json    SQuAD: the best epoch's dev answers, with nbest_predictions.json
                         (and null_odds.json for v2.0); other tasks write none
 
+A run is resumable: a checkpoint (weights, optimizer, dropout state and the
+dev history so far) is written atomically under OUTPUT/checkpoints every
+`--checkpoint-every` steps and at the end of every epoch; the same command
+started again after a crash goes on from the newest one with the same data
+order, so it ends with the weights an uninterrupted run would have. The
+checkpoints are removed when the run has finished.
+
 Every epoch's dev predictions go to a scratch folder inside OUTPUT
 (`.epoch-predictions-*`) and are renamed into OUTPUT only when that epoch is
 the new best, so they always match model.weights.h5. For SQuAD v2.0 the null
@@ -61,6 +68,8 @@ PAPER_BATCH_SIZE = 32
 POOLER_UNUSED = ("question_answerer", "token_classifier")
 # Scratch folders (inside OUTPUT) for one epoch's dev predictions.
 SCRATCH_PREFIX = ".epoch-predictions-"
+# Resumable checkpoints (inside OUTPUT), removed when the run ends.
+CHECKPOINTS = "checkpoints"
 
 
 def resolve_defaults(args, task):
@@ -90,7 +99,8 @@ def finetune(args) -> int:
     from model.encoder import BertEncoder
     from model.io import check_writable_dir, write_json
     from model.optimizer import bert_adamw
-    from model.strategy import make_strategy
+    from model.checkpointing import ResumableCheckpoint
+    from model.strategy import is_chief, make_strategy
     from model.tokenizer import WordPieceTokenizer
 
     task = tasks.get(args.task)
@@ -161,6 +171,7 @@ def finetune(args) -> int:
         pooler_frozen = freeze_unused_pooler(task, encoder)  # before compile
         model.compile(optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
                       loss=task.loss(), jit_compile=args.jit)
+        model.optimizer.build(model.trainable_variables)  # its slots are checkpointed too
     del source, source_encoder
     extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
 
@@ -199,20 +210,38 @@ def finetune(args) -> int:
         # Keras' non-interactive output is one line an epoch; a log file
         # should show progress inside long epochs too.
         callbacks.append(_ProgressLines(args.log_every, total_steps))
-    history, best, done, seen = [], None, 0, 0
-    start = time.time()
+    # Resumable: a checkpoint every --checkpoint-every steps and at the end of
+    # every epoch, holding the dev history too; the same command restarted
+    # after a crash goes on from the newest one (same data order, same dropout).
+    progress = {"history": [], "best": None, "wall_seconds": 0.0}
+    checkpoint = ResumableCheckpoint(os.path.join(args.output, CHECKPOINTS),
+                                     every=args.checkpoint_every, keep=args.keep_checkpoints,
+                                     is_chief=is_chief(strategy), state=lambda: progress)
+    checkpoint.clean_partial()
+    checkpoint.set_model(model)
+    done = checkpoint.restore(model)
+    if done:
+        progress.update(checkpoint.restored_state)
+        print(f"resuming from step {done} ({checkpoint.directory})")
+    callbacks.insert(0, checkpoint)
+    history, best = progress["history"], progress["best"]
+    start = time.time() - progress["wall_seconds"]
     for epoch in range(math.ceil(args.epochs)):
-        steps = min(steps_per_epoch, total_steps - done)
-        if steps <= 0:
-            break
-        model.fit(dataset(epoch), initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps,
-                  callbacks=callbacks, shuffle=False, verbose=1 if sys.stdout.isatty() else 2)
-        if model.stop_training:
-            print(f"error: training stopped in epoch {epoch + 1}: the loss is not finite",
-                  file=sys.stderr)
-            return 3
-        done += steps
-        seen += min(steps * args.batch_size, num_train)
+        epoch_end = min((epoch + 1) * steps_per_epoch, total_steps)
+        if any(record["step"] == epoch_end for record in history):
+            continue  # trained and scored before a restart
+        steps = epoch_end - done
+        if steps > 0:
+            offset = done - epoch * steps_per_epoch  # > 0 when resuming inside this epoch
+            model.fit(dataset(epoch).skip(offset), initial_epoch=epoch, epochs=epoch + 1,
+                      steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
+                      verbose=1 if sys.stdout.isatty() else 2)
+            if model.stop_training:
+                print(f"error: training stopped in epoch {epoch + 1}: the loss is not finite; "
+                      f"the last good checkpoint is kept in {checkpoint.directory}",
+                      file=sys.stderr)
+                return 3
+            done = epoch_end
         # This epoch's predictions (SQuAD's) wait here until it proves the best.
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=args.output)
         try:
@@ -224,6 +253,7 @@ def finetune(args) -> int:
                 metrics.update({prefix + k: v for k, v in scores.items()})
             record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
             history.append(record)
+            progress["wall_seconds"] = time.time() - start
             with dev_writer.as_default():
                 for k, v in metrics.items():
                     if isinstance(v, (int, float)):
@@ -236,10 +266,11 @@ def finetune(args) -> int:
                 print(f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
                       + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)}))
                 if best is None or score > best[task.main_metric]:
-                    best = record
+                    best = progress["best"] = record
                     save(record)
                     publish_predictions(scratch, args.output)
                     print(f"  best so far: saved {args.output}")
+            checkpoint.update_state()  # this epoch is scored: a restart skips it
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if not dev_sets:
@@ -254,7 +285,8 @@ def finetune(args) -> int:
         "history": history,
         "train_file": train_file, "dev_files": dev_files, "init": args.init,
         "train_examples": len(train_examples), "train_features": num_train,
-        "examples_seen": seen, "steps": done, "epochs": args.epochs,
+        "examples_seen": examples_seen(done, steps_per_epoch, args.batch_size, num_train),
+        "steps": done, "epochs": args.epochs,
         "batch_size": args.batch_size, "learning_rate": learning_rate, "warmup_steps": warmup,
         "weight_decay": args.weight_decay, "dropout": args.dropout, "seq_len": seq_len,
         "seed": args.seed, "strategy": args.strategy, "mixed_precision": args.mixed_precision,
@@ -263,9 +295,18 @@ def finetune(args) -> int:
         "wall_seconds": round(elapsed, 1), "command": command_line(args), "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
+    checkpoint.remove_all()  # the model directory is complete without them
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     print(f"saved {args.output}")
     return 0
+
+
+def examples_seen(steps: int, steps_per_epoch: int, batch_size: int, num_train: int) -> int:
+    """Training examples in the first `steps` steps: full batches, but an
+    epoch never holds more than `num_train`."""
+    full, rest = divmod(steps, steps_per_epoch)
+    per_epoch = min(steps_per_epoch * batch_size, num_train)
+    return full * per_epoch + min(rest * batch_size, num_train)
 
 
 def trim_batch(seq_len: int):

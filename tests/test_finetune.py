@@ -237,6 +237,61 @@ def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
     assert np.all(out[1, 16:] == PADDED_LOGIT)  # length 3: computed in a 16-wide batch
 
 
+# === Resuming after kill -9 ===
+
+def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, capsys):
+    """A fine-tuning run killed after a checkpoint, restarted with the same
+    command, ends with the uninterrupted run's weights and dev history (same
+    data order, grouped by length, and the same dropout), and leaves no
+    checkpoints behind once finished."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import REPO_ROOT, module_command, subprocess_env, weights_of
+
+    data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
+    init = make_init(tmp_path)
+
+    def argv(output):  # 12 steps an epoch, 2 epochs, a checkpoint every 5 steps
+        return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, seq_len=40,
+                             extra=["--dropout", "0.1", "--checkpoint-every", "5",
+                                    "--group-by-length", "--strategy", "cpu"])
+
+    straight = tmp_path / "straight"
+    assert run_train(argv(straight)) == 0
+    output = tmp_path / "killed"
+    child = subprocess.Popen(module_command("model.train", argv(output)), cwd=REPO_ROOT,
+                             env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    first = output / "checkpoints" / "ckpt-00000005"
+    try:
+        deadline = time.time() + 240
+        while not first.is_dir():
+            assert child.poll() is None, "the run ended before its first checkpoint"
+            assert time.time() < deadline, "no checkpoint after 240 s"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert not (output / "metrics.json").exists(), "killed too late"
+    capsys.readouterr()
+    assert run_train(argv(output)) == 0
+    out = capsys.readouterr().out
+    assert "resuming from step" in out, out
+    a, b = weights_of(straight / "model.weights.h5"), weights_of(output / "model.weights.h5")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-6, err_msg=name)
+    history = [json.loads((d / "metrics.json").read_text())["history"] for d in (straight, output)]
+    assert [r["step"] for r in history[1]] == [12, 24]
+    for first_run, resumed in zip(*history):
+        assert resumed["accuracy"] == pytest.approx(first_run["accuracy"])
+    assert not (output / "checkpoints").exists() and not (straight / "checkpoints").exists()
+
+
 # === Task defaults, the best epoch's predictions, the unused pooler ===
 
 def test_unset_flags_take_the_task_default_then_the_papers():
