@@ -1,5 +1,11 @@
 """BERT's WordPiece tokenizer on tensorflow-text's fast ops, plus `[CLS] A [SEP] B [SEP]` packing.
 
+The class extends the pure-Python `model.wordpiece.WordPieceTokenizer` (the
+edge runtime's tokenizer, which also owns the vocabulary, `pack`, `decode` and
+the word/character alignment) with graph ops: `encode_tf` for tf.data, and an
+`encode` that runs them. Both classes give the same ids
+(`tests/test_wordpiece.py`).
+
 The reference tokenizer (Hugging Face `BertTokenizer`, i.e. the `tokenizers`
 pipeline BertNormalizer -> BertPreTokenizer -> WordPiece that bert-base-uncased's
 `tokenizer.json` describes; google-research/bert `tokenization.py` differs only
@@ -23,15 +29,13 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# The reference's `max_input_chars_per_word`: Hugging Face's WordPiece (and the
-# tokenizer.json of bert-base-uncased / all-MiniLM-L6-v2) use 100; Google's
-# original tokenization.py used 200. Words longer than this become one [UNK].
-MAX_WORD_CHARS = 100
+from model import wordpiece
+# Re-exported: the vocabulary helpers live with the pure-Python tokenizer.
+from model.wordpiece import MAX_WORD_CHARS, SPECIAL_TOKENS, load_vocabulary  # noqa: F401
+
 # Stands for a too-long word after cleaning (which removes all private-use
 # characters, so it cannot come from the text); not in any BERT vocabulary, so
 # WordPiece turns it into exactly one [UNK].
@@ -47,30 +51,6 @@ _PUNCT = "\\p{P}!-/:-@\\[-`{-~"
 # Characters the reference treats as CJK ideographs (tokenization.py `_is_chinese_char`).
 _CJK = ("\\x{4E00}-\\x{9FFF}\\x{3400}-\\x{4DBF}\\x{20000}-\\x{2A6DF}\\x{2A700}-\\x{2B73F}"
         "\\x{2B740}-\\x{2B81F}\\x{2B820}-\\x{2CEAF}\\x{F900}-\\x{FAFF}\\x{2F800}-\\x{2FA1F}")
-
-
-def load_vocabulary(path: str) -> list[str]:
-    """One token per line, id = line number; errors name the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\r\n") for line in f]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: vocabulary file not found") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: vocabulary is not UTF-8 text (byte {e.start})") from None
-    while tokens and not tokens[-1]:
-        tokens.pop()
-    if not tokens:
-        raise ValueError(f"{path}: vocabulary is empty")
-    seen = {}
-    for line, token in enumerate(tokens, 1):
-        if token in seen:
-            raise ValueError(f"{path}:{line}: duplicate token {token!r} (first on line {seen[token]})")
-        seen[token] = line
-    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]") if t not in seen]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
-    return tokens
 
 
 def clean_text(strings: tf.Tensor, lowercase: bool) -> tf.Tensor:
@@ -115,8 +95,13 @@ def _replace_long_words(x: tf.Tensor) -> tf.Tensor:
     return out
 
 
-class WordPieceTokenizer:
-    """BERT's tokenizer for one `vocab.txt`.
+class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
+    """BERT's tokenizer for one `vocab.txt`, encoding with tensorflow-text.
+
+    Everything but `encode` (vocabulary, special ids, `words`, `decode`,
+    `pack`) is the pure-Python `model.wordpiece.WordPieceTokenizer`'s; this
+    class adds the graph op `encode_tf` for tf.data pipelines and makes
+    `encode` use it (the same ids; faster on large batches of mostly distinct words).
 
     Args:
         vocab_path: the vocabulary, one token per line.
@@ -129,15 +114,7 @@ class WordPieceTokenizer:
     """
 
     def __init__(self, vocab_path: str, lowercase: bool = True):
-        self.vocab_path = vocab_path
-        self.lowercase = lowercase
-        self.vocabulary = load_vocabulary(vocab_path)
-        self.token_to_id = {t: i for i, t in enumerate(self.vocabulary)}
-        self.pad_id = self.token_to_id["[PAD]"]
-        self.unk_id = self.token_to_id["[UNK]"]
-        self.cls_id = self.token_to_id["[CLS]"]
-        self.sep_id = self.token_to_id["[SEP]"]
-        self.mask_id = self.token_to_id.get("[MASK]")
+        super().__init__(vocab_path, lowercase)
         self._fast = tf_text.FastBertTokenizer(
             vocab=self.vocabulary,
             token_out_type=tf.int32,
@@ -146,13 +123,6 @@ class WordPieceTokenizer:
             # byte limit (4 UTF-8 bytes a character) must not cut in earlier.
             max_bytes_per_word=4 * MAX_WORD_CHARS,
         )
-
-    @property
-    def vocabulary_size(self) -> int:
-        return len(self.vocabulary)
-
-    def special_ids(self) -> list[int]:
-        return [self.token_to_id[t] for t in SPECIAL_TOKENS if t in self.token_to_id]
 
     # === Graph ops (for tf.data) ===
 
@@ -172,61 +142,6 @@ class WordPieceTokenizer:
         values = ragged.flat_values.numpy()
         splits = ragged.row_splits.numpy()
         return [values[splits[i]:splits[i + 1]].tolist() for i in range(len(texts))]
-
-    def tokenize(self, texts: list[str]) -> list[list[str]]:
-        return [[self.vocabulary[i] for i in ids] for ids in self.encode(texts)]
-
-    def decode(self, ids) -> str:
-        """Tokens joined back into text, `##` continuations glued on."""
-        words = []
-        for i in ids:
-            token = self.vocabulary[int(i)]
-            if token.startswith("##") and words:
-                words[-1] += token[2:]
-            else:
-                words.append(token)
-        return " ".join(words)
-
-    def pack(self, first: list[int], second: list[int] | None = None,
-             seq_len: int = 128, truncate: str = "longest_first"):
-        """`[CLS] A [SEP] (B [SEP])` padded to `seq_len`.
-
-        Truncation cuts segments at the end, as Hugging Face's "longest_first"
-        does for sentence pairs: if the shorter segment fits in half the room,
-        only the longer one is cut; otherwise both get half, and an odd token
-        goes to the segment that was longer (to B when they are equal).
-
-        Returns:
-            (token_ids, segment_ids, padding_mask), each an int32 array (seq_len,).
-        """
-        a, b = list(first), list(second) if second is not None else None
-        budget = seq_len - (3 if b is not None else 2)
-        if budget < (2 if b is not None else 1):
-            raise ValueError(f"seq_len={seq_len} leaves no room for text")
-        if b is None:
-            a = a[:budget]
-        else:
-            if truncate != "longest_first":
-                raise ValueError(f"unknown truncation {truncate!r}")
-            if len(a) + len(b) > budget:
-                short, long = sorted((len(a), len(b)))
-                long = max(short, budget - short)
-                if short + long > budget:
-                    short, long = budget // 2, budget - budget // 2
-                n_a, n_b = (long, short) if len(a) > len(b) else (short, long)
-                a, b = a[:n_a], b[:n_b]
-        ids = [self.cls_id] + a + [self.sep_id]
-        segments = [0] * len(ids)
-        if b is not None:
-            ids += b + [self.sep_id]
-            segments += [1] * (len(b) + 1)
-        token_ids = np.full(seq_len, self.pad_id, dtype=np.int32)
-        segment_ids = np.zeros(seq_len, dtype=np.int32)
-        padding_mask = np.zeros(seq_len, dtype=np.int32)
-        token_ids[:len(ids)] = ids
-        segment_ids[:len(ids)] = segments
-        padding_mask[:len(ids)] = 1
-        return token_ids, segment_ids, padding_mask
 
 
 def main(argv=None) -> int:
