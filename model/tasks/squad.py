@@ -83,13 +83,13 @@ import random
 import re
 import shutil
 import sys
-import unicodedata
 
 import numpy as np
 
 from model.io import reading
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
+from model.wordpiece import basic_tokenize
 
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
@@ -317,19 +317,15 @@ class Windows:
     skipped: int = 0
 
 
-def tokenize_paragraphs(paragraphs: list[Paragraph], tokenizer, chunk: int = 65536):
+def tokenize_paragraphs(paragraphs: list[Paragraph], tokenizer):
     """{id(paragraph): (token ids, token -> word, word -> first token)} with
-    every word tokenized on its own, all words in a few TensorFlow calls."""
-    import tensorflow as tf
-
+    every word tokenized on its own (`encode_texts`: a few calls for all the
+    words, so the TensorFlow tokenizer stays fast and the pure-Python one of
+    the edge runtime works too)."""
     words = [w for p in paragraphs for w in p.words]
-    values, lengths = [], []
-    for i in range(0, len(words), chunk):
-        ragged = tokenizer.encode_tf(tf.constant(words[i:i + chunk], dtype=tf.string))
-        values.append(ragged.flat_values.numpy().astype(np.int32))
-        lengths.append(np.diff(ragged.row_splits.numpy()))
-    values = np.concatenate(values) if values else np.zeros(0, np.int32)
-    lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    pieces = encode_texts(tokenizer, words, chunk=65536)
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    values = np.fromiter((i for p in pieces for i in p), dtype=np.int32, count=int(lengths.sum()))
     splits = np.concatenate([[0], np.cumsum(lengths)])
     out, w = {}, 0
     for p in paragraphs:
@@ -436,55 +432,6 @@ def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
 
 
 # === Answers back to the text (google's get_final_text) ===
-
-def _is_punctuation(char: str) -> bool:
-    cp = ord(char)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-def basic_tokenize(text: str, lowercase: bool) -> list[str]:
-    """BERT's BasicTokenizer (before WordPiece), in Python, with the cleaning
-    rules of `model.tokenizer.clean_text`: spaces for Unicode whitespace,
-    control/format/private-use characters dropped, CJK characters and
-    punctuation split off, and for uncased vocabularies lower-casing and
-    accent stripping."""
-    chars = []
-    for ch in text:
-        cat = unicodedata.category(ch)
-        if ch in "\t\n\r\u2028\u2029" or cat == "Zs":
-            chars.append(" ")
-        elif ch == "\ufffd" or cat in ("Cc", "Cf", "Co"):
-            continue
-        elif _is_cjk(ord(ch)):
-            chars.append(f" {ch} ")
-        else:
-            chars.append(ch)
-    tokens = []
-    for word in "".join(chars).split():
-        if lowercase:
-            word = unicodedata.normalize("NFD", word.replace("\u03a3", "\u03c3").lower())
-            word = "".join(c for c in word if unicodedata.category(c) != "Mn")
-        current = []
-        for ch in word:
-            if _is_punctuation(ch):
-                if current:
-                    tokens.append("".join(current))
-                    current = []
-                tokens.append(ch)
-            else:
-                current.append(ch)
-        if current:
-            tokens.append("".join(current))
-    return tokens
-
 
 def _strip_spaces(text: str):
     ns_chars, ns_to_s_map = [], {}
