@@ -13,6 +13,11 @@ Tasks:
           task's official metric (`model/tasks/`). The sequence length is the
           one the model was fine-tuned with unless --max-seq-length says.
 
+--model may also be a LiteRT bundle written by `python -m export` (a
+directory with bundle.json): it is scored by the same task code through
+`export.interpreter.TFLiteModel`, with the bundle's vocabulary, casing and
+sequence length (mlm needs the Keras model: a bundle keeps only its top-k).
+
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
 questions (counted as `skipped`) instead of stopping at the first. squad2
@@ -23,6 +28,8 @@ model's config.json; 0 for a model without one), or --null-threshold X.
     python -m model.evaluate --task mlm --model runs/mini \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
+    python -m model.evaluate --task sst2 --model bundles/sst2 \\
+        --data ../shared/data/glue/SST-2/dev.tsv
     python -m model.evaluate --task squad2 --model runs/squad2 --predictions-dir runs/squad2/dev \\
         --data ../shared/data/squad/dev-v2.0.reconstructed.json
 """
@@ -45,7 +52,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m model.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--model", required=True,
+                   help="model directory, or a LiteRT bundle directory (python -m export)")
     p.add_argument("--data", required=True, help="evaluation file")
     p.add_argument("--out", default=None, help="also write the metrics JSON here")
     p.add_argument("--batch-size", type=int, default=32)
@@ -128,6 +136,7 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
     skip_invalid: skip malformed examples (tasks with a `skip_invalid` reader
         only); their count is the `skipped` metric.
     """
+    from export import bundle
     from model import model_dir, tasks
     from model.io import check_writable_dir
     from model.tokenizer import WordPieceTokenizer
@@ -138,14 +147,18 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
     if skip_invalid and not hasattr(task, "skip_invalid"):
         raise ValueError(f"--skip-invalid: task {task.name} reads its files strictly and "
                          f"cannot skip examples")
-    info = model_dir.read_info(directory)
+    bundled = bundle.is_bundle(directory)
+    info = (_bundle_as_info(bundle.read_info(directory)) if bundled
+            else model_dir.read_info(directory))
     if info.get("task") != task.head:
         raise ValueError(f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
                          f"needs a {task.head!r} one (python -m model.train finetune --task "
                          f"{task.name} makes it)")
     labels = task.labels()
     stored = info.get("id2label")
-    if labels and stored and [stored[k] for k in sorted(stored, key=int)] != labels:
+    # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
+    in_file = list(getattr(task, "label_names", None) or labels or [])
+    if labels and stored and [stored[k] for k in sorted(stored, key=int)] not in (labels, in_file):
         raise ValueError(f"{directory}: the model's labels {list(stored.values())} are not "
                          f"task {task.name}'s {labels}")
     trained_on = info.get("finetuned_task")
@@ -162,15 +175,28 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
     examples = task.read(path)  # malformed files fail before the model loads
     if predictions_dir is not None:
         check_writable_dir(predictions_dir)
-    model = model_dir.load(directory)
+    if bundled:
+        from export.interpreter import TFLiteModel
+
+        # Called, a TFLiteModel returns what the Keras model would (an array
+        # for one output), the form the tasks read.
+        predict = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
+    else:
+        predict = model_dir.load(directory).predict_on_batch
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB),
                                    lowercase=info["encoder"].get("lowercase", True))
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
-    metrics = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
+    metrics = task.evaluate(predict, examples, tokenizer, seq_len,
                             batch_size=batch_size, output_dir=predictions_dir)
     if skip_invalid:
         metrics["skipped"] = len(getattr(task, "skipped", ()))
     return metrics
+
+
+def _bundle_as_info(info: dict) -> dict:
+    """A bundle.json read as the config.json fields evaluate_task uses."""
+    keys = ("task", "finetuned_task", "max_seq_length", "id2label", "null_threshold")
+    return {**{k: info.get(k) for k in keys}, "encoder": {"lowercase": info["lowercase"]}}
 
 
 def main(argv=None) -> int:
@@ -190,6 +216,12 @@ def main(argv=None) -> int:
         if args.null_threshold is not None or args.skip_invalid:
             raise ValueError("--null-threshold (squad2) and --skip-invalid (squad1, squad2) "
                              "do not apply to mlm")
+        from export.bundle import is_bundle
+
+        if is_bundle(args.model):
+            raise ValueError(f"{args.model}: a LiteRT bundle keeps only the top-k words at each "
+                             f"mask, not the logits mlm scores; evaluate the model directory it "
+                             f"was exported from")
         info = model_dir.read_info(args.model)
         model = model_dir.load(args.model)
         tokenizer = WordPieceTokenizer(os.path.join(args.model, model_dir.VOCAB),

@@ -1,0 +1,13 @@
+"""Edge export: a project model directory -> a verified, self-contained LiteRT bundle.
+
+    python -m export --model runs/ft/sst2 --quantize dynamic --out bundles/sst2
+    python -m export.report --model runs/ft/sst2 --data ../shared/data/glue/SST-2/dev.tsv
+
+Modules: `convert` (Keras -> .tflite, the quantization variants), `examples`
+(the real inputs an export is calibrated and verified on), `verify` (the new
+file against the Keras model), `bundle` (the bundle directory, written
+atomically), `interpreter` (`TFLiteModel`, the LiteRT `predict` the tasks
+score with), `report` (every variant's size, dev metric and latency).
+
+`import export` is cheap: nothing heavy is imported here.
+"""

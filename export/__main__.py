@@ -1,0 +1,229 @@
+"""`python -m export`: a model directory -> a verified LiteRT bundle (`export/bundle.py`).
+
+    python -m export --model runs/ft/sst2 --quantize dynamic --out bundles/sst2
+    python -m export --model runs/ft/conll2003 --quantize int8 --out bundles/ner \\
+        --calibration-examples 200
+    python -m export --model runs/mini --quantize float32 --out bundles/mlm --top-k 10 \\
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw
+    python -m export --model runs/minilm --quantize dynamic --out bundles/encoder
+    python -m export --model runs/ft/sst2 --quantize int8 --int8-float-layernorm --out b/sst2-int8
+
+Every task model works: pretraining (top-k words at each [MASK], NSP
+probabilities), classifier (also regression), token_classifier,
+question_answerer, multiple_choice and encoder (features and attention
+probabilities). Steps:
+
+  1. load the model directory (weights checked by name and shape);
+  2. read real examples (`export/examples.py`: --data, else the fine-tuned
+     model's dev file from metrics.json, else built-in sentences for encoder
+     and pre-training models);
+  3. convert (`export/convert.py`); int8 calibrates on --calibration-examples
+     real examples, different ones from those verified on when there are enough;
+  4. verify the new file against the Keras model on --verify-examples examples
+     (`export/verify.py`);
+  5. only if it passes, publish the bundle under --out (built in a hidden
+     temporary directory and renamed; a failed export writes nothing there).
+
+Exit status 0 on success, 1 when the export is refused (the reason is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+
+DEFAULT_CALIBRATION_EXAMPLES = 100
+DEFAULT_VERIFY_EXAMPLES = 64
+DEFAULT_SEQ_LEN = 128  # encoder and pre-training models (fine-tuned ones store theirs)
+CALIBRATION_BATCH = 8
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model directory (config.json, vocab.txt, "
+                   "model.weights.h5)")
+    p.add_argument("--quantize", default="float32", choices=QUANTIZATIONS)
+    p.add_argument("--out", required=True, help="bundle directory to write")
+    p.add_argument("--data", default=None,
+                   help="examples to verify and calibrate on: a file in the fine-tuned task's "
+                        "format, or raw text (one text per line) for other models")
+    p.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES,
+                   help="int8: real examples the activation ranges are calibrated on")
+    p.add_argument("--verify-examples", type=int, default=DEFAULT_VERIFY_EXAMPLES)
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="the bundle's max_seq_length (default: the model's fine-tuning length, "
+                        f"else {DEFAULT_SEQ_LEN})")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
+                   help="pretraining: predictions kept per [MASK]")
+    p.add_argument("--mask-value", type=float, default=DEFAULT_MASK_VALUE,
+                   help="masked attention score traced into the file (Keras' own is -1e9; "
+                        "see export/convert.py)")
+    p.add_argument("--int8-float-layernorm", action="store_true",
+                   help="int8: keep LayerNorm's ops (and the residual adds) in float; full "
+                        "integer int8 is too coarse for most trained BERTs (export/convert.py)")
+    p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
+    args = p.parse_args(argv)
+    for name in ("calibration_examples", "verify_examples", "top_k", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.seq_len is not None and args.seq_len < 8:
+        p.error("--seq-len must be at least 8")
+    if args.int8_float_layernorm and args.quantize != "int8":
+        p.error("--int8-float-layernorm needs --quantize int8")
+    return args
+
+
+def export_bundle(model_dir: str, out: str, quantization: str = "float32",
+                  data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
+                  verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
+                  top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
+                  threads: int = 2, loaded=None, log=None, float_ops=()) -> dict:
+    """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
+
+    loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
+    Raises `export.verify.VerificationError` (nothing written under `out`) when
+    the new file does not match the Keras model.
+    """
+    from export import bundle
+
+    with bundle.staging(out) as tmp:
+        result = build(model_dir, tmp, quantization, data, calibration_examples, verify_examples,
+                       seq_len, top_k, mask_value, threads, loaded, log, float_ops)
+        bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
+    return result
+
+
+def build(model_dir: str, directory: str, quantization: str = "float32",
+          data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
+          verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
+          top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
+          threads: int = 2, loaded=None, log=None, float_ops=()) -> dict:
+    """Writes `directory`/model.tflite, verifies it and returns the bundle.json
+    it would get. On a failed verification the file stays there (the report
+    scores refused variants too) and VerificationError is raised."""
+    from export import bundle, convert, examples, verify
+    from export.interpreter import TFLiteModel
+
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    model, info, tokenizer = loaded or load(model_dir)
+    task = info.get("task", "encoder")
+    seq_len = check_seq_len(seq_len or info.get("max_seq_length") or DEFAULT_SEQ_LEN, info)
+    needed = verify_examples + (calibration_examples if quantization == "int8" else 0)
+    inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
+    checked = inputs.take(range(min(verify_examples, len(inputs))))
+    calibration = inputs.take(calibration_rows(len(inputs), verify_examples,
+                                               calibration_examples))
+    next_sentence = task == "pretraining" and info.get("next_sentence", True)
+    kwargs = dict(top_k=top_k, next_sentence=next_sentence)
+
+    log(f"converting {model_dir} ({task}) to {quantization}"
+        + (f", calibrating on {len(calibration)} examples of {calibration.source}"
+           if quantization == "int8" else ""))
+    start = time.time()
+    tflite = convert.to_tflite(
+        model, task, quantization, mask_value=mask_value, float_ops=float_ops,
+        representative=lambda: (x for _, x in calibration.batches(CALIBRATION_BATCH)), **kwargs)
+    seconds = time.time() - start
+    path = os.path.join(directory, bundle.MODEL)
+    with open(path, "wb") as f:
+        f.write(tflite)
+    lite = TFLiteModel(path, num_threads=threads, max_seq_length=seq_len)
+    log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
+    fn, _, _ = convert.serving(model, task, **kwargs)
+    report = verify.verify(lite.predict, lambda x: convert.keras_outputs(fn, x), checked,
+                           task, quantization)
+    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report)
+    result["conversion"] = {
+        "attention_mask_value": mask_value, "seconds": round(seconds, 1),
+        "size_bytes": len(tflite),
+        "calibration": ({"examples": len(calibration), "data": calibration.source}
+                        if quantization == "int8" else None),
+        "float_ops": list(float_ops) if quantization == "int8" else None}
+    return result
+
+
+def load(model_dir: str):
+    """(Keras model, config.json info, tokenizer) of a model directory."""
+    from model import model_dir as model_dirs
+    from model.tokenizer import WordPieceTokenizer
+
+    info = model_dirs.read_info(model_dir)
+    model = model_dirs.load(model_dir)
+    vocab = os.path.join(model_dir, model_dirs.VOCAB)
+    tokenizer = WordPieceTokenizer(vocab, lowercase=info["encoder"].get("lowercase", True))
+    return model, info, tokenizer
+
+
+def check_seq_len(seq_len: int, info: dict) -> int:
+    limit = info["encoder"].get("max_sequence_length", 512)
+    if seq_len > limit:
+        raise ValueError(f"--seq-len {seq_len} is longer than the model's {limit} position "
+                         f"embeddings")
+    return seq_len
+
+
+def calibration_rows(available: int, verified: int, wanted: int) -> range:
+    """Rows after the verified ones when there are enough, else the last `wanted`."""
+    if available - verified >= wanted:
+        return range(verified, verified + wanted)
+    return range(max(0, available - wanted), available)
+
+
+def bundle_info(info: dict, model_dir: str, lite, quantization: str, seq_len: int, top_k: int,
+                report: dict) -> dict:
+    """bundle.json (the contract in export/README.md)."""
+    from export import bundle
+
+    task = info.get("task", "encoder")
+    shape = lambda d: [int(n) for n in d["shape_signature"]]  # noqa: E731
+    result = {
+        "format": bundle.FORMAT, "task": task, "finetuned_task": info.get("finetuned_task"),
+        "max_seq_length": seq_len, "lowercase": bool(info["encoder"].get("lowercase", True)),
+        "quantization": quantization, "id2label": info.get("id2label"),
+        "null_threshold": info.get("null_threshold"),
+    }
+    if task == "pretraining":
+        result["top_k"] = top_k
+    result.update({
+        "inputs": {n: shape(d) for n, d in sorted(lite.input_details.items())},
+        "outputs": {n: shape(lite.output_details[n]) for n in lite.output_names},
+        "verification": report,
+        "source": {"model_dir": os.path.abspath(model_dir), "config": info},
+    })
+    return result
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from export.verify import VerificationError
+
+    try:
+        info = export_bundle(args.model, args.out, args.quantize, args.data,
+                             args.calibration_examples, args.verify_examples, args.seq_len,
+                             args.top_k, args.mask_value, args.threads,
+                             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else ())
+    except VerificationError as e:
+        print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)
+        print(json.dumps(e.report, indent=2), file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    v = info["verification"]
+    errors = ", ".join(f"{n} {o['relative_error']:.2g}" for n, o in v["outputs"].items())
+    agreement = "n/a" if v["agreement"] is None else f"{v['agreement']:.4f}"
+    print(f"wrote {args.out} ({info['task']}, {args.quantize}, "
+          f"{info['conversion']['size_bytes'] / 1e6:.1f} MB): verified on {v['examples']} "
+          f"examples, agreement {agreement}, relative error {errors}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The bundle directory `python -m export` writes: everything an edge app needs, nothing else.
+
+    BUNDLE/model.tflite    the LiteRT model (signature "serving_default")
+    BUNDLE/vocab.txt       the WordPiece vocabulary
+    BUNDLE/bundle.json     task, max_seq_length, lowercase, quantization, id2label,
+                           inputs/outputs shapes, what verification measured, the source
+    BUNDLE/label_map.json  {"id2label": {...}} when the task has named labels
+
+(`export/README.md` is the contract.) A bundle is built in a hidden
+temporary directory beside its final name and renamed into place only when
+complete and verified (`staging`): a failed or interrupted export leaves
+either the previous bundle or none, never a half-written one.
+
+Imports only the standard library and `model.io` (the edge runtime may use it).
+
+    python -c "from export import bundle; print(bundle.read_info('bundles/sst2'))"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+from model.io import read_json_object, write_json
+
+FORMAT = 1
+MODEL = "model.tflite"
+VOCAB = "vocab.txt"
+INFO = "bundle.json"
+LABEL_MAP = "label_map.json"
+
+# model.model_dir.TASKS, repeated here: importing model_dir would import Keras,
+# and the edge runtime reads bundles without it.
+TASKS = ("encoder", "pretraining", "classifier", "token_classifier", "question_answerer",
+         "multiple_choice")
+QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "inputs", "outputs")
+
+
+def is_bundle(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, INFO))
+
+
+def read_info(directory: str) -> dict:
+    """bundle.json of `directory`, checked: format, task, quantization, and the files it needs."""
+    path = os.path.join(directory, INFO)
+    info = read_json_object(path, "bundle", f"; is {directory!r} a bundle written by "
+                            f"python -m export?")
+    missing = [k for k in REQUIRED if k not in info]
+    if missing:
+        raise ValueError(f"{path}: missing keys {missing}")
+    if info["format"] != FORMAT:
+        raise ValueError(f"{path}: bundle format {info['format']!r}; this code reads "
+                         f"format {FORMAT}")
+    if info["task"] not in TASKS:
+        raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
+    if info["quantization"] not in QUANTIZATIONS:
+        raise ValueError(f"{path}: unknown quantization {info['quantization']!r}")
+    for name in (MODEL, VOCAB):
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise FileNotFoundError(f"{os.path.join(directory, name)}: missing from the bundle")
+    return info
+
+
+def model_path(directory: str) -> str:
+    return os.path.join(directory, MODEL)
+
+
+def vocab_path(directory: str) -> str:
+    return os.path.join(directory, VOCAB)
+
+
+@contextlib.contextmanager
+def staging(directory: str):
+    """Yields an empty temporary directory beside `directory`; on success it
+    replaces `directory`, on any error it is deleted (and `directory` untouched)."""
+    directory = os.path.abspath(directory)
+    parent, name = os.path.split(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    try:
+        yield tmp
+        publish(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def publish(tmp: str, directory: str) -> None:
+    """Renames the finished `tmp` to `directory`, replacing an existing bundle.
+
+    A directory cannot be renamed over a non-empty one, so an old bundle is
+    first moved aside (to a hidden name) and deleted after: at every moment
+    the real name holds a complete bundle or nothing.
+    """
+    if os.path.exists(directory):
+        if not os.path.isdir(directory):
+            raise FileExistsError(f"{directory}: exists and is not a directory")
+        if os.listdir(directory) and not is_bundle(directory):
+            raise FileExistsError(f"{directory}: exists and is not a bundle; refusing to "
+                                  f"replace it")
+        parent, name = os.path.split(directory)
+        old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+        os.rmdir(old)
+        os.rename(directory, old)
+        os.rename(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, directory)
+
+
+def write_files(directory: str, vocab: str, info: dict) -> None:
+    """vocab.txt (copied from `vocab`), bundle.json and, with labels, label_map.json."""
+    shutil.copyfile(vocab, os.path.join(directory, VOCAB))
+    if info.get("id2label"):
+        write_json(os.path.join(directory, LABEL_MAP), {"id2label": info["id2label"]})
+    write_json(os.path.join(directory, INFO), info)

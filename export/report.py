@@ -1,0 +1,240 @@
+"""`python -m export.report`: every quantization of a fine-tuned model, scored on its real dev set.
+
+    python -m export.report --model runs/ft/sst2 --data ../shared/data/glue/SST-2/dev.tsv \\
+        --out runs/export-sst2.md
+    python -m export.report --model runs/ft/squad1 --data ../shared/data/squad/dev-v1.1.json \\
+        --max-examples 500            # a quick look; the default is the whole file
+
+For each variant (default: float32, float16, dynamic, int8, int8 with float
+LayerNorm `int8+float_ln`, and int8 traced with Keras' own -1e9 attention
+mask, `int8@-1e9`, to show what the clipped mask value changes) the model is
+converted and verified exactly as `python -m export` does (a variant that
+fails verification is still scored, marked "refused"; --bundles DIR keeps the
+verified ones as bundles), then:
+
+  metric    the task's dev metric (`model.tasks.<task>.evaluate` with
+            `TFLiteModel` as its `predict`), in points, and its change
+            from the float Keras model scored by the same code
+  size      the .tflite file, and its fraction of the float32 file
+  latency   p50 and p90 of one batch-1 call at --latency-seq-len (128)
+            tokens, --threads (2) LiteRT threads, after --warmup (10) calls,
+            over --runs (100, at least 50) timed calls; the Keras row times
+            `predict_on_batch` the same way
+
+and prints a markdown table (also written to --out). Calibration (int8) and
+verification use the model's dev examples, as `python -m export` does.
+Latency depends on the machine and its load: compare rows of one report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+DEFAULT_VARIANTS = "float32,float16,dynamic,int8,int8+float_ln,int8@-1e9"
+MIN_RUNS = 50
+
+
+def parse_args(argv):
+    from export.__main__ import DEFAULT_CALIBRATION_EXAMPLES
+
+    p = argparse.ArgumentParser(prog="python -m export.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a fine-tuned model directory")
+    p.add_argument("--data", required=True, help="the labelled dev file to score on")
+    p.add_argument("--task", default=None,
+                   help="task whose reader and metric to use (default: the model's finetuned_task)")
+    p.add_argument("--out", default=None, help="also write the markdown report here")
+    p.add_argument("--variants", default=DEFAULT_VARIANTS,
+                   help="comma-separated QUANTIZATION[@MASK_VALUE] (default %(default)s)")
+    p.add_argument("--max-examples", type=int, default=None,
+                   help="score only the first N dev examples (default: all)")
+    p.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES)
+    p.add_argument("--batch-size", type=int, default=32, help="evaluation batch size")
+    p.add_argument("--latency-seq-len", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--bundles", default=None,
+                   help="also keep each verified variant as a bundle in DIR/<variant>")
+    args = p.parse_args(argv)
+    if args.runs < MIN_RUNS:
+        p.error(f"--runs must be at least {MIN_RUNS}")
+    return args
+
+
+def parse_variants(text: str) -> list[tuple[str, str, float, tuple]]:
+    """[(label, quantization, mask value, float ops)] of "int8,int8+float_ln,int8@-1e9"."""
+    from export.convert import DEFAULT_MASK_VALUE, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+
+    variants = []
+    for label in (v.strip() for v in text.split(",") if v.strip()):
+        quantization, _, mask = label.partition("@")
+        quantization, plus, option = quantization.partition("+")
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"--variants: unknown quantization {quantization!r} in {label!r}")
+        if plus and (option != "float_ln" or quantization != "int8"):
+            raise ValueError(f"--variants: {label!r}: only int8 takes an option, +float_ln")
+        float_ops = FLOAT_LAYERNORM_OPS if plus else ()
+        try:
+            value = float(mask) if mask else DEFAULT_MASK_VALUE
+        except ValueError:
+            raise ValueError(f"--variants: mask value {mask!r} in {label!r} is not a number") \
+                from None
+        variants.append((label, quantization, value, float_ops))
+    return variants
+
+
+def latency(predict, x: dict, runs: int = 100, warmup: int = 10) -> tuple[float, float]:
+    """(p50, p90) in milliseconds of `predict(x)` after `warmup` untimed calls."""
+    for _ in range(warmup):
+        predict(x)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        predict(x)
+        times.append(time.perf_counter() - start)
+    ms = np.asarray(times) * 1e3
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 90))
+
+
+def in_points(task, metrics: dict) -> tuple[str, float]:
+    """(name, value in points, 0-100) of the task's main metric."""
+    name = task.main_metric
+    if name not in metrics:  # e.g. MNLI's "matched_accuracy" on one file is "accuracy"
+        name = next((k for k in metrics if name.endswith(k)), None)
+        if name is None:
+            raise ValueError(f"task {task.name}: metric {task.main_metric!r} not in "
+                             f"{sorted(metrics)}")
+    value = float(metrics[name])
+    return name, value if task.name.startswith("squad") else 100.0 * value
+
+
+def run(args, log=None) -> str:
+    """The markdown report (see the module docstring)."""
+    from export import bundle
+    from export.__main__ import build, load
+    from export.interpreter import TFLiteModel
+    from export.verify import VerificationError
+    from model import tasks
+
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    variants = parse_variants(args.variants)
+    model, info, tokenizer = load(args.model)
+    task_name = args.task or info.get("finetuned_task")
+    if not task_name:
+        raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
+    task = tasks.get(task_name)
+    if info.get("task") != task.head:
+        raise ValueError(f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "
+                         f"{task.head!r} one")
+    seq_len = info.get("max_seq_length") or task.default_seq_len
+    examples = task.read(args.data)
+    if args.max_examples:
+        examples = examples[:args.max_examples]
+    timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))
+    timing_x = {k: v[:1] for k, v in task.encode(examples[:1], tokenizer, timing_len).x.items()}
+
+    log(f"scoring the Keras model on {len(examples)} examples of {args.data}")
+    start = time.time()
+    metric, keras_points = in_points(task, task.evaluate(
+        model.predict_on_batch, examples, tokenizer, seq_len, batch_size=args.batch_size))
+    keras_seconds = time.time() - start
+    keras_latency = latency(model.predict_on_batch, timing_x, args.runs, args.warmup)
+    weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
+    rows = [("Keras float32 (model.weights.h5)", weights, keras_points, None, keras_latency,
+             "reference", keras_seconds)]
+    notes = []
+    float32_size = None
+    for label, quantization, mask_value, float_ops in variants:
+        with tempfile.TemporaryDirectory(prefix="export-report-") as tmp:
+            status = "verified"
+            try:
+                result = build(args.model, tmp, quantization, args.data,
+                               args.calibration_examples, seq_len=seq_len, mask_value=mask_value,
+                               threads=args.threads, loaded=(model, info, tokenizer), log=log,
+                               float_ops=float_ops)
+                verification = result["verification"]
+            except VerificationError as e:
+                status, verification, result = "refused", e.report, None
+                notes.append(f"{label}: refused: {'; '.join(e.report['problems'])}")
+            path = bundle.model_path(tmp)
+            size = os.path.getsize(path)
+            if quantization == "float32" and float32_size is None:
+                float32_size = size
+            log(f"scoring {label} ({size / 1e6:.1f} MB)")
+            lite = TFLiteModel(path, num_threads=args.threads, max_seq_length=max(seq_len,
+                                                                                   timing_len))
+            start = time.time()
+            _, points = in_points(task, task.evaluate(lite, examples, tokenizer, seq_len,
+                                                      batch_size=args.batch_size))
+            seconds = time.time() - start
+            timing = latency(lite.predict, timing_x, args.runs, args.warmup)
+            rows.append((label, size, points, verification, timing, status, seconds))
+            if args.bundles and result is not None:
+                with bundle.staging(os.path.join(args.bundles, label.replace("@", "_mask"))) as d:
+                    shutil.copyfile(path, bundle.model_path(d))
+                    bundle.write_files(d, os.path.join(args.model, "vocab.txt"), result)
+    return markdown(args, task, metric, len(examples), seq_len, timing_len, rows, float32_size,
+                    notes)
+
+
+def markdown(args, task, metric, count, seq_len, timing_len, rows, float32_size, notes) -> str:
+    keras_points = rows[0][2]
+    lines = [
+        f"# Export report: {args.model}",
+        "",
+        f"Task {task.name}, {metric} on {count} examples of `{args.data}` (sequence length "
+        f"{seq_len}). Latency: batch 1, {timing_len} tokens, {args.threads} threads, "
+        f"{args.warmup} warm-up + {args.runs} timed calls.",
+        "",
+        f"| variant | size (MB) | size / float32 | {metric} | change vs Keras | p50 (ms) | "
+        f"p90 (ms) | agreement | verification | eval (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for label, size, points, verification, (p50, p90), status, seconds in rows:
+        fraction = f"{size / float32_size:.1%}" if float32_size and verification else "—"
+        change = f"{points - keras_points:+.2f}" if verification else "—"
+        agreement = (f"{verification['agreement']:.4f}"
+                     if verification and verification.get("agreement") is not None else "—")
+        lines.append(f"| {label} | {size / 1e6:.1f} | {fraction} | {points:.2f} | {change} | "
+                     f"{p50:.1f} | {p90:.1f} | {agreement} | {status} | {seconds:.0f} |")
+    lines += ["", "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the "
+              "residual adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 "
+              "traced with Keras' own -1e9 attention mask instead of the export's clipped "
+              f"value ({variants_mask()}). See export/convert.py.", ""]
+    lines += [f"- {n}" for n in notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def variants_mask() -> str:
+    from export.convert import DEFAULT_MASK_VALUE
+
+    return f"{DEFAULT_MASK_VALUE:g}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        text = run(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(text)
+    if args.out:
+        from model.io import atomic_open
+
+        with atomic_open(args.out) as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

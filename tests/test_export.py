@@ -1,0 +1,419 @@
+"""`python -m export`, its bundles, `TFLiteModel` and `model.evaluate` on a bundle (tiny models).
+
+    PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 python -m pytest -q tests/test_export.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.helpers import leftovers, random_encoder_inputs, write_sst2, write_task_vocab
+
+TASK_INFOS = {
+    "classifier": {"task": "classifier", "num_labels": 3,
+                   "id2label": {"0": "neg", "1": "neu", "2": "pos"}},
+    "token_classifier": {"task": "token_classifier", "num_labels": 5},
+    "question_answerer": {"task": "question_answerer"},
+    "multiple_choice": {"task": "multiple_choice", "num_choices": 4},
+    "pretraining": {"task": "pretraining", "next_sentence": True},
+    "encoder": {"task": "encoder"},
+}
+CONTRACT_OUTPUTS = {
+    "classifier": {"logits": [-1, 3]},
+    "token_classifier": {"logits": [-1, -1, 5]},
+    "question_answerer": {"start_logits": [-1, -1], "end_logits": [-1, -1]},
+    "multiple_choice": {"logits": [-1, 4]},
+    "pretraining": {"topk_ids": [-1, -1, 5], "topk_probs": [-1, -1, 5], "nsp_probs": [-1, 2]},
+    "encoder": {"sequence_output": [-1, -1, 32], "pooled_output": [-1, 32],
+                "attention_probs": [-1, 2, 2, -1, -1]},
+}
+
+
+def make_model_dir(parent, name: str, info: dict, extra: dict | None = None) -> str:
+    """A `tiny` model directory of `info`'s task, the same weights every run. A
+    larger initializer range than BERT's 0.02 makes a random model's outputs
+    differ between inputs."""
+    import keras
+
+    from model import model_dir
+    from model.config import BertConfig
+    from model.tokenizer import load_vocabulary
+
+    directory = os.path.join(str(parent), name)
+    vocab = write_task_vocab(os.path.join(str(parent), f"{name}-vocab.txt"))
+    config = BertConfig.preset("tiny", vocabulary_size=len(load_vocabulary(vocab)),
+                               initializer_range=0.2)
+    keras.utils.set_random_seed(0)
+    model = model_dir.build_model({**info, "encoder": config.to_dict()})
+    fields = {k: v for k, v in info.items() if k not in ("task", "num_labels", "next_sentence",
+                                                         "num_choices", "id2label")}
+    model_dir.save(model, directory, vocab, {**fields, **(extra or {})})
+    return directory
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    parent = tmp_path_factory.mktemp("models")
+    return {task: make_model_dir(parent, task, info) for task, info in TASK_INFOS.items()}
+
+
+@pytest.fixture(scope="module")
+def bundles(models, tmp_path_factory):
+    """A float32 bundle of every task (built-in sentences verify them)."""
+    parent = tmp_path_factory.mktemp("bundles")
+    return {task: (str(parent / task), export(models[task], parent / task)) for task in models}
+
+
+@pytest.fixture(scope="module")
+def sst2(tmp_path_factory):
+    """A classifier "fine-tuned" on SST-2: finetuned_task, max_seq_length and
+    a metrics.json naming its dev file, as `python -m model.train finetune` writes."""
+    parent = tmp_path_factory.mktemp("sst2")
+    data = write_sst2(os.path.join(str(parent), "data"), train=4, dev=40)
+    directory = make_model_dir(parent, "model", {"task": "classifier", "num_labels": 2,
+                                                 "id2label": {"0": "0", "1": "1"}},
+                               {"finetuned_task": "sst2", "max_seq_length": 24})
+    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump({"dev_files": {"": os.path.join(data, "dev.tsv")}}, f)
+    return directory, os.path.join(data, "dev.tsv")
+
+
+def quiet(message):
+    pass
+
+
+def export(model_dir, out, quantization="float32", **kwargs) -> dict:
+    from export.__main__ import export_bundle
+
+    return export_bundle(str(model_dir), str(out), quantization, log=quiet, **kwargs)
+
+
+def keras_reference(model_dir, x):
+    from export import convert
+    from model import model_dir as model_dirs
+
+    info = model_dirs.read_info(model_dir)
+    fn, _, _ = convert.serving(model_dirs.load(model_dir), info["task"],
+                               next_sentence=info.get("next_sentence", False))
+    return convert.keras_outputs(fn, x)
+
+
+# === Every task ===
+
+@pytest.mark.parametrize("task", sorted(TASK_INFOS))
+def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, task):
+    from pathlib import Path
+
+    from export import bundle
+    from export.interpreter import TFLiteModel
+
+    out, info = bundles[task]
+    out = Path(out)
+    assert sorted(os.listdir(out)) == sorted(
+        ["model.tflite", "vocab.txt", "bundle.json"]
+        + (["label_map.json"] if task == "classifier" else []))
+    stored = bundle.read_info(str(out))
+    assert stored == json.loads(json.dumps(info))
+    assert stored["task"] == task and stored["quantization"] == "float32"
+    assert stored["max_seq_length"] == 128 and stored["lowercase"] is True
+    assert stored["outputs"] == CONTRACT_OUTPUTS[task]
+    assert all(shape[0] == -1 and shape[-1] == -1 for shape in stored["inputs"].values())
+    v = stored["verification"]
+    assert v["passed"] and v["data"] == "built-in sentences"
+    assert all(o["finite"] and o["relative_error"] < 1e-4 for o in v["outputs"].values())
+    if task == "classifier":
+        with open(out / "label_map.json", encoding="utf-8") as f:
+            assert json.load(f) == {"id2label": TASK_INFOS[task]["id2label"]}
+    if task == "pretraining":
+        assert stored["top_k"] == 5
+    with open(out / "vocab.txt", encoding="utf-8") as f, \
+            open(os.path.join(models[task], "vocab.txt"), encoding="utf-8") as g:
+        assert f.read() == g.read()
+
+    # Any batch and length: the signature is dynamic.
+    x = random_encoder_inputs(3, 11, 60, seed=1, lengths=[11, 7, 4])
+    if task == "multiple_choice":
+        x = {k: np.stack([v] * 4, axis=1) for k, v in x.items()}  # (3, 4, 11)
+    if task == "pretraining":
+        x["mask_positions"] = np.array([[1, 5], [2, 3], [1, 2]], np.int32)
+    out_lite = TFLiteModel(bundle.model_path(str(out))).predict(x)
+    reference = keras_reference(models[task], x)
+    assert sorted(out_lite) == sorted(reference)
+    for name, expected in reference.items():
+        got = out_lite[name]
+        if name == "attention_probs":  # only real (query, key) pairs are meaningful
+            mask = x["padding_mask"]
+            real = mask[:, None, None, :, None] * mask[:, None, None, None, :]
+            got, expected = got * real, expected * real
+        if task in ("token_classifier", "question_answerer") or name == "sequence_output":
+            real = x["padding_mask"].astype(bool)
+            got, expected = got[real], expected[real]
+        if name == "topk_ids":
+            np.testing.assert_array_equal(got[..., 0], expected[..., 0])
+        else:
+            np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("quantization", [pytest.param("float16", marks=pytest.mark.slow),
+                                          "dynamic", "int8",
+                                          pytest.param("int8+float_ln", marks=pytest.mark.slow)])
+def test_quantized_exports_verify_and_shrink(models, tmp_path, quantization):
+    from export.convert import FLOAT_LAYERNORM_OPS
+
+    quantization, _, option = quantization.partition("+")
+    float_ops = FLOAT_LAYERNORM_OPS if option else ()
+    info = export(models["classifier"], tmp_path / "bundle", quantization,
+                  calibration_examples=16, float_ops=float_ops)
+    float32_size = os.path.getsize(os.path.join(models["classifier"], "model.weights.h5"))
+    assert info["conversion"]["size_bytes"] < 0.8 * float32_size
+    v = info["verification"]
+    assert v["passed"] and v["agreement"] >= 0.85
+    assert v["quantization"] == quantization
+    calibration = info["conversion"]["calibration"]
+    if quantization == "int8":
+        assert calibration == {"examples": 16, "data": "built-in sentences"}
+        assert info["conversion"]["float_ops"] == list(float_ops)
+    else:
+        assert calibration is None
+
+
+def test_clipped_attention_mask_is_what_keeps_int8_accurate(models, tmp_path):
+    """Traced with Keras' -1e9, the int8 attention loses its scale (the range of
+    the masked scores spans 1e9); -120 keeps it."""
+    from export.__main__ import build
+    from export.verify import VerificationError
+
+    def relative_error(quantization, mask_value):
+        directory = tmp_path / f"{quantization}{mask_value}"
+        directory.mkdir()
+        try:
+            report = build(models["token_classifier"], str(directory), quantization,
+                           calibration_examples=16, mask_value=mask_value,
+                           log=quiet)["verification"]
+        except VerificationError as e:
+            report = e.report
+        return report["outputs"]["logits"]["relative_error"]
+
+    # (float32 with -120 matches Keras' -1e9 to rounding: test_every_task_... checks it.)
+    assert relative_error("int8", -1e9) > 2 * relative_error("int8", -120.0)
+
+
+def test_attention_mask_value_is_traced_into_keras_softmax():
+    import keras
+
+    from export.convert import attention_mask_value
+
+    scores = np.array([[1.0, 2.0, 3.0]], np.float32)
+    mask = np.array([[True, True, False]])
+    softmax = keras.layers.Softmax()
+    with attention_mask_value(-5.0):
+        clipped = np.asarray(softmax(scores, mask=mask))
+    exact = np.asarray(softmax(scores, mask=mask))
+    np.testing.assert_allclose(exact, [[np.exp(1) / (np.exp(1) + np.exp(2)),
+                                        np.exp(2) / (np.exp(1) + np.exp(2)), 0.0]], rtol=1e-6)
+    # exp(-5) now takes a (small) share of the normaliser; the masked entry stays 0.
+    expected = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0, -5.0]).sum()
+    np.testing.assert_allclose(clipped, [[*expected, 0.0]], rtol=1e-6)
+
+
+# === Refusing bad exports ===
+
+def weightless_to_tflite(model, task, quantization="float32", representative=None, top_k=5,
+                         next_sentence=False, mask_value=None, float_ops=()):
+    """The wrong way: tf.saved_model.save of a Keras 3 model (no weights in the file)."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from export.convert import serving
+
+    fn, signature, _ = serving(model, task, top_k, next_sentence)
+    function = tf.function(fn, input_signature=[signature])
+    with tempfile.TemporaryDirectory() as saved_model:
+        tf.saved_model.save(model, saved_model, signatures=function.get_concrete_function())
+        return tf.lite.TFLiteConverter.from_saved_model(saved_model).convert()
+
+
+def test_weightless_export_is_refused_and_nothing_is_written(models, bundles, tmp_path,
+                                                              monkeypatch, capsys):
+    import shutil
+
+    from export import bundle, convert
+    from export.__main__ import main
+
+    monkeypatch.setattr(convert, "to_tflite", weightless_to_tflite)
+    out = tmp_path / "bundle"
+    assert main(["--model", models["classifier"], "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "refused, nothing written" in err and "NaN" in err
+    assert leftovers(tmp_path, "bundle") == []
+
+    # Over an existing bundle: the old one stays as it was.
+    shutil.copytree(bundles["classifier"][0], out)
+    before = bundle.read_info(str(out))
+    assert main(["--model", models["classifier"], "--out", str(out)]) == 1
+    assert bundle.read_info(str(out)) == before
+    assert leftovers(tmp_path, "bundle") == ["bundle"]
+
+
+def test_verification_catches_constant_and_disagreeing_outputs():
+    from export.examples import Inputs
+    from export.verify import VerificationError, verify
+
+    rng = np.random.default_rng(0)
+    x = random_encoder_inputs(16, 8, 50, lengths=rng.integers(3, 9, 16))
+    inputs = Inputs(x, "test rows")
+    logits = {}
+
+    def reference(batch):  # a deterministic function of the tokens
+        key = batch["token_ids"][:, :3].astype(np.float32)
+        logits["last"] = np.stack([key.sum(-1), -key.sum(-1) + 50, key[:, 0]], -1)
+        return {"logits": logits["last"]}
+
+    verify(lambda b: {"logits": reference(b)["logits"] + 1e-5}, reference, inputs,
+           "classifier", "float32")
+    with pytest.raises(VerificationError, match="same for every input"):
+        verify(lambda b: {"logits": np.ones((len(b["token_ids"]), 3), np.float32)}, reference,
+               inputs, "classifier", "int8")
+    with pytest.raises(VerificationError, match="agreement") as e:
+        verify(lambda b: {"logits": reference(b)["logits"][:, ::-1].copy()}, reference, inputs,
+               "classifier", "int8")
+    assert e.value.report["agreement"] < 0.85
+
+
+def test_fine_tuned_model_needs_its_dev_data(tmp_path, capsys):
+    from export.__main__ import main
+
+    directory = make_model_dir(tmp_path, "model", {"task": "classifier", "num_labels": 2},
+                               {"finetuned_task": "sst2", "max_seq_length": 24})
+    assert main(["--model", directory, "--out", str(tmp_path / "b")]) == 1
+    assert "give --data" in capsys.readouterr().err
+    assert leftovers(tmp_path, "b") == []
+
+
+def test_pretraining_export_on_raw_text_with_top_k(models, tmp_path, capsys):
+    from export import bundle
+    from export.__main__ import main
+
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat\n\nthe dog ran fast\ta big red bird sang\n"
+                    "old man saw the green tree by the river\n", encoding="utf-8")
+    out = tmp_path / "mlm"
+    assert main(["--model", models["pretraining"], "--out", str(out), "--data", str(text),
+                 "--top-k", "3"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    info = bundle.read_info(str(out))
+    assert info["top_k"] == 3 and info["outputs"]["topk_ids"] == [-1, -1, 3]
+    assert info["inputs"]["mask_positions"] == [-1, -1]
+    v = info["verification"]
+    assert v["data"] == str(text) and v["examples"] == 3 and v["agreement"] == 1.0
+
+
+# === A fine-tuned model: its dev file, model.evaluate on the bundle ===
+
+@pytest.fixture(scope="module")
+def sst2_bundle(sst2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sst2-bundle") / "bundle"
+    return str(out), export(sst2[0], out)
+
+
+def test_model_evaluate_scores_a_bundle_like_its_keras_model(sst2, sst2_bundle, capsys):
+    from tests.helpers import run_evaluate
+
+    directory, dev = sst2
+    out, info = sst2_bundle
+    assert info["finetuned_task"] == "sst2" and info["max_seq_length"] == 24
+    assert info["verification"]["data"] == dev  # the dev file metrics.json names
+    assert info["id2label"] == {"0": "0", "1": "1"}
+    scores = {}
+    for name, model in (("keras", directory), ("bundle", str(out))):
+        assert run_evaluate(["--task", "sst2", "--model", model, "--data", dev]) == 0
+        scores[name] = json.loads(capsys.readouterr().out)
+    assert scores["bundle"]["examples"] == scores["keras"]["examples"] == 40
+    assert scores["bundle"]["accuracy"] == scores["keras"]["accuracy"]  # float32: same answers
+
+
+def test_model_evaluate_refuses_a_bundle_of_another_task(sst2, sst2_bundle, capsys):
+    from tests.helpers import run_evaluate
+
+    out, _ = sst2_bundle
+    assert run_evaluate(["--task", "conll2003", "--model", out, "--data", sst2[1]]) == 1
+    assert "'classifier' model" in capsys.readouterr().err
+
+
+# === TFLiteModel ===
+
+@pytest.mark.slow
+def test_tflite_model_pads_and_cuts_a_fixed_shape_file(models, tmp_path):
+    """A file with a fixed batch and length (not ours, e.g. another exporter's)."""
+    import keras
+    import tensorflow as tf
+
+    from export.interpreter import TFLiteModel
+    from model import model_dir
+
+    model = model_dir.load(models["token_classifier"])
+    signature = {n: tf.TensorSpec([2, 16], tf.int32, name=n)
+                 for n in ("token_ids", "segment_ids", "padding_mask")}
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", lambda x: {"logits": model(x, training=False)},
+                         input_signature=[signature])
+    archive.write_out(str(tmp_path / "saved"), verbose=False)
+    path = tmp_path / "fixed.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "saved")).convert())
+
+    lite = TFLiteModel(str(path))
+    assert (lite.fixed_batch, lite.fixed_length) == (2, 16)
+    x = random_encoder_inputs(3, 10, 60, lengths=[10, 6, 9])
+    got = lite(x)  # one output: the array itself, as the Keras model returns
+    assert got.shape == (3, 10, 5)
+    real = x["padding_mask"].astype(bool)
+    np.testing.assert_allclose(got[real], np.asarray(model.predict_on_batch(x))[real], atol=2e-5)
+    with pytest.raises(ValueError, match="at most 16"):
+        lite.predict(random_encoder_inputs(1, 17, 60))
+
+
+def test_tflite_model_errors_name_the_tensor(bundles, sst2_bundle, tmp_path):
+    from export import bundle
+    from export.interpreter import TFLiteModel
+
+    assert TFLiteModel(bundle.model_path(sst2_bundle[0])).max_seq_length == 24  # bundle.json
+    lite = TFLiteModel(bundle.model_path(bundles["classifier"][0]), max_seq_length=16)
+    x = random_encoder_inputs(2, 8, 60)
+    with pytest.raises(ValueError, match=r"missing \['segment_ids'\]"):
+        lite.predict({k: v for k, v in x.items() if k != "segment_ids"})
+    with pytest.raises(ValueError, match="different numbers of rows .*'padding_mask': 1"):
+        lite.predict({**x, "padding_mask": x["padding_mask"][:1]})
+    with pytest.raises(ValueError, match="at most 16"):
+        lite.predict(random_encoder_inputs(1, 20, 60))
+    # Any integer dtype is cast to the model's int32.
+    np.testing.assert_array_equal(lite.predict({k: v.astype(np.int64) for k, v in x.items()})
+                                  ["logits"], lite.predict(x)["logits"])
+    with pytest.raises(FileNotFoundError):
+        TFLiteModel(str(tmp_path / "missing.tflite"))
+
+
+# === Bundle directory ===
+
+def test_bundle_staging_is_atomic(tmp_path):
+    from export import bundle
+
+    target = tmp_path / "b"
+    with pytest.raises(RuntimeError):
+        with bundle.staging(str(target)) as tmp:
+            open(os.path.join(tmp, "model.tflite"), "wb").close()
+            raise RuntimeError("interrupted")
+    assert leftovers(tmp_path, "b") == []
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a bundle"):
+        with bundle.staging(str(tmp_path / "other")):
+            pass
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+    with pytest.raises(FileNotFoundError, match="bundle file not found"):
+        bundle.read_info(str(tmp_path / "other"))
