@@ -1,0 +1,479 @@
+"""The edge runtime: a bundle behind five task methods, with numpy and LiteRT only.
+
+    from export import runtime
+    m = runtime.load("bundles/sst2")                  # -> EdgeModel
+    m.classify("A gorgeous, witty, seductive movie.")
+    # {"label": "1", "scores": {"0": 0.02, "1": 0.98}, "value": None, "truncated": False}
+
+    python -m export.runtime BUNDLE fill_mask "The capital of France is [MASK]."
+    python -m export.runtime BUNDLE classify "A gorgeous film." ["SECOND TEXT"]
+    python -m export.runtime BUNDLE answer "Who wrote Hamlet?" "Shakespeare wrote Hamlet."
+    python -m export.runtime BUNDLE tag "Angela Merkel visited Paris."
+    python -m export.runtime BUNDLE attention|features "The cat sat." ["SECOND TEXT"]
+
+What this imports, directly or not: numpy, ai_edge_litert (`export.interpreter`,
+only in `load`), the pure-Python tokenizer `model.wordpiece` and the numpy-only
+task code of `model.tasks` (never TensorFlow or Keras; `tests/test_runtime.py`
+runs it in a virtual environment of `export/requirements-edge.txt` alone).
+`export/README.md` is the contract; `EdgeModel(predict, tokenizer,
+info)` also serves a Keras model (any `predict` returning the bundle's
+outputs) so the app has one code path for both backends.
+
+The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores it:
+  * answer: SQuAD's sliding windows (doc_stride 128, or half a window when
+    windows are shorter; question cut to 64 tokens), n-best spans, max_answer_length 30, the null answer and the
+    bundle's null_threshold for SQuAD v2.0 bundles, and the answer mapped back
+    to the context's own characters (`model.tasks.squad.postprocess`).
+  * tag: the text is split into CoNLL-like words (whitespace, with leading
+    and trailing punctuation and a final "'s" as words of their own; "U.S."
+    stays one word); each word's tag is read at its first WordPiece, long
+    texts run as several features (`model.tasks.ner.encode_sentences`), and
+    entities are the conlleval chunks of the tags (`ner.chunks`), each with
+    its character span and the mean probability of its words' tags.
+  * fill_mask: "[MASK]" (any case) is cut out of the text and each piece
+    tokenized on its own around the mask id: the brackets are punctuation,
+    so the other tokens are exactly the whole text's.
+  * classify, attention, features: `[CLS] A [SEP] (B [SEP])` at its own length
+    (no padding); a text over max_seq_length is cut (`truncated`: True).
+Bad input raises ValueError with a message for the user (empty text, no
+[MASK], a method the bundle's task cannot do).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+
+import numpy as np
+
+from model import wordpiece
+from model.tasks import ner, squad
+from model.tasks.base import predict_in_batches
+
+TASK_METHODS = {
+    "fill_mask": ("pretraining",),
+    "classify": ("classifier",),
+    "answer": ("question_answerer",),
+    "tag": ("token_classifier",),
+    "attention": ("encoder",),
+    "features": ("encoder",),
+}
+# QA windows / NER features run through the model this many at a time.
+BATCH_SIZE = 8
+_MASK = re.compile(r"\[mask\]", re.IGNORECASE)
+
+
+def load(bundle_dir: str, num_threads: int = 2) -> "EdgeModel":
+    """The `EdgeModel` of a bundle directory written by `python -m export`."""
+    from export import bundle
+    from export.interpreter import TFLiteModel
+
+    info = bundle.read_info(bundle_dir)
+    model = TFLiteModel(bundle.model_path(bundle_dir), num_threads=num_threads,
+                        max_seq_length=info["max_seq_length"])
+    tokenizer = wordpiece.WordPieceTokenizer(bundle.vocab_path(bundle_dir),
+                                             lowercase=bool(info.get("lowercase", True)))
+    edge = EdgeModel(model.predict, tokenizer, info)
+    edge.path = bundle_dir
+    return edge
+
+
+class EdgeModel:
+    """A model's `predict`, its tokenizer and its bundle.json, behind task methods.
+
+    Args:
+        predict: `predict({"token_ids", "segment_ids", "padding_mask"[,
+            "mask_positions"]}) -> outputs`, int32 inputs (batch, length);
+            outputs a dict of arrays named as in a bundle (`logits`,
+            `start_logits`/`end_logits`, `topk_ids`/`topk_probs` or the
+            pre-trainer's raw `mlm` logits, `sequence_output`/`pooled_output`/
+            `attention_probs`) or, for one-output heads, the array itself.
+        tokenizer: a `model.wordpiece.WordPieceTokenizer` (or the TensorFlow one).
+        info: bundle.json's fields; "task" and "max_seq_length" are required.
+
+    Example:
+    >>> m = EdgeModel(keras_model.predict_on_batch, tok,            # doctest: +SKIP
+    ...               {"task": "classifier", "max_seq_length": 128})
+    >>> m.classify("a fine film")["label"]                           # doctest: +SKIP
+    '1'
+    """
+
+    def __init__(self, predict, tokenizer, info: dict):
+        for key in ("task", "max_seq_length"):
+            if key not in info:
+                raise ValueError(f"the model's info lacks {key!r} (a bundle.json has it)")
+        self.predict = predict
+        self.tokenizer = tokenizer
+        self.info = dict(info)
+        self.task = str(info["task"])
+        self.max_seq_length = int(info["max_seq_length"])
+        if self.max_seq_length < 8:
+            raise ValueError(f"max_seq_length {self.max_seq_length} is too short for any text")
+        self.path = None
+        id2label = info.get("id2label")
+        if id2label:
+            self.labels = [str(id2label[k]) for k in sorted(id2label, key=int)]
+        elif self.task == "token_classifier" and info.get("finetuned_task") == "conll2003":
+            self.labels = list(ner.CONLL2003_LABELS)
+        else:
+            self.labels = None
+        # SQuAD settings (the fine-tuning defaults, as evaluation uses them).
+        self.version_2 = (info.get("finetuned_task") == "squad2"
+                          or info.get("null_threshold") is not None)
+        self.null_threshold = float(info.get("null_threshold") or 0.0)
+        self.doc_stride = squad.DOC_STRIDE
+        self.max_query_length = min(squad.MAX_QUERY_LENGTH, self.max_seq_length // 2)
+        self.max_answer_length = squad.MAX_ANSWER_LENGTH
+
+    def __repr__(self) -> str:
+        where = f" {self.path!r}" if self.path else ""
+        return (f"EdgeModel({self.task}{where}, finetuned_task={self.info.get('finetuned_task')!r}, "
+                f"max_seq_length={self.max_seq_length})")
+
+    # === fill_mask ===
+
+    def fill_mask(self, text: str, top_k: int = 5) -> dict:
+        """The likeliest word pieces at each [MASK] of `text`."""
+        self._require("fill_mask")
+        _check_text(text, "text")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise ValueError(f"top_k must be a positive whole number, not {top_k!r}")
+        tok = self.tokenizer
+        if tok.mask_id is None:
+            raise ValueError("this model's vocabulary has no [MASK] token")
+        parts = _MASK.split(text)
+        if len(parts) == 1:
+            raise ValueError("no [MASK] in the text: write [MASK] where a word is missing, "
+                             "e.g. \"The capital of France is [MASK].\"")
+        ids, masks = [], []  # word-piece ids; the index in ids of each [MASK]
+        for k, piece in enumerate(tok.encode(parts)):
+            if k:
+                masks.append(len(ids))
+                ids.append(tok.mask_id)
+            ids.extend(piece)
+        budget = self.max_seq_length - 2
+        start, truncated = 0, len(ids) > budget
+        if truncated:  # a window of `budget` tokens centred on the masks, the first one in it
+            centre = (masks[0] + masks[-1]) // 2
+            start = max(0, min(centre - budget // 2, masks[0], len(ids) - budget))
+            ids = ids[start:start + budget]
+        kept = [k for k, m in enumerate(masks) if start <= m < start + budget]
+        positions = [1 + masks[k] - start for k in kept]  # after [CLS]
+        token_ids = np.array([[tok.cls_id, *ids, tok.sep_id]], np.int32)
+        top_ids, top_probs = self._masked_lm(token_ids, positions, top_k)
+
+        out_masks, fills = [], {}
+        for k, position, pid, prob in zip(kept, positions, top_ids, top_probs):
+            predictions = [{"token": tok.vocabulary[int(i)], "token_id": int(i), "score": float(p)}
+                           for i, p in zip(pid, prob)]
+            out_masks.append({"position": position, "predictions": predictions})
+            fills[k] = _fill_word(predictions, set(tok.special_ids()))
+        found = _MASK.findall(text)
+        filled = parts[0] + "".join(fills.get(k, found[k]) + parts[k + 1] for k in range(len(found)))
+        return {"tokens": [tok.vocabulary[int(i)] for i in token_ids[0]], "masks": out_masks,
+                "filled": filled, "truncated": truncated}
+
+    def _masked_lm(self, token_ids: np.ndarray, positions: list[int], top_k: int):
+        """(ids, probs), each (len(positions), k): the top-k at each position,
+        in as many calls as the model's fixed number of mask positions asks."""
+        per_call = _fixed_dim(self.info, "mask_positions", -1) or max(1, len(positions))
+        x = {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids),
+             "padding_mask": np.ones_like(token_ids)}
+        ids, probs = [], []
+        for i in range(0, len(positions), per_call):
+            chunk = positions[i:i + per_call]
+            mask_positions = np.zeros((1, per_call), np.int32)  # padded with [CLS], ignored
+            mask_positions[0, :len(chunk)] = chunk
+            out = _as_dict(self.predict({**x, "mask_positions": mask_positions}), "mlm")
+            if "topk_ids" in out and "topk_probs" in out:
+                chunk_ids = np.asarray(out["topk_ids"])[0, :len(chunk), :top_k]
+                chunk_probs = np.asarray(out["topk_probs"], np.float64)[0, :len(chunk), :top_k]
+            elif "mlm" in out:  # a Keras pre-trainer: logits over the vocabulary
+                p = softmax(np.asarray(out["mlm"])[0, :len(chunk)])
+                chunk_ids = np.argsort(-p, axis=-1, kind="stable")[:, :top_k]
+                chunk_probs = np.take_along_axis(p, chunk_ids, axis=-1)
+            else:
+                raise ValueError(f"the model's outputs {sorted(out)} have no masked-LM "
+                                 f"predictions (topk_ids/topk_probs or mlm)")
+            ids.extend(chunk_ids)
+            probs.extend(chunk_probs)
+        return ids, probs
+
+    # === classify ===
+
+    def classify(self, text: str, text_pair: str | None = None) -> dict:
+        """Label probabilities (or a regression value, e.g. STS-B) of a text (pair)."""
+        self._require("classify")
+        x, n, truncated = self._pack(text, text_pair)
+        logits = np.asarray(_output(self.predict(x), "logits"), np.float64).reshape(-1)
+        if logits.size == 1 and not self.labels:  # regression
+            return {"label": None, "scores": {}, "value": float(logits[0]), "truncated": truncated}
+        names = self._label_names(logits.size)
+        probs = softmax(logits)
+        return {"label": names[int(np.argmax(probs))],
+                "scores": {name: float(p) for name, p in zip(names, probs)},
+                "value": None, "truncated": truncated}
+
+    # === answer ===
+
+    def answer(self, question: str, context: str, n_best: int = 20) -> dict:
+        """The span of `context` that answers `question` (SQuAD), with its n-best list."""
+        self._require("answer")
+        _check_text(question, "question")
+        _check_text(context, "context")
+        if not isinstance(n_best, int) or isinstance(n_best, bool) or n_best < 1:
+            raise ValueError(f"n_best must be a positive whole number, not {n_best!r}")
+        example = squad.SquadExample("question", question, squad.Paragraph(context), answers=[])
+        x, windows, truncated = self._qa_features(example)
+        outputs = predict_in_batches(self.predict, x, BATCH_SIZE, sequence_outputs=True)
+        start_logits, end_logits = squad.split_logits(outputs)
+        found = squad.postprocess([example], windows, x["token_ids"], start_logits, end_logits,
+                                  self.tokenizer.vocabulary, self.tokenizer.lowercase, n_best,
+                                  self.max_answer_length, self.version_2, self.null_threshold)
+        nbest = []
+        for entry in found.nbest["question"]:
+            begin = entry.get("answer_start", -1)  # absent: the null answer (or no span at all)
+            nbest.append({"text": entry["text"] if begin >= 0 else "", "start": begin,
+                          "end": begin + len(entry["text"]) if begin >= 0 else -1,
+                          "score": entry["start_logit"] + entry["end_logit"],
+                          "probability": entry["probability"]})
+        null = next((e for e in nbest if e["start"] < 0), None)
+        prediction = found.predictions["question"]
+        best = next((e for e in nbest if e["start"] >= 0 and e["text"] == prediction), None)
+        if best is None or (self.version_2 and prediction == ""):
+            best = null or {"text": "", "start": -1, "end": -1, "score": 0.0}
+        return {"text": best["text"], "start": best["start"], "end": best["end"],
+                "score": float(best["score"]),
+                "null_score": float(null["score"]) if self.version_2 and null else None,
+                "no_answer": best["start"] < 0, "nbest": nbest, "windows": len(windows.example_index),
+                "truncated": truncated}
+
+    def _qa_features(self, example: squad.SquadExample):
+        """The windows of one question (`squad.encode_squad`, with this
+        runtime's pure-Python tokenizer). Returns (x, squad.Windows, whether
+        the question was cut to `max_query_length`)."""
+        question = self.tokenizer.encode([example.question])[0]
+        if not question:
+            raise ValueError("the question has no words the model can read")
+        if not any(self.tokenizer.encode(example.paragraph.words)):
+            raise ValueError("the context has no words the model can read")
+        query = min(len(question), self.max_query_length)
+        encoded = squad.encode_squad([example], self.tokenizer, self.max_seq_length,
+                                     self.qa_stride(query), self.max_query_length)
+        return encoded.x, encoded.meta, len(question) > query
+
+    def qa_stride(self, query_tokens: int) -> int:
+        """Tokens between window starts: `doc_stride` (128), or half a window
+        when windows are shorter (a bundle of under ~320 tokens), so that
+        consecutive windows always overlap."""
+        room = self.max_seq_length - query_tokens - 3  # [CLS] question [SEP] ... [SEP]
+        return max(1, min(self.doc_stride, room // 2))
+
+    # === tag ===
+
+    def tag(self, text: str) -> dict:
+        """A tag for every word of `text` and the entities those tags make."""
+        self._require("tag")
+        _check_text(text, "text")
+        spans = self.tag_words(text)
+        if not spans:
+            raise ValueError("the text has no words the model can read")
+        words = [text[s:e] for s, e in spans]
+        x, _, fmap = ner.encode_sentences([words], None, self.tokenizer, self.max_seq_length)
+        logits = predict_in_batches(lambda b: _output(self.predict(b), "logits"), x, BATCH_SIZE,
+                                    sequence_outputs=True)
+        probs = fmap.to_words(softmax(np.asarray(logits, np.float64)), [len(words)])[0]
+        names = self._label_names(probs.shape[-1])
+        best = probs.argmax(-1)
+        tags = [names[i] for i in best]
+        scores = probs[np.arange(len(words)), best]
+        out_words = [{"word": w, "start": s, "end": e, "tag": t, "score": float(p)}
+                     for w, (s, e), t, p in zip(words, spans, tags, scores)]
+        entities = []
+        for first, last, kind in sorted(ner.chunks(tags)):
+            begin, end = spans[first][0], spans[last][1]
+            entities.append({"type": kind, "text": text[begin:end], "start": begin, "end": end,
+                             "score": float(np.mean(scores[first:last + 1]))})
+        return {"words": out_words, "entities": entities, "truncated": False}
+
+    def tag_words(self, text: str) -> list[tuple[int, int]]:
+        """[start, end) character spans of the CoNLL-like words of `text` (see
+        the module docstring): "(Reuters) U.S. troops, Germany's" -> "(",
+        "Reuters", ")", "U.S.", "troops", ",", "Germany", "'s"."""
+        groups: dict[int, list] = {}
+        for word in self.tokenizer.words(text):
+            groups.setdefault(word.chunk, []).append(word)
+        spans = []
+        for chunk in groups.values():
+            punct = [len(w.text) == 1 and wordpiece.is_punctuation(w.text) for w in chunk]
+            i, j = 0, len(chunk)
+            while i < j and punct[i]:
+                i += 1
+            while j > i and punct[j - 1]:
+                j -= 1
+            # An abbreviation keeps its final period ("U.S.", "a.m.").
+            if i < j < len(chunk) and chunk[j].text == "." and any(
+                    w.text == "." for w in chunk[i:j]):
+                j += 1
+            # A possessive "'s" is a word of its own, as in CoNLL ("Germany 's").
+            split = j
+            if j - i >= 3 and chunk[j - 1].text == "s" and chunk[j - 2].text in ("'", "\u2019"):
+                split = j - 2
+            spans += [(w.start, w.end) for w in chunk[:i]]
+            if i < split:
+                spans.append((chunk[i].start, chunk[split - 1].end))
+            if split < j:
+                spans.append((chunk[split].start, chunk[j - 1].end))
+            spans += [(w.start, w.end) for w in chunk[j:]]
+        return spans
+
+    # === attention, features ===
+
+    def attention(self, text: str, text_pair: str | None = None) -> dict:
+        """Every layer's and head's attention probabilities over the tokens."""
+        self._require("attention")
+        x, n, truncated = self._pack(text, text_pair)
+        out = _as_dict(self.predict(x), "attention_probs")
+        if "attention_probs" not in out:
+            raise ValueError(f"the model's outputs {sorted(out)} have no attention_probs")
+        attention = np.asarray(out["attention_probs"], np.float32)[0, :, :, :n, :n]
+        return {"tokens": self._tokens(x, n), "segment_ids": x["segment_ids"][0, :n].tolist(),
+                "attention": attention, "truncated": truncated}
+
+    def features(self, text: str, text_pair: str | None = None) -> dict:
+        """The encoder's final hidden states and its pooled [CLS] vector."""
+        self._require("features")
+        x, n, truncated = self._pack(text, text_pair)
+        out = _as_dict(self.predict(x), "sequence_output")
+        missing = [k for k in ("sequence_output", "pooled_output") if k not in out]
+        if missing:
+            raise ValueError(f"the model's outputs {sorted(out)} lack {missing}")
+        return {"tokens": self._tokens(x, n),
+                "sequence_output": np.asarray(out["sequence_output"], np.float32)[0, :n],
+                "pooled_output": np.asarray(out["pooled_output"], np.float32)[0],
+                "truncated": truncated}
+
+    # === Helpers ===
+
+    def _require(self, method: str) -> None:
+        tasks = TASK_METHODS[method]
+        if self.task not in tasks:
+            raise ValueError(f"this bundle is {_a(self.task)}; {method}() needs "
+                             f"{' or '.join(_a(t) for t in tasks)} bundle")
+
+    def _pack(self, text: str, text_pair: str | None):
+        """({inputs}, real length, truncated) of `[CLS] A [SEP] (B [SEP])`, cut to its length."""
+        _check_text(text, "text")
+        if text_pair is not None and not isinstance(text_pair, str):
+            raise ValueError(f"the second text must be a string, not {type(text_pair).__name__}")
+        if text_pair is not None and not text_pair.strip():
+            text_pair = None  # an empty optional box
+        texts = [text] if text_pair is None else [text, text_pair]
+        encoded = self.tokenizer.encode(texts)
+        if not encoded[0]:
+            raise ValueError("the text has no words the model can read")
+        first, second = encoded[0], encoded[1] if text_pair is not None else None
+        needed = len(first) + 2 + (len(second) + 1 if second is not None else 0)
+        ids, segments, mask = self.tokenizer.pack(first, second, self.max_seq_length)
+        n = int(mask.sum())
+        x = {"token_ids": ids[None, :n], "segment_ids": segments[None, :n],
+             "padding_mask": mask[None, :n]}
+        return x, n, needed > self.max_seq_length
+
+    def _tokens(self, x: dict, n: int) -> list[str]:
+        return [self.tokenizer.vocabulary[int(i)] for i in x["token_ids"][0, :n]]
+
+    def _label_names(self, n: int) -> list[str]:
+        if self.labels and len(self.labels) == n:
+            return list(self.labels)
+        return [str(i) for i in range(n)]
+
+
+# === Functions ===
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in float64."""
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def _check_text(text, what: str) -> None:
+    if not isinstance(text, str):
+        raise ValueError(f"the {what} must be a string, not {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(f"the {what} is empty")
+
+
+def _as_dict(outputs, single: str) -> dict:
+    """A model's outputs as {name: array}; a bare array is named `single`."""
+    if isinstance(outputs, dict):
+        return outputs
+    if isinstance(outputs, (list, tuple)):
+        raise ValueError(f"the model returned {len(outputs)} unnamed outputs; return a dict")
+    return {single: outputs}
+
+
+def _output(outputs, name: str) -> np.ndarray:
+    """The output `name` (or the only one) of what `predict` returned."""
+    if not isinstance(outputs, dict):
+        return np.asarray(outputs)
+    if name in outputs:
+        return np.asarray(outputs[name])
+    if len(outputs) == 1:
+        return np.asarray(next(iter(outputs.values())))
+    raise ValueError(f"the model's outputs {sorted(outputs)} have no {name!r}")
+
+
+def _fixed_dim(info: dict, name: str, axis: int) -> int | None:
+    """The fixed size of axis `axis` of input `name` in bundle.json, or None if dynamic."""
+    shape = (info.get("inputs") or {}).get(name)
+    if not shape:
+        return None
+    size = shape[axis]
+    return int(size) if isinstance(size, int) and size > 0 else None
+
+
+def _fill_word(predictions: list[dict], special: set[int]) -> str:
+    """The best prediction that is a word (not [UNK], [SEP], ...), `##` dropped."""
+    best = next((p for p in predictions if p["token_id"] not in special), predictions[0])
+    token = best["token"]
+    return token[2:] if token.startswith("##") else token
+
+
+def _jsonable(value):
+    if isinstance(value, np.ndarray):
+        return {"shape": list(value.shape), "dtype": str(value.dtype),
+                "first": value.reshape(-1)[:8].round(4).tolist()}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 3 or argv[1] not in TASK_METHODS:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    directory, method, args = argv[0], argv[1], argv[2:]
+    try:
+        result = getattr(load(directory), method)(*args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(_jsonable(result), indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
