@@ -1,0 +1,145 @@
+"""`python -m app`: the Gradio app over the models of a folder, served on this machine.
+
+    python -m app                                   # bundles of assets/models, 127.0.0.1:7860
+    python -m app --models runs/bundles --port 8000
+    python -m app --backend keras --models runs/ft  # Keras model directories instead (TensorFlow)
+    python -m app --share                           # also ask Gradio for a public link
+
+Binds to 127.0.0.1 unless --host says otherwise. Needs no network: Gradio's analytics and the
+Hugging Face Hub are switched off before Gradio is imported, and with --share and no network the
+app says why there is no public link and serves locally. Views whose model is missing say so and
+how to make it. Limits are flags: --max-input-chars (per text box), --concurrency (jobs running
+at once, all views together), --max-queue (requests waiting). Prints "Running on <url>" when it
+answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+log = logging.getLogger("app")
+
+# Where `--share` would ask for a tunnel; probed first so that, offline, the app says why there
+# is no public link instead of waiting on Gradio's own 30-second attempt.
+SHARE_SERVER = "https://api.gradio.app"
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from app.models import BACKENDS, DEFAULT_MODELS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m app", description="The BERT demo app (masked words, attention, "
+        "sentiment, question answering, named entities) on local models.")
+    parser.add_argument("--models", default=DEFAULT_MODELS,
+                        help="folder whose sub-folders hold the models (default: %(default)s)")
+    parser.add_argument("--backend", choices=BACKENDS, default="litert",
+                        help="litert: bundles of `python -m export` (no TensorFlow); keras: "
+                             "model directories (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default: %(default)s; 0.0.0.0 for the network)")
+    parser.add_argument("--port", type=int, default=7860, help="default: %(default)s")
+    parser.add_argument("--share", action="store_true", help="also ask Gradio for a public link")
+    parser.add_argument("--max-input-chars", type=positive_int, default=10_000,
+                        help="longest text accepted in one box (default: %(default)s)")
+    parser.add_argument("--concurrency", type=positive_int, default=2,
+                        help="predictions running at once, all views together "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-queue", type=positive_int, default=64,
+                        help="requests allowed to wait; more are refused (default: %(default)s)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="CPU threads of each LiteRT interpreter (default: the runtime's)")
+    return parser.parse_args(argv)
+
+
+def offline_environment() -> None:
+    """Settings that must be in place before gradio (or huggingface_hub) is imported."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def share_problem(url: str = SHARE_SERVER, timeout: float = 3.0) -> str | None:
+    """Why Gradio could not make a public link (its server unreachable), or None."""
+    import httpx
+
+    try:
+        httpx.head(url, timeout=timeout)
+    except Exception as e:  # no route, no DNS, refused, proxy down: all mean "offline"
+        return f"{url} cannot be reached ({type(e).__name__}: {e or 'no answer'})"
+    return None
+
+
+def start(slots: dict, args: argparse.Namespace):
+    """Builds the app over `slots`, queues and launches it without blocking; the Blocks
+    (its `local_url` answers). `args` as `parse_args` returns them."""
+    offline_environment()
+    import gradio as gr  # noqa: F401  (after offline_environment)
+
+    from app import ui
+    from app.predict import Limits
+
+    demo = ui.build(slots, Limits(max_chars=args.max_input_chars))
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue,
+               api_open=False)
+    share = args.share
+    if share:
+        problem = share_problem()
+        if problem:
+            log.info("--share: no public link: %s. Serving locally only.", problem)
+            share = False
+    demo.launch(server_name=args.host, server_port=args.port, share=share, css=ui.CSS,
+                prevent_thread_lock=True, quiet=True, ssr_mode=False, show_error=False,
+                footer_links=["api"])
+    if share and not demo.share_url:
+        log.info("--share: Gradio could not open a public link (its message is above). "
+                 "Serving locally only.")
+    elif demo.share_url:
+        log.info("Public link: %s", demo.share_url)
+    return demo
+
+
+def main(argv=None) -> int:
+    began = time.perf_counter()
+    args = parse_args(argv)
+    offline_environment()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("httpx", "gradio"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    from app import models
+
+    slots = models.load_all(args.models, args.backend, args.threads)
+    for key, slot in slots.items():
+        took = f" ({slot.load_seconds:.2f} s)" if slot.ready else ""
+        log.info("%-10s %s%s", key, slot.describe(), took)
+    try:
+        demo = start(slots, args)
+    except Exception as e:  # port taken, address not available: say so, no traceback
+        log.error("cannot serve on %s:%s: %s: %s", args.host, args.port, type(e).__name__, e)
+        return 1
+    log.info("Running on %s (backend %s; started in %.1f s; tensorflow imported: %s)",
+             demo.local_url, args.backend, time.perf_counter() - began,
+             "yes" if "tensorflow" in sys.modules else "no")
+    try:
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Finding and loading the app's models: one per view, from the sub-folders of `--models DIR`.
+
+    python -m app.models [DIR] [--backend {litert,keras}]    # what each view would load, and why
+
+A sub-folder is a model when it holds `bundle.json` (LiteRT backend, the default: a bundle written
+by `python -m export`) or `config.json` (Keras backend: a model directory of `model.train`). Its
+"task" picks the view (see `VIEWS`); when several fit, the folder with the planned name wins, then
+one fine-tuned on the view's data set, then the first by name. A view with no model, or whose
+model fails to load or to answer a test sentence, gets a message saying what is missing and how
+to make it; the app starts anyway.
+
+The LiteRT path imports only `export.runtime` (numpy + ai_edge_litert): no TensorFlow. The Keras
+path loads `model.model_dir` and `model.tokenizer` and wraps the Keras model in a `predict`
+callable that returns what a bundle's model returns, so both backends answer through the same
+`runtime.EdgeModel` methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger("app")
+
+BACKENDS = ("litert", "keras")
+MARKER = {"litert": "bundle.json", "keras": "config.json"}
+DEFAULT_MODELS = "assets/models"
+# Predictions per mask a Keras pre-training model returns (a bundle stores its own "top_k").
+KERAS_TOP_K = 10
+# Sequence length of a Keras model directory whose config.json names none (e.g. a bare encoder).
+KERAS_DEFAULT_SEQ_LEN = 128
+
+
+@dataclass(frozen=True)
+class View:
+    """One tab of the app: its API name, title and the model it needs."""
+    key: str                    # the endpoint's api_name
+    title: str
+    task: str                   # the bundle/config "task" it needs
+    folder: str                 # the planned folder name under assets/models
+    finetuned: tuple = ()       # preferred "finetuned_task" values
+    what: str = ""              # the model, in words
+    train_hint: str = ""        # how to make a model directory for it
+
+
+VIEWS = (
+    View("fill_mask", "Masked words", "pretraining", "mlm", (),
+         "a masked-language model (task \"pretraining\")",
+         "python -m model.train pretrain ... (or python -m model.convert a BERT checkpoint)"),
+    View("attention", "Attention", "encoder", "encoder", (),
+         "an encoder (task \"encoder\")",
+         "python -m model.convert CHECKPOINT --task encoder ..."),
+    View("sentiment", "Sentiment", "classifier", "sst2", ("sst2",),
+         "a sentence classifier (task \"classifier\", e.g. fine-tuned on SST-2)",
+         "python -m model.train finetune --task sst2 ..."),
+    View("answer", "Question answering", "question_answerer", "squad", ("squad1", "squad2"),
+         "a question answerer (task \"question_answerer\", fine-tuned on SQuAD)",
+         "python -m model.train finetune --task squad1 ..."),
+    View("entities", "Named entities", "token_classifier", "conll2003", ("conll2003",),
+         "a token classifier (task \"token_classifier\", fine-tuned on CoNLL-2003)",
+         "python -m model.train finetune --task conll2003 ..."),
+)
+VIEW = {v.key: v for v in VIEWS}
+
+
+@dataclass
+class Slot:
+    """What one view runs on: a loaded model, or the reason there is none."""
+    view: View
+    model: object | None = None          # a runtime.EdgeModel
+    path: str | None = None
+    info: dict = field(default_factory=dict)
+    problem: str | None = None           # user-facing: why there is no model, how to get one
+    load_seconds: float = 0.0
+    layers_heads: tuple | None = None    # attention view: (num_layers, num_heads)
+    # A LiteRT interpreter must not run two calls at once: requests for one model take turns
+    # (different views' models still run in parallel, up to --concurrency jobs).
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None
+
+    def describe(self) -> str:
+        """One Markdown line for the top of the view."""
+        if not self.ready:
+            return f"**No model for this view.** {self.problem}"
+        info = self.info
+        parts = [info.get("task", "?")]
+        if info.get("finetuned_task"):
+            parts.append(f"fine-tuned on {info['finetuned_task']}")
+        if info.get("backend") == "keras":
+            parts.append("Keras")
+        elif info.get("quantization"):
+            parts.append(f"LiteRT {info['quantization']}")
+        parts.append(f"{self.model.max_seq_length} tokens")
+        return f"Model: `{self.path}` ({', '.join(parts)})"
+
+
+# === Discovery ===
+
+def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
+    """({task: [(folder path, info dict)]}, problems) for every model folder of `models_dir`."""
+    found, problems = {}, []
+    if not os.path.isdir(models_dir):
+        return found, problems
+    marker = MARKER[backend]
+    for name in sorted(os.listdir(models_dir)):
+        path = os.path.join(models_dir, name)
+        file = os.path.join(path, marker)
+        if not os.path.isfile(file):
+            continue
+        try:
+            with open(file, encoding="utf-8") as f:
+                info = json.load(f)
+            if not isinstance(info, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            problems.append(f"{file}: unreadable ({e})")
+            continue
+        # A bare BertConfig (no "encoder" section) is an encoder, as model_dir.read_info says.
+        task = info.get("task") or ("encoder" if backend == "keras" else None)
+        if backend == "keras" and "encoder" not in info:
+            task = "encoder"
+        found.setdefault(task, []).append((path, info))
+    return found, problems
+
+
+def choose(view: View, candidates: list) -> list:
+    """`candidates` ordered best first for `view` (planned folder name, fine-tuned task, name)."""
+    return sorted(candidates, key=lambda c: (os.path.basename(c[0]) != view.folder,
+                                             bool(view.finetuned)
+                                             and c[1].get("finetuned_task") not in view.finetuned,
+                                             os.path.basename(c[0])))
+
+
+def missing_message(view: View, models_dir: str, backend: str) -> str:
+    """What the view lacks and the command that makes it."""
+    target = os.path.join(models_dir, view.folder)
+    where = (f"`{models_dir}` does not exist" if not os.path.isdir(models_dir)
+             else f"`{models_dir}` has no {MARKER[backend]} folder with task \"{view.task}\"")
+    if backend == "litert":
+        how = (f"Export one with `python -m export --model MODEL_DIR --quantize dynamic "
+               f"--out {target}` "
+               f"(MODEL_DIR: a \"{view.task}\" model directory, made with `{view.train_hint}`), "
+               f"or start the app with `--models` pointing at a folder of bundles.")
+        other = discover(models_dir, "keras")[0].get(view.task)
+        if other:
+            how += f" `--backend keras` would load the Keras model `{other[0][0]}`."
+    else:
+        how = (f"Put a model directory (config.json, vocab.txt, model.weights.h5) in `{target}`, "
+               f"e.g. from `{view.train_hint}`.")
+    return f"This view needs {view.what}: {where}. {how}"
+
+
+# === Loading ===
+
+def load_all(models_dir: str = DEFAULT_MODELS, backend: str = "litert",
+             num_threads: int | None = None, warm_up: bool = True) -> dict[str, Slot]:
+    """{view key: Slot} for every view; never raises for a missing or broken model."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    found, problems = discover(models_dir, backend)
+    for p in problems:
+        log.warning("%s", p)
+    slots = {}
+    for view in VIEWS:
+        slot = Slot(view)
+        candidates = choose(view, found.get(view.task, []))
+        if not candidates:
+            slot.problem = missing_message(view, models_dir, backend)
+        for path, info in candidates[:1]:
+            slot.path, slot.info = path, info
+            start = time.perf_counter()
+            try:
+                slot.model = load_one(path, backend, num_threads)
+                slot.info = dict(getattr(slot.model, "info", None) or info)
+                if warm_up:
+                    slot.layers_heads = warm(view, slot.model)
+            except Exception as e:  # a broken model must not stop the other views
+                log.warning("%s: cannot serve %s: %s: %s", path, view.key, type(e).__name__, e)
+                slot.model = None
+                slot.problem = (f"`{path}` could not be loaded or failed on a test sentence "
+                                f"({type(e).__name__}: {e}).")
+            slot.load_seconds = time.perf_counter() - start
+        slots[view.key] = slot
+    return slots
+
+
+def load_one(path: str, backend: str, num_threads: int | None = None):
+    """The runtime.EdgeModel of one model folder."""
+    if backend == "litert":
+        from export import runtime
+
+        if num_threads is None:
+            return runtime.load(path)
+        try:
+            return runtime.load(path, num_threads=num_threads)
+        except TypeError:  # a runtime whose load() takes no thread count
+            return runtime.load(path)
+    return load_keras(path)
+
+
+def warm(view: View, model) -> tuple | None:
+    """Runs the model once on a short input (first-call costs paid at start-up, and a broken
+    model found before anyone asks); the attention view's (num_layers, num_heads)."""
+    if view.key == "fill_mask":
+        model.fill_mask("the cat sat on the [MASK] .")
+    elif view.key == "attention":
+        attention = np.asarray(model.attention("the cat sat on the mat .")["attention"])
+        return tuple(int(d) for d in attention.shape[:2])
+    elif view.key == "sentiment":
+        model.classify("the cat sat on the mat .")
+    elif view.key == "answer":
+        model.answer("where did the cat sit ?", "the cat sat on the mat .")
+    elif view.key == "entities":
+        model.tag("the cat sat on the mat .")
+    return None
+
+
+# === Keras backend ===
+
+def load_keras(directory: str):
+    """A Keras model directory as a runtime.EdgeModel (imports TensorFlow)."""
+    from export import runtime
+    from model import model_dir
+    from model.tokenizer import WordPieceTokenizer
+
+    config = model_dir.read_info(directory)
+    keras_model = model_dir.load(directory)
+    task = config.get("task", "encoder")
+    lowercase = config.get("lowercase", config["encoder"].get("lowercase", True))
+    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
+    seq_len = min(config.get("max_seq_length") or KERAS_DEFAULT_SEQ_LEN,
+                  config["encoder"].get("max_sequence_length", 512))
+    info = {"format": 1, "task": task, "finetuned_task": config.get("finetuned_task"),
+            "max_seq_length": seq_len, "lowercase": lowercase, "quantization": None,
+            "id2label": config.get("id2label"), "null_threshold": config.get("null_threshold"),
+            "top_k": KERAS_TOP_K if task == "pretraining" else None,
+            "source": {"model_dir": directory, "config": config}, "backend": "keras"}
+    next_sentence = bool(config.get("next_sentence", True))
+    predict = keras_predict(keras_model, task, next_sentence=next_sentence)
+    return runtime.EdgeModel(predict, tokenizer, info)
+
+
+def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K,
+                  next_sentence: bool = False):
+    """A `predict(inputs) -> {name: np.ndarray}` with a bundle's outputs for `task`: the export's
+    own serving function (`export.convert.serving`: top-k probabilities at the masks for
+    pre-training, attention probabilities for an encoder, logits otherwise), run eagerly."""
+    from export.convert import keras_outputs, serving
+
+    fn, _, _ = serving(keras_model, task, top_k=top_k, next_sentence=next_sentence)
+    return lambda inputs: keras_outputs(fn, inputs)
+
+
+# === CLI ===
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.models",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("models", nargs="?", default=DEFAULT_MODELS)
+    parser.add_argument("--backend", choices=BACKENDS, default="litert")
+    args = parser.parse_args(argv)
+    for key, slot in load_all(args.models, args.backend).items():
+        print(f"{key:10s} {slot.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sys.exit(main())

@@ -1,0 +1,531 @@
+"""What each view of the app computes and shows: plain functions, testable without a server.
+
+Each view function takes the view's `models.Slot`, the user's inputs and the `Limits`, checks the
+inputs, calls the model through the runtime API only (`fill_mask`, `attention`, `classify`,
+`answer`, `tag`; see export/README.md) and returns a dict {output name: value} in the forms
+the Gradio components take (`OUTPUTS[view]` lists the names in the order `app.ui` wires them):
+HighlightedText values, gr.Label confidences, table rows, HTML (bars, heatmaps) and a JSON-able
+"raw" dict for API users. A bad input, a missing model or a failing model never raises: the view
+gets `status` = a message saying what is wrong, and the other outputs empty.
+
+    python -c "from app import predict; help(predict)"
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import io
+import logging
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("app")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits; each is a flag of `python -m app`."""
+    max_chars: int = 10_000     # per text box; longer input is refused with a message
+    max_top_k: int = 10         # predictions per [MASK]
+    max_n_best: int = 20        # answers in the n-best list
+
+
+class InputError(ValueError):
+    """A problem with the user's input, said in words for the view."""
+
+
+OUTPUTS = {
+    "fill_mask": ("status", "filled", "bars", "raw"),
+    "attention": ("status", "attends_to", "head_map", "average_map", "grid", "raw"),
+    "sentiment": ("status", "label", "raw"),
+    "answer": ("status", "context", "nbest", "raw"),
+    "entities": ("status", "spans", "entities", "words", "raw"),
+}
+# What an output shows when there is nothing to show (HTML wants a string, the rest None).
+_EMPTY = {"bars": "", "head_map": "", "average_map": "", "grid": ""}
+
+WARNING = "⚠️ "
+
+
+def view_output(view: str, extra: tuple = ()):
+    """Decorator: a view function returning {name: value} for `OUTPUTS[view]` (+ `extra`),
+    made total: any exception becomes a status message (ValueError's text as it is: the
+    runtime's and our input errors are written for users; anything else logged with its
+    traceback)."""
+    names = OUTPUTS[view] + tuple(extra)
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                result = fn(*args, **kwargs)
+            except ValueError as e:
+                log.info("%s: %s", view, e)
+                return error_result(view, str(e), extra)
+            except Exception as e:
+                log.exception("%s failed", view)
+                return error_result(view, f"The model could not answer this input "
+                                          f"({type(e).__name__}); the server log has the details.",
+                                    extra)
+            return {name: result.get(name, _EMPTY.get(name)) for name in names}
+        return wrapper
+    return decorate
+
+
+def error_result(view: str, message: str, extra: tuple = ()) -> dict:
+    message = message[:1].upper() + message[1:]  # the runtime's messages start in lower case
+    out = {name: _EMPTY.get(name) for name in OUTPUTS[view] + tuple(extra)}
+    out["status"] = WARNING + message
+    out["raw"] = {"error": message.replace("**", "")}
+    return out
+
+
+# === Input checks ===
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INVISIBLE = ("Cc", "Cf", "Co", "Cs", "Cn", "Zs", "Zl", "Zp")
+
+
+def check_text(value, name: str, limits: Limits, required: bool = True) -> str:
+    """The text of one input box, or InputError saying why it cannot be used.
+
+    Lone surrogates (which JSON can carry) become U+FFFD one for one, so character offsets
+    into the returned text stay those of the input.
+    """
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InputError(f"The {name} must be text, not {type(value).__name__}.")
+    text = _SURROGATE.sub("\ufffd", value)
+    if len(text) > limits.max_chars:
+        raise InputError(f"The {name} is {len(text):,} characters long; this app takes at most "
+                         f"{limits.max_chars:,} (see --max-input-chars).")
+    if not text.strip():
+        if required:
+            raise InputError(f"The {name} is empty: type or pick an example first.")
+        return ""
+    if all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text):
+        raise InputError(f"The {name} has no visible characters (only spaces, control or "
+                         f"formatting characters), so there is nothing to read.")
+    return text
+
+
+def require(slot):
+    """The slot's model, or InputError with what is missing and how to get it."""
+    if slot is None or slot.model is None:
+        raise InputError(slot.describe() if slot is not None else "No model for this view.")
+    return slot.model
+
+
+def call(slot, method: str, *args, **kwargs):
+    """`slot.model.method(*args, **kwargs)`, one call at a time per model."""
+    model = require(slot)
+    with slot.lock:
+        return getattr(model, method)(*args, **kwargs)
+
+
+def truncation_note(model, text: str, text_pair: str | None = None) -> str:
+    """What the model's length limit cut off, in words."""
+    limit = model.max_seq_length
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return (f"The input is longer than the model's {limit} tokens: only its beginning "
+                f"was read.")
+    a = tokenizer.encode([text])[0]
+    if text_pair is None:
+        kept = max(limit - 2, 0)
+        if len(a) <= kept:
+            return f"The input is longer than the model's {limit} tokens and was cut."
+        last = tokenizer.decode(a[max(0, kept - 6):kept])
+        return (f"The text is {len(a)} WordPieces; the model reads {kept} (+ [CLS] and [SEP]), "
+                f"so the {len(a) - kept} after “…{last}” were not read.")
+    b = tokenizer.encode([text_pair])[0]
+    return (f"The two texts are {len(a)} + {len(b)} WordPieces; the model reads {limit - 3} "
+            f"(+ [CLS] and two [SEP]), so the longer was cut at its end.")
+
+
+def unknown_note(tokens: list[str]) -> str | None:
+    unknown = sum(t == "[UNK]" for t in tokens)
+    if not unknown:
+        return None
+    return (f"{unknown} WordPiece{'s are' if unknown > 1 else ' is'} [UNK]: the vocabulary has "
+            f"no pieces for some characters (emoji, rare scripts or symbols).")
+
+
+def unknown_text_note(model, text: str) -> str | None:
+    """`unknown_note` for a text (tokenized again only when it has non-ASCII characters)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None or text.isascii():
+        return None
+    ids = tokenizer.encode([text])[0]
+    return unknown_note(["[UNK]" if i == tokenizer.unk_id else "" for i in ids])
+
+
+def status_line(headline: str, notes=()) -> str:
+    notes = [n for n in notes if n]
+    return "\n\n".join([headline] + [WARNING + n for n in notes])
+
+
+# === Masked words ===
+
+_MASK = re.compile(r"\[\s*mask\s*\]", re.IGNORECASE)
+MASK = "[MASK]"
+
+
+@view_output("fill_mask")
+def fill_mask(slot, text, top_k=5, limits: Limits = Limits()) -> dict:
+    model = require(slot)
+    text = _MASK.sub(MASK, check_text(text, "text", limits))
+    wanted = text.count(MASK)
+    if not wanted:
+        raise InputError("The text has no [MASK]. Write [MASK] where a word is missing, "
+                         "e.g. “The cat sat on the [MASK].”")
+    k = clamp_int(top_k, 1, min(limits.max_top_k, (slot.info or {}).get("top_k") or 10), "top-k")
+    result = call(slot, "fill_mask", text, top_k=k)
+    masks = result["masks"]
+    notes = []
+    if result.get("truncated"):
+        # The runtime reads a window of the text around the masks.
+        tokens = result.get("tokens", [])
+        head, tail = " ".join(tokens[1:4]), " ".join(tokens[-4:-1])
+        notes.append(f"The text is longer than the model's {model.max_seq_length} tokens: it "
+                     f"read only the window “{head} … {tail}” around the [MASK]s.")
+    if len(masks) < wanted:
+        notes.append(f"Only the first {len(masks)} of the {wanted} [MASK]s fit in that window; "
+                     f"the rest are left unfilled.")
+    notes.append(unknown_note(result.get("tokens", [])))
+    best = [m["predictions"][0] for m in masks if m["predictions"]]
+    headline = (f"Filled {len(masks)} [MASK]{'s' if len(masks) != 1 else ''} with the most "
+                f"likely WordPiece (top {k} below)." if best else "No predictions.")
+    return {"status": status_line(headline, notes), "filled": filled_spans(text, masks),
+            "bars": bars_html(masks), "raw": jsonable(result)}
+
+
+def filled_spans(text: str, masks: list[dict]) -> list[tuple]:
+    """HighlightedText value: the text with each [MASK] replaced by its best guess, labelled
+    with its number and probability."""
+    pieces = text.split(MASK)
+    spans = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            spans.append((piece, None))
+        if i == len(pieces) - 1:
+            break
+        if i < len(masks) and masks[i]["predictions"]:
+            p = best_word(masks[i]["predictions"])
+            word = p["token"][2:] if p["token"].startswith("##") else p["token"]
+            spans.append((word, f"{i + 1}: {p['score']:.0%}"))
+        else:
+            spans.append((MASK, "not read"))
+    return spans
+
+
+SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def best_word(predictions: list[dict]) -> dict:
+    """The likeliest prediction that is a word, not a special token (as the runtime fills)."""
+    return next((p for p in predictions if p["token"] not in SPECIAL), predictions[0])
+
+
+def bars_html(masks: list[dict]) -> str:
+    """One card per [MASK]: its top-k WordPieces as horizontal probability bars."""
+    cards = []
+    for i, m in enumerate(masks):
+        rows = "".join(
+            f'<div class="bar-row"><span class="bar-token">{html.escape(p["token"])}</span>'
+            f'<span class="bar"><span class="bar-fill" style="width:{100 * p["score"]:.1f}%">'
+            f'</span></span><span class="bar-value">{p["score"]:.1%}</span></div>'
+            for p in m["predictions"])
+        cards.append(f'<div class="mask-card"><div class="mask-title">[MASK] {i + 1} '
+                     f'<small>(token {m["position"]})</small></div>{rows}</div>')
+    return f'<div class="bert-bars">{"".join(cards)}</div>'
+
+
+# === Attention ===
+
+def attention_state(slot, text, text_pair=None, limits: Limits = Limits()) -> dict:
+    """Runs the model: {"tokens", "segment_ids", "attention" (layers, heads, T, T), "notes"}."""
+    model = require(slot)
+    text = check_text(text, "sentence", limits)
+    pair = check_text(text_pair, "second sentence", limits, required=False) or None
+    result = call(slot, "attention", text, pair)
+    notes = [truncation_note(model, text, pair) if result.get("truncated") else None,
+             unknown_note(result["tokens"])]
+    return {"tokens": list(result["tokens"]),
+            "segment_ids": [int(s) for s in result["segment_ids"]],
+            "attention": np.asarray(result["attention"], dtype=np.float32),
+            "truncated": bool(result.get("truncated")), "notes": [n for n in notes if n]}
+
+
+@view_output("attention", extra=("state",))
+def attention(slot, text, text_pair=None, layer=1, head=1, token=None,
+              limits: Limits = Limits()) -> dict:
+    """The attention endpoint: runs the model, then `render_attention`; also returns the
+    model's answer as "state" (None on error), so that choosing another head or token
+    re-renders without running the model again. A `token` past the new text's end falls back
+    to the default."""
+    state = attention_state(slot, text, text_pair, limits)
+    if token not in (None, "") and not 0 <= _as_int(token) < len(state["tokens"]):
+        token = None
+    return {**render_attention(state, layer, head, token), "state": state}
+
+
+def _as_int(value) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return -1
+
+
+def default_token(tokens: list[str]) -> int:
+    """The first word after [CLS] (more telling than [CLS] itself)."""
+    return 1 if len(tokens) > 2 else 0
+
+
+def render_attention(state: dict | None, layer=1, head=1, token=None) -> dict:
+    """The views of one head (1-based `layer`, `head`) and one attending token (0-based)."""
+    if not state:
+        raise InputError("Run the model on a sentence first.")
+    attention, tokens = state["attention"], state["tokens"]
+    num_layers, num_heads, length = attention.shape[0], attention.shape[1], attention.shape[2]
+    layer = clamp_int(layer, 1, num_layers, "layer")
+    head = clamp_int(head, 1, num_heads, "head")
+    token = default_token(tokens) if token in (None, "") else clamp_int(token, 0, length - 1,
+                                                                         "token")
+    matrix = attention[layer - 1, head - 1]  # (T, T): row = attending token, column = attended
+    average = attention[layer - 1].mean(axis=0)  # (T, T)
+    row = matrix[token]
+    top = np.argsort(-row, kind="stable")[:3]
+    targets = ", ".join(f"“{tokens[j]}” ({row[j]:.2f})" for j in top)
+    headline = (f"Layer {layer}, head {head}: “{tokens[token]}” (token {token}) attends most "
+                f"to {targets}.")
+    raw = {"tokens": tokens, "segment_ids": state["segment_ids"], "truncated": state["truncated"],
+           "num_layers": num_layers, "num_heads": num_heads, "layer": layer, "head": head,
+           "token": token, "attention": np.round(matrix.astype(float), 4).tolist()}
+    return {"status": status_line(headline, state.get("notes", ())),
+            "attends_to": attends_to_spans(tokens, row),
+            "head_map": heatmap_html(matrix, tokens, state["segment_ids"], token,
+                                     f"Layer {layer}, head {head}"),
+            "average_map": heatmap_html(average, tokens, state["segment_ids"], token,
+                                        f"Layer {layer}, average of {num_heads} heads"),
+            "grid": heads_grid_html(attention[layer - 1], head, layer),
+            "raw": raw}
+
+
+# The re-render event of the attention view (another layer, head or token; no model call).
+rerender_attention = view_output("attention")(render_attention)
+
+
+def token_choices(tokens: list[str]) -> list[tuple[str, int]]:
+    """(label, token index) pairs for the token selector."""
+    return [(f"{i}: {t}", i) for i, t in enumerate(tokens)]
+
+
+def shade(weights: np.ndarray) -> np.ndarray:
+    """Colour intensity in [0, 1] of attention weights: the square root, so that a weight of
+    0.05 (uniform attention over 20 tokens) is pale but visible and 1 is full colour. Absolute,
+    not scaled to a maximum: a head that attends evenly looks even, not saturated."""
+    return np.sqrt(np.clip(weights, 0.0, 1.0))
+
+
+def attends_to_spans(tokens: list[str], row: np.ndarray) -> list[tuple]:
+    """HighlightedText value: every WordPiece, shaded by how much the chosen token attends to
+    it (`shade` of its weight)."""
+    return [(t, round(float(v), 3)) for t, v in zip(tokens, shade(row))]
+
+
+_LEVELS = 20  # colour steps of the heatmap cells (CSS classes q0 .. q20 in app.ui)
+_CELLS = [f'<td class="q{q}"></td>' for q in range(_LEVELS + 1)]
+# Up to this many tokens each cell also carries its weight as a tooltip; longer inputs leave
+# them out to keep the page light (a 128-token table has 16,384 cells, and formatting that
+# many numbers costs more than the model). The raw JSON always has the weights.
+TOOLTIP_TOKENS = 48
+
+
+def heatmap_html(matrix: np.ndarray, tokens: list[str], segment_ids: list[int], selected: int,
+                 caption: str) -> str:
+    """A token-by-token table: row i = what token i attends to; each cell's colour is the
+    `shade` of its weight (its tooltip the weight itself, up to TOOLTIP_TOKENS tokens). Row and
+    column headers carry data-token (clicking one selects that token)."""
+    levels = np.rint(shade(matrix) * _LEVELS).astype(int).tolist()
+    names = [html.escape(t) for t in tokens]
+    kinds = ["special" if t in ("[CLS]", "[SEP]", "[PAD]") else f"seg{s}"
+             for t, s in zip(tokens, segment_ids)]
+    head = "".join(f'<th class="col {k}" data-token="{j}"><span>{n}</span></th>'
+                   for j, (n, k) in enumerate(zip(names, kinds)))
+    tooltips = len(tokens) <= TOOLTIP_TOKENS
+    rows = []
+    for i, (name, kind) in enumerate(zip(names, kinds)):
+        if tooltips:
+            cells = "".join(f'<td class="q{q}" title="{w:.3f}"></td>'
+                            for q, w in zip(levels[i], matrix[i].tolist()))
+        else:
+            cells = "".join([_CELLS[q] for q in levels[i]])
+        sel = ' sel' if i == selected else ''
+        rows.append(f'<tr class="r{sel}"><th class="row {kind}" data-token="{i}">{name}</th>'
+                    f'{cells}</tr>')
+    hover = "; hover: weight" if tooltips else ""
+    return (f'<div class="attn-wrap"><table class="attn"><caption>{html.escape(caption)} '
+            f'<small>rows attend to columns (colour: √weight{hover}); click a token to select '
+            f'it</small></caption>'
+            f'<thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def heads_grid_html(layer_attention: np.ndarray, selected_head: int, layer: int) -> str:
+    """Small multiples: every head of one layer as a tiny heatmap image (click one to show it)."""
+    levels = np.rint(shade(layer_attention) * 255).astype(np.uint8)  # (heads, T, T)
+    figures = []
+    for h, image in enumerate(levels, start=1):
+        sel = " sel" if h == selected_head else ""
+        figures.append(f'<figure class="head{sel}" data-head="{h}"><img alt="layer {layer} head '
+                       f'{h}" src="data:image/png;base64,{png_base64(image)}">'
+                       f'<figcaption>head {h}</figcaption></figure>')
+    return f'<div class="heads-grid">{"".join(figures)}</div>'
+
+
+# 256 colours from white (level 0) to blue (255): the PNGs are palette images, one byte a pixel.
+_PALETTE = np.rint(np.linspace([255, 255, 255], [29, 78, 216], 256)).astype(np.uint8)
+
+
+def png_base64(levels: np.ndarray) -> str:
+    """A (T, T) uint8 array of colour levels as a T x T PNG (white -> blue), base64."""
+    from PIL import Image
+
+    image = Image.frombytes("P", levels.shape[::-1], np.ascontiguousarray(levels).tobytes())
+    image.putpalette(_PALETTE.tobytes())
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# === Sentiment ===
+
+# GLUE stores SST-2's labels as "0"/"1"; these are their meanings.
+LABEL_NAMES = {"sst2": {"0": "negative", "1": "positive"}}
+
+
+@view_output("sentiment")
+def sentiment(slot, text, limits: Limits = Limits()) -> dict:
+    model = require(slot)
+    text = check_text(text, "text", limits)
+    result = call(slot, "classify", text)
+    notes = [truncation_note(model, text) if result.get("truncated") else None,
+             unknown_text_note(model, text)]
+    if result.get("value") is not None and not result.get("scores"):
+        return {"status": status_line(f"Score: **{result['value']:.3f}**", notes),
+                "raw": jsonable(result)}
+    names = LABEL_NAMES.get((slot.info or {}).get("finetuned_task"), {})
+    scores = {names.get(str(k), str(k)): round(float(v), 6) for k, v in result["scores"].items()}
+    label = names.get(str(result["label"]), str(result["label"]))
+    headline = f"**{label}** ({scores.get(label, max(scores.values())):.1%})"
+    return {"status": status_line(headline, notes), "label": scores, "raw": jsonable(result)}
+
+
+# === Question answering ===
+
+NO_ANSWER = "(no answer)"
+
+@view_output("answer")
+def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict:
+    model = require(slot)
+    question = check_text(question, "question", limits)
+    context = check_text(context, "context", limits)
+    n = clamp_int(n_best, 1, limits.max_n_best, "n-best")
+    result = call(slot, "answer", question, context, n_best=n)
+    nbest = result.get("nbest") or []
+    rows = [[i + 1, a["text"] if a["start"] >= 0 else NO_ANSWER, round(float(a["score"]), 3),
+             round(float(a["probability"]), 4)] for i, a in enumerate(nbest[:n])]
+    windows = result.get("windows", 1)
+    notes = [f"The context is longer than the model's {model.max_seq_length} tokens: it was read "
+             f"in {windows} overlapping windows." if windows and windows > 1 else None,
+             "The question is long: only its first WordPieces were read (SQuAD's limit)."
+             if result.get("truncated") else None,
+             unknown_text_note(model, question + " " + context)]
+    if result.get("no_answer") or result.get("start", -1) < 0:
+        best = next((a for a in nbest if a["start"] >= 0), None)
+        null = result.get("null_score")
+        headline = "**No answer** in the context"
+        if null is not None:
+            headline += f": the null score {null:.3f} wins"
+            if best is not None:
+                headline += f" over the best span “{best['text']}” ({best['score']:.3f})"
+            threshold = (slot.info or {}).get("null_threshold")
+            if threshold is not None:
+                headline += f", threshold {threshold:.3f}"
+        spans = {"text": context, "entities": []}
+        return {"status": status_line(headline + ".", notes), "context": spans, "nbest": rows,
+                "raw": jsonable(result)}
+    score = f"score {result['score']:.3f}"
+    if result.get("null_score") is not None:
+        score += f", null score {result['null_score']:.3f}"
+    headline = f"**{result['text']}** ({score})"
+    spans = {"text": context, "entities": [{"entity": "answer", "start": int(result["start"]),
+                                            "end": int(result["end"])}]}
+    return {"status": status_line(headline, notes), "context": spans, "nbest": rows,
+            "raw": jsonable(result)}
+
+
+# === Named entities ===
+
+ENTITY_COLORS = {"PER": "#f59e0b", "ORG": "#3b82f6", "LOC": "#10b981", "MISC": "#a855f7"}
+
+
+@view_output("entities")
+def entities(slot, text, limits: Limits = Limits()) -> dict:
+    model = require(slot)
+    text = check_text(text, "text", limits)
+    result = call(slot, "tag", text)
+    found = result["entities"]
+    words = result["words"]
+    notes = [unknown_text_note(model, text)]
+    if result.get("truncated"):
+        end = max((w["end"] for w in words), default=0)
+        notes.append(f"The text is longer than the model's {model.max_seq_length} tokens: "
+                     f"only its first {len(words)} words were tagged; the text after character "
+                     f"{end} (“{text[end:end + 30].strip()}…”) was not.")
+    kinds = sorted({e["type"] for e in found})
+    headline = (f"{len(found)} entit{'y' if len(found) == 1 else 'ies'}"
+                + (f" ({', '.join(kinds)})" if kinds else "") + f" in {len(words)} words.")
+    spans = {"text": text, "entities": [{"entity": e["type"], "start": int(e["start"]),
+                                         "end": int(e["end"])} for e in found]}
+    entity_rows = [[e["text"], e["type"], round(float(e["score"]), 4), int(e["start"]),
+                    int(e["end"])] for e in found]
+    word_rows = [[w["word"], w["tag"], round(float(w["score"]), 4)] for w in words]
+    return {"status": status_line(headline, notes), "spans": spans, "entities": entity_rows,
+            "words": word_rows, "raw": jsonable(result)}
+
+
+# === Helpers ===
+
+def clamp_int(value, low: int, high: int, name: str) -> int:
+    """`value` as an int in [low, high], or InputError."""
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError):
+        raise InputError(f"The {name} must be a whole number, not {value!r}.") from None
+    if not low <= number <= high:
+        raise InputError(f"The {name} must be between {low} and {high}, not {number}.")
+    return number
+
+
+def jsonable(value):
+    """`value` with numpy scalars and arrays as plain Python (floats to 6 digits)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        return round(float(value), 6)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

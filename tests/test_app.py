@@ -1,0 +1,615 @@
+"""Tests of the Gradio app (`python -m app`): input checks and views without a server, then the
+app served on a free loopback port and every named endpoint called through gradio_client.
+
+    PYTHONPATH=. python -m pytest tests/test_app.py -q
+
+`StandIn` is a model with the runtime API's methods (export/README.md) and made-up answers,
+so the views' display logic is tested apart from any model. `tiny_models` makes real ones: the
+five tasks on the `tiny` preset (random weights) as Keras model directories and as LiteRT
+bundles (`python -m export`'s own function), which `python -m app` serves with either backend.
+`tests/test_app_browser.py` drives the app in Chromium.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app import models, predict
+from app.__main__ import offline_environment, parse_args
+from tests.helpers import REPO_ROOT, free_ports, write_task_vocab
+
+offline_environment()  # before anything imports gradio
+
+SENTENCE = "George Washington went to Washington ."
+
+
+class StandIn:
+    """A model with the runtime API (fill_mask, attention, classify, answer, tag) whose answers
+    are made up from the words: enough to exercise every view."""
+
+    def __init__(self, task: str, max_seq_length: int = 32, layers: int = 2, heads: int = 3):
+        self.task, self.max_seq_length = task, max_seq_length
+        self.layers, self.heads = layers, heads
+        self.labels = ["0", "1"] if task == "classifier" else None
+        self.info = {"task": task, "max_seq_length": max_seq_length, "quantization": "float32",
+                     "top_k": 5, "finetuned_task": "sst2" if task == "classifier" else None}
+        self.calls = 0
+
+    @staticmethod
+    def words(text: str) -> list[str]:
+        return re.findall(r"\[MASK\]|\w+|[^\w\s]", text.lower().replace("[mask]", "[MASK]"))
+
+    def fill_mask(self, text, top_k=5):
+        self.calls += 1
+        if "[MASK]" not in text:
+            raise ValueError("the text has no [MASK]")
+        words = self.words(text)
+        tokens = ["[CLS]"] + words[:self.max_seq_length - 2] + ["[SEP]"]
+        guesses = ["mat", "dog", "##s", "sun", "tree", "bird", "fish", "red", "old", "man"]
+        masks = [{"position": i, "predictions": [
+            {"token": w, "token_id": 10 + j, "score": round(0.5 / (j + 1), 4)}
+            for j, w in enumerate(guesses[:top_k])]} for i, t in enumerate(tokens) if t == "[MASK]"]
+        return {"tokens": tokens, "masks": masks, "filled": text.replace("[MASK]", "mat"),
+                "truncated": len(words) > self.max_seq_length - 2}
+
+    def attention(self, text, text_pair=None):
+        self.calls += 1
+        a, b = self.words(text), self.words(text_pair) if text_pair else []
+        tokens = ["[CLS]"] + a + ["[SEP]"] + (b + ["[SEP]"] if b else [])
+        segments = [0] * (len(a) + 2) + [1] * (len(b) + 1 if b else 0)
+        truncated = len(tokens) > self.max_seq_length
+        tokens, segments = tokens[:self.max_seq_length], segments[:self.max_seq_length]
+        n = len(tokens)
+        x = np.random.default_rng(n).random((self.layers, self.heads, n, n)).astype(np.float32)
+        x[..., -1] += 3.0  # every token looks at the last [SEP] most
+        return {"tokens": tokens, "segment_ids": segments,
+                "attention": x / x.sum(-1, keepdims=True), "truncated": truncated}
+
+    def classify(self, text, text_pair=None):
+        self.calls += 1
+        p = 0.9 if "good" in text.lower() else 0.2
+        return {"label": "1" if p > 0.5 else "0", "scores": {"0": 1 - p, "1": p}, "value": None,
+                "truncated": len(self.words(text)) > self.max_seq_length - 2}
+
+    def answer(self, question, context, n_best=20):
+        self.calls += 1
+        spans = list(re.finditer(r"\w+", context))
+        nbest = [{"text": m.group(), "start": m.start(), "end": m.end(), "score": 5.0 - i,
+                  "probability": 0.5 / (i + 1)} for i, m in enumerate(reversed(spans))][:n_best]
+        windows = 1 + len(context) // 400
+        if "nobody" in question.lower():  # SQuAD 2.0: the null score wins
+            return {"text": "", "start": -1, "end": -1, "score": 2.0, "null_score": 6.5,
+                    "no_answer": True, "nbest": nbest, "windows": windows}
+        best = nbest[0]
+        return {**{k: best[k] for k in ("text", "start", "end", "score")}, "null_score": None,
+                "no_answer": False, "nbest": nbest, "windows": windows}
+
+    def tag(self, text):
+        self.calls += 1
+        words = [{"word": m.group(), "start": m.start(), "end": m.end(),
+                  "tag": "B-PER" if m.group()[:1].isupper() else "O", "score": 0.875}
+                 for m in re.finditer(r"\w+", text)]
+        entities = [{"type": "PER", "text": w["word"], "start": w["start"], "end": w["end"],
+                     "score": w["score"]} for w in words if w["tag"] != "O"]
+        return {"words": words, "entities": entities, "truncated": False}
+
+
+class Broken(StandIn):
+    def classify(self, text, text_pair=None):
+        raise RuntimeError("interpreter exploded at /secret/path.py line 3")
+
+
+def stand_in_slots(max_seq_length: int = 32) -> dict:
+    slots = {}
+    for view in models.VIEWS:
+        model = StandIn(view.task, max_seq_length)
+        slot = models.Slot(view, model=model, path=f"stand-in/{view.folder}", info=model.info)
+        slot.layers_heads = models.warm(view, model)
+        slots[view.key] = slot
+    return slots
+
+
+# === Input checks and views, no server ===
+
+LIMITS = predict.Limits(max_chars=200)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("", "is empty"), ("   \n\t", "is empty"), (None, "is empty"),
+    ("\u200b\u200d\ufeff", "no visible characters"), ("\x00\x01", "no visible characters"),
+    ("x" * 201, "at most 200"), (42, "must be text")])
+def test_check_text_refuses_with_a_message(value, expected):
+    with pytest.raises(predict.InputError, match=expected):
+        predict.check_text(value, "text", LIMITS)
+
+
+def test_check_text_keeps_odd_unicode_and_offsets():
+    text = "caf\u00e9 \ud83d\ude00 \u0645\u0631\u062d\u0628\u0627 e\u0301 \ud800 x"
+    out = predict.check_text(text, "text", LIMITS)
+    assert len(out) == len(text) and "\ufffd" in out and "\ud800" not in out
+    out.encode("utf-8")  # a lone surrogate would raise here
+
+
+def test_every_view_turns_bad_input_into_a_status_message():
+    slots = stand_in_slots()
+    cases = [
+        (predict.fill_mask, (slots["fill_mask"], "no mask here", 5, LIMITS), "has no [MASK]"),
+        (predict.fill_mask, (slots["fill_mask"], "a [MASK]", 99, LIMITS), "between 1 and"),
+        (predict.attention, (slots["attention"], "", "", 1, 1, None, LIMITS), "empty"),
+        (predict.attention, (slots["attention"], "a b", "", 7, 1, None, LIMITS), "layer"),
+        (predict.sentiment, (slots["sentiment"], "\u200b", LIMITS), "no visible"),
+        (predict.answer, (slots["answer"], "who?", "", 5, LIMITS), "context is empty"),
+        (predict.entities, (slots["entities"], "y" * 500, LIMITS), "at most 200"),
+    ]
+    for fn, args, expected in cases:
+        out = fn(*args)
+        assert out["status"].startswith(predict.WARNING) and expected in out["status"], out
+        assert out["raw"] == {"error": out["status"][len(predict.WARNING):]}
+
+
+def test_fill_mask_fills_every_mask_and_draws_bars():
+    out = predict.fill_mask(stand_in_slots()["fill_mask"], "The [mask] sat on the [ MASK ].", 3,
+                            LIMITS)
+    assert "Filled 2 [MASK]s" in out["status"]
+    assert out["filled"] == [("The ", None), ("mat", "1: 50%"), (" sat on the ", None),
+                             ("mat", "2: 50%"), (".", None)]
+    assert out["bars"].count('class="mask-card"') == 2 and out["bars"].count("bar-row") == 6
+    assert out["raw"]["masks"][1]["predictions"][2]["token"] == "##s"
+
+
+def test_fill_mask_says_which_masks_were_cut():
+    slot = stand_in_slots(max_seq_length=8)["fill_mask"]
+    out = predict.fill_mask(slot, "[MASK] a b c d e f g h [MASK]", 3, LIMITS)
+    assert "it read only the window “[MASK] a b … c d e”" in out["status"]
+    assert "Only the first 1 of the 2 [MASK]s fit" in out["status"]
+    assert out["filled"][-1] == ("[MASK]", "not read")
+
+
+def test_truncation_note_names_what_was_cut():
+    class Tokenizer:  # the WordPieceTokenizer interface, one WordPiece a word
+        def encode(self, texts):
+            return [list(range(len(t.split()))) for t in texts]
+
+        def decode(self, ids):
+            return " ".join(f"w{i}" for i in ids)
+
+    model = StandIn("classifier", max_seq_length=6)
+    model.tokenizer = Tokenizer()
+    note = predict.truncation_note(model, "a b c d e f g h i j")
+    assert "10 WordPieces" in note and "reads 4" in note
+    assert "the 6 after “…w0 w1 w2 w3”" in note
+    slot = models.Slot(models.VIEW["sentiment"], model=model, path="x", info=model.info)
+    out = predict.sentiment(slot, "good " * 12, LIMITS)
+    assert "positive" in out["status"] and "the 8 after" in out["status"]
+
+
+def test_attention_views_and_token_choice():
+    slot = stand_in_slots()["attention"]
+    out = predict.attention(slot, "The cat sat.", "Where?", 2, 3, None, LIMITS)
+    tokens = out["state"]["tokens"]
+    assert tokens == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "where", "?", "[SEP]"]
+    assert out["status"].startswith(
+        "Layer 2, head 3: “the” (token 1) attends most to “[SEP]”")
+    assert out["head_map"].count('<td class="q') == len(tokens) ** 2
+    assert out["head_map"].count('class="col seg1"') == 2  # "where", "?" after [SEP]
+    assert out["grid"].count("<figure") == 3 and 'data-head="3"' in out["grid"]
+    shades = [w for _, w in out["attends_to"]]
+    assert len(shades) == len(tokens) and 0 < min(shades) and max(shades) == shades[-1] < 1
+    assert np.asarray(out["raw"]["attention"]).shape == (len(tokens), len(tokens))
+    again = predict.rerender_attention(out["state"], 1, 1, 6)
+    assert again["status"].startswith("Layer 1, head 1: “where” (token 6)")
+    assert 'class="r sel"><th class="row seg1" data-token="6">where' in again["head_map"]
+    assert predict.token_choices(tokens)[6] == ("6: where", 6)
+    # A token index past the new sentence's end falls back to the first word.
+    assert predict.attention(slot, "a b", "", 1, 1, 30, LIMITS)["raw"]["token"] == 1
+    assert "Run the model" in predict.rerender_attention(None, 1, 1, 0)["status"]
+
+
+def test_answer_highlights_the_span_or_says_no_answer():
+    slot = stand_in_slots()["answer"]
+    out = predict.answer(slot, "Where?", "The cat sat on the mat", 3, LIMITS)
+    assert out["status"].startswith("**mat**")
+    assert out["context"]["entities"] == [{"entity": "answer", "start": 19, "end": 22}]
+    assert [r[1] for r in out["nbest"]] == ["mat", "the", "on"]
+    slot.info = {**slot.info, "null_threshold": 1.5}
+    out = predict.answer(slot, "Nobody?", "The cat sat on the mat", 3, LIMITS)
+    assert "**No answer**" in out["status"] and "null score 6.500" in out["status"]
+    assert "“mat” (5.000)" in out["status"] and "threshold 1.500" in out["status"]
+    assert out["context"]["entities"] == []
+    long = predict.answer(slot, "Where?", "the cat sat . " * 60, 3, predict.Limits())
+    assert "read in 3 overlapping windows" in long["status"]
+
+
+def test_entities_and_sentiment():
+    slots = stand_in_slots()
+    out = predict.entities(slots["entities"], SENTENCE, LIMITS)
+    assert out["status"] == "3 entities (PER) in 5 words."
+    assert out["spans"]["entities"][0] == {"entity": "PER", "start": 0, "end": 6}
+    assert out["entities"][1] == ["Washington", "PER", 0.875, 7, 17]
+    out = predict.sentiment(slots["sentiment"], "A good film", LIMITS)
+    assert out["status"] == "**positive** (90.0%)" and out["label"]["negative"] == 0.1
+
+
+def test_a_failing_model_gives_a_message_not_a_traceback(caplog):
+    slot = models.Slot(models.VIEW["sentiment"], model=Broken("classifier"), path="x")
+    out = predict.sentiment(slot, "fine", LIMITS)
+    assert "could not answer this input (RuntimeError)" in out["status"]
+    assert "Traceback" not in out["status"] and "/secret" not in out["status"]
+    assert "Traceback" in caplog.text  # the details go to the server log
+
+
+# === Discovering models ===
+
+def write_bundle(directory, task, finetuned=None, marker="bundle.json"):
+    os.makedirs(directory)
+    with open(os.path.join(directory, marker), "w") as f:
+        json.dump({"format": 1, "task": task, "finetuned_task": finetuned, "encoder": {}}, f)
+
+
+def test_discover_prefers_the_planned_folder_then_the_finetuned_task(tmp_path):
+    write_bundle(tmp_path / "a-classifier", "classifier", "mrpc")
+    write_bundle(tmp_path / "b-classifier", "classifier", "sst2")
+    write_bundle(tmp_path / "ner", "token_classifier", "conll2003")
+    write_bundle(tmp_path / "conll2003", "token_classifier", "other")
+    write_bundle(tmp_path / "keras-only", "pretraining", marker="config.json")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "bundle.json").write_text("{not json")
+    found, problems = models.discover(str(tmp_path), "litert")
+    assert sorted(found) == ["classifier", "token_classifier"]
+    assert len(problems) == 1 and "broken" in problems[0]
+    best = lambda key: os.path.basename(
+        models.choose(models.VIEW[key], found[models.VIEW[key].task])[0][0])
+    assert best("sentiment") == "b-classifier" and best("entities") == "conll2003"
+    message = models.missing_message(models.VIEW["fill_mask"], str(tmp_path), "litert")
+    assert "python -m export" in message and "--backend keras" in message
+    assert "keras-only" in message
+
+
+def test_missing_models_leave_every_view_with_a_message(tmp_path):
+    slots = models.load_all(str(tmp_path / "nowhere"))
+    for key, slot in slots.items():
+        assert not slot.ready and "does not exist" in slot.describe()
+        assert f"nowhere/{slot.view.folder}" in slot.describe()
+    out = predict.entities(slots["entities"], SENTENCE, LIMITS)
+    assert "No model for this view" in out["status"] and "python -m export" in out["status"]
+
+
+# === The app served on a loopback port ===
+
+@contextlib.contextmanager
+def served(slots: dict, *flags: str):
+    """The app over `slots` on a free 127.0.0.1 port (in this process); yields the launched
+    Blocks (`.local_url` answers)."""
+    from app.__main__ import start
+
+    port = free_ports(1)[0]
+    demo = start(slots, parse_args(["--port", str(port), *flags]))
+    try:
+        yield demo
+    finally:
+        demo.close()
+
+
+VIEW_NAMES = tuple(view.key for view in models.VIEWS)
+ENDPOINTS = tuple(f"/{name}" for name in VIEW_NAMES)
+
+
+def client_for(url: str):
+    from gradio_client import Client
+
+    return Client(url, verbose=False, download_files=False)
+
+
+def test_every_view_is_a_named_endpoint():
+    slots = stand_in_slots()
+    with served(slots, "--max-input-chars", "300", "--concurrency", "3",
+                "--max-queue", "9") as demo:
+        url = demo.local_url
+        assert url.startswith("http://127.0.0.1:")
+        # One queue for all the views' events, bounded by the flags.
+        ids = {fn.concurrency_id for fn in demo.fns.values() if fn.api_name in VIEW_NAMES}
+        assert ids == {"models"} and demo._queue.default_concurrency_limit == 3
+        assert demo._queue.max_size == 9
+        client = client_for(url)
+        named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+        assert sorted(named) == sorted(ENDPOINTS)
+
+        status, filled, bars, raw = client.predict("The cat sat on the [MASK].", 3,
+                                                   api_name="/fill_mask")
+        assert status.startswith("Filled 1 [MASK]") and "mask-card" in bars
+        assert [s["token"] for s in filled] == ["The cat sat on the ", "mat", "."]
+        assert raw["filled"] == "The cat sat on the mat."
+
+        out = client.predict("The cat sat.", "Where?", 2, 3, 2, api_name="/attention")
+        status, attends, head_map, average_map, grid, raw = out
+        assert status.startswith("Layer 2, head 3: “cat” (token 2)")
+        assert "<table" in head_map and "average of 3 heads" in average_map
+        assert grid.count("<figure") == 3 and raw["token"] == 2
+        assert raw["tokens"][5] == "[SEP]" and len(attends) == len(raw["tokens"])
+
+        status, label, raw = client.predict("A good film.", api_name="/sentiment")
+        assert status == "**positive** (90.0%)" and label["label"] == "positive"
+
+        status, context, nbest, raw = client.predict("Where?", "The cat sat on the mat", 2,
+                                                     api_name="/answer")
+        assert status.startswith("**mat**") and len(nbest["data"]) == 2
+        assert [s for s in context if s["class_or_confidence"] == "answer"][0]["token"] == "mat"
+
+        status, spans, table, words, raw = client.predict(SENTENCE, api_name="/entities")
+        assert status.startswith("3 entities") and len(table["data"]) == 3
+        assert [s["token"] for s in spans if s["class_or_confidence"] == "PER"] == [
+            "George", "Washington", "Washington"]
+
+        # Bad input: a message in the view, never a stack trace.
+        for endpoint, args in [("/fill_mask", ("no mask", 5)), ("/sentiment", ("   ",)),
+                               ("/answer", ("", "context", 5)), ("/entities", ("é" * 301,)),
+                               ("/attention", ("\u200b", "", 1, 1, None))]:
+            status = client.predict(*args, api_name=endpoint)[0]
+            assert status.startswith(predict.WARNING), (endpoint, status)
+            assert "Traceback" not in status
+
+
+def test_a_typed_file_path_is_only_text(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    slots = stand_in_slots()
+    with served(slots) as demo:
+        client = client_for(demo.local_url)
+        for endpoint, args in [("/sentiment", (str(secret),)), ("/entities", (str(secret),)),
+                               ("/answer", (str(secret), str(secret), 3)),
+                               ("/fill_mask", (f"{secret} [MASK]", 3)),
+                               ("/attention", (str(secret), "/etc/passwd", 1, 1, None))]:
+            out = json.dumps(client.predict(*args, api_name=endpoint), default=str)
+            assert "TOP-SECRET" not in out and "root:" not in out
+
+
+# === `python -m app` as a user starts it ===
+
+class SentinelProxy:
+    """An HTTP(S) proxy on a loopback port that refuses everything and records what was asked:
+    handed to the app as HTTP(S)_PROXY, it shows any attempt to reach the network."""
+
+    def __init__(self):
+        self.requests: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    self.requests.append(conn.recv(4096).split(b"\r\n")[0].decode("latin-1"))
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    def env(self) -> dict:
+        url = f"http://127.0.0.1:{self.port}"
+        names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+        env = {n: url for n in names} | {n.lower(): url for n in names}
+        return env | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+    def close(self):
+        self.stopped.set()
+        self.thread.join(5)
+        self.server.close()
+
+
+@contextlib.contextmanager
+def app_process(*flags: str, env: dict | None = None, timeout: float = 180):
+    """`python -m app FLAGS` in a fresh process; yields (url, output lines so far) once it
+    prints "Running on", and stops it afterwards."""
+    port = free_ports(1)[0]
+    environment = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONUNBUFFERED="1",
+                       TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    process = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port), *flags],
+                               cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read():
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Running on" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.2):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("python -m app did not start:\n" + "\n".join(lines))
+        yield f"http://127.0.0.1:{port}/", lines
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(5)
+
+
+def test_cli_starts_offline_without_models_and_explains_share(tmp_path):
+    proxy = SentinelProxy()
+    try:
+        with app_process("--models", str(tmp_path / "none"), "--share",
+                         env=proxy.env()) as (url, lines):
+            log = "\n".join(lines)
+            assert "--share: no public link: https://api.gradio.app cannot be reached" in log
+            assert "Serving locally only" in log
+            assert f"Running on {url}" in log and "tensorflow imported: no" in log
+            client = client_for(url)
+            for endpoint, args in [("/fill_mask", ("a [MASK]", 5)), ("/sentiment", ("good",)),
+                                   ("/attention", ("a b", "", 1, 1, None)),
+                                   ("/answer", ("q", "c", 5)), ("/entities", ("x",))]:
+                status = client.predict(*args, api_name=endpoint)[0]
+                assert "No model for this view" in status and "python -m export" in status
+    finally:
+        proxy.close()
+    # The only request for the outside world is the --share probe (refused by the proxy; that
+    # it arrived shows the proxy sees what the app sends out).
+    assert proxy.requests and all("api.gradio.app" in r for r in proxy.requests), proxy.requests
+
+
+def test_cli_flags_and_defaults():
+    args = parse_args([])
+    assert (args.models, args.backend, args.host, args.port, args.share) == (
+        "assets/models", "litert", "127.0.0.1", 7860, False)
+    assert (args.max_input_chars, args.concurrency, args.max_queue) == (10_000, 2, 64)
+    with pytest.raises(SystemExit):
+        parse_args(["--concurrency", "0"])
+    with pytest.raises(SystemExit):
+        parse_args(["--backend", "onnx"])
+
+
+# === Real (tiny, random) models: LiteRT bundles and Keras model directories ===
+
+TINY_SEQ_LEN = 32
+TINY = {"mlm": {"task": "pretraining", "next_sentence": True},
+        "encoder": {"task": "encoder"},
+        "sst2": {"task": "classifier", "num_labels": 2,
+                 "id2label": {"0": "negative", "1": "positive"}},
+        "squad": {"task": "question_answerer"},
+        "conll2003": {"task": "token_classifier", "num_labels": 9}}
+
+
+def build_tiny_models(root: str) -> tuple[str, str]:
+    """(Keras model directories, LiteRT bundles) of the five tasks under `root`, one folder per
+    view as assets/models has them; built once per test session (a marker says done)."""
+    keras_dir, bundles = os.path.join(root, "keras"), os.path.join(root, "bundles")
+    done = os.path.join(root, "done")
+    if os.path.exists(done):
+        return keras_dir, bundles
+    import keras
+
+    from export.__main__ import export_bundle
+    from model import model_dir
+    from model.encoder import BertEncoder
+    from model.tasks.ner import CONLL2003_LABELS
+    from model.tokenizer import load_vocabulary
+
+    os.makedirs(root, exist_ok=True)
+    vocab = write_task_vocab(os.path.join(root, "vocab.txt"))
+    size = len(load_vocabulary(vocab))
+    for folder, spec in TINY.items():
+        if folder == "conll2003":
+            spec = {**spec, "id2label": dict(enumerate(CONLL2003_LABELS))}
+        keras.utils.set_random_seed(0)
+        encoder = BertEncoder.from_preset("tiny", vocabulary_size=size)
+        model = model_dir.build_model({**spec, "encoder": encoder.config.to_dict()}, encoder)
+        directory = os.path.join(keras_dir, folder)
+        model_dir.save(model, directory, vocab, extra={"max_seq_length": TINY_SEQ_LEN})
+        export_bundle(directory, os.path.join(bundles, folder), "float32", verify_examples=4,
+                      log=lambda message: None)
+    open(done, "w").close()
+    return keras_dir, bundles
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    return build_tiny_models(str(tmp_path_factory.getbasetemp() / "app-tiny-models"))
+
+
+LONG = "the cat sat on the mat . " * 30  # 210 WordPieces: over the tiny models' 32
+CALLS = [("/fill_mask", ("The cat sat on the [MASK].", 5)),
+         ("/fill_mask", (LONG + "a [MASK] " + LONG + "[MASK] .", 3)),
+         ("/attention", ("The cat sat on the mat.", "Where is it?", 2, 2, 3)),
+         ("/attention", (LONG, "", 1, 1, None)),
+         ("/sentiment", ("A good film.",)),
+         ("/sentiment", ("\U0001f600 caf\u00e9 \u202e\u0645\u0631\u062d\u0628\u0627 x\u0301",)),
+         ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
+         ("/answer", ("Where did the cat sit?", LONG, 3)),
+         ("/entities", ("George met Anna in Paris.",)),
+         ("/entities", (LONG,))]
+
+
+def check_real_answers(client) -> dict:
+    """Calls every endpoint on ordinary, long and odd-Unicode input; checks each answers with
+    the notes the input asks for; returns {endpoint: [outputs]}."""
+    answers = {}
+    for endpoint, args in CALLS:
+        out = client.predict(*args, api_name=endpoint)
+        answers.setdefault(endpoint, []).append(out)
+        status = out[0]
+        assert status and "Traceback" not in status, (endpoint, status)
+        long = any(LONG in str(a) for a in args)
+        if not long and "\U0001f600" not in args[0]:
+            assert predict.WARNING not in status, (endpoint, args, status)
+    fill, fill_long = answers["/fill_mask"]
+    assert len(fill[3]["masks"]) == 1 and len(fill[3]["masks"][0]["predictions"]) == 5
+    assert "read only the window" in fill_long[0] and "Only the first 1 of the 2" in fill_long[0]
+    attention, attention_long = answers["/attention"]
+    assert attention[5]["tokens"][-1] == "[SEP]" and attention[5]["token"] == 3
+    assert len(attention_long[5]["tokens"]) == TINY_SEQ_LEN
+    assert "were not read" in attention_long[0]
+    sentiment, odd = answers["/sentiment"]
+    assert set(sentiment[1]) == {"label", "confidences"}
+    assert "[UNK]" in odd[0] or predict.WARNING not in odd[0]
+    qa, qa_long = answers["/answer"]
+    assert qa[3]["nbest"] and "overlapping windows" in qa_long[0]
+    ner, ner_long = answers["/entities"]
+    assert len(ner[4]["words"]) == 6 and len(ner_long[4]["words"]) == 210
+    return answers
+
+
+def test_cli_serves_litert_bundles_without_tensorflow(tiny_models):
+    _, bundles = tiny_models
+    with app_process("--models", bundles, "--threads", "1") as (url, lines):
+        log = "\n".join(lines)
+        assert "tensorflow imported: no" in log
+        for folder in TINY:
+            assert f"Model: `{os.path.join(bundles, folder)}`" in log
+        check_real_answers(client_for(url))
+
+
+def test_cli_keras_backend_answers_as_the_bundles(tiny_models):
+    from export import runtime
+
+    keras_dir, bundles = tiny_models
+    with app_process("--backend", "keras", "--models", keras_dir) as (url, lines):
+        assert "tensorflow imported: yes" in "\n".join(lines)
+        answers = check_real_answers(client_for(url))
+    # float32 bundles answer as the Keras models they came from.
+    lite = runtime.load(os.path.join(bundles, "sst2"))
+    scores = lite.classify("A good film.")["scores"]
+    confidences = {c["label"]: c["confidence"] for c in answers["/sentiment"][0][1]["confidences"]}
+    assert confidences == pytest.approx(scores, abs=1e-4)
+    mlm = runtime.load(os.path.join(bundles, "mlm")).fill_mask("The cat sat on the [MASK].")
+    keras_top = answers["/fill_mask"][0][3]["masks"][0]["predictions"]
+    assert [p["token"] for p in keras_top][:2] == [p["token"] for p in mlm["masks"][0][
+        "predictions"]][:2]
+
+
+def test_no_answer_view_with_a_real_squad2_runtime(tiny_models):
+    from export import runtime
+
+    _, bundles = tiny_models
+    lite = runtime.load(os.path.join(bundles, "squad"))
+    # A threshold this low makes the null answer win, as a SQuAD 2.0 model's would.
+    model = runtime.EdgeModel(lite.predict, lite.tokenizer, {**lite.info, "null_threshold": -1e6})
+    slot = models.Slot(models.VIEW["answer"], model=model, path="squad2", info=model.info)
+    out = predict.answer(slot, "Where did the cat sit?", "The cat sat on the mat.", 5, LIMITS)
+    assert out["status"].startswith("**No answer** in the context: the null score")
+    assert "over the best span" in out["status"] and out["context"]["entities"] == []
+    assert predict.NO_ANSWER in [row[1] for row in out["nbest"]]

@@ -1,0 +1,172 @@
+"""The app in a real browser: Playwright drives Debian's `chromium` (no browser download) through
+every view, typing, clicking, waiting for the answer and checking it, with screenshots.
+
+    PYTHONPATH=. python -m pytest tests/test_app_browser.py -q
+    APP_SCREENSHOTS=docs/screenshots APP_BROWSER_MODELS=assets/models \\
+        PYTHONPATH=. python -m pytest tests/test_app_browser.py -q     # real models, for the README
+
+Needs `apt-get install chromium` and `pip install playwright` (`.ci/run` does both; never
+`playwright install`). Without them the test is skipped, saying which is missing. The views run
+on the tiny LiteRT bundles of tests/test_app.py (random weights: what they say is checked for
+form, not meaning); APP_BROWSER_MODELS=DIR serves the bundles of DIR instead. Screenshots go to
+the test's tmp dir, and also to $APP_SCREENSHOTS when set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from app.models import VIEW
+from tests.test_app import SENTENCE, served, tiny_models  # noqa: F401 (a fixture)
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+TIMEOUT_MS = 30_000
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("APP_CHROMIUM"), shutil.which("chromium"),
+                      "/usr/bin/chromium", shutil.which("chromium-browser")):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    # CI sets BERT_REQUIRE_BROWSER=1: there a missing browser fails the test
+    # instead of skipping it, so a broken install cannot pass unnoticed.
+    missing = pytest.fail if os.environ.get("BERT_REQUIRE_BROWSER") == "1" else pytest.skip
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("pip install playwright (see .ci/run)")
+    path = chromium_path()
+    if path is None:
+        missing("no chromium: apt-get install -y chromium (see .ci/run)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_models):
+    from app import models
+
+    slots = models.load_all(os.environ.get("APP_BROWSER_MODELS") or tiny_models[1])
+    assert all(slot.ready for slot in slots.values()), [s.problem for s in slots.values()]
+    with served(slots) as demo:
+        yield demo.local_url
+
+
+class Shots:
+    """Screenshots into the test's tmp dir, and into $APP_SCREENSHOTS when set."""
+
+    def __init__(self, page, tmp_path):
+        self.page, self.dirs = page, [str(tmp_path)]
+        if os.environ.get("APP_SCREENSHOTS"):
+            os.makedirs(os.environ["APP_SCREENSHOTS"], exist_ok=True)
+            self.dirs.append(os.environ["APP_SCREENSHOTS"])
+        self.taken = []
+
+    def __call__(self, name: str):
+        for d in self.dirs:
+            path = os.path.join(d, f"{name}.png")
+            self.page.screenshot(path=path, full_page=True)
+            self.taken.append(path)
+
+
+def test_every_view_in_chromium(browser, app_url, tmp_path):
+    from playwright.sync_api import expect
+
+    url = app_url
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    outside = []
+    page.on("request", lambda r: outside.append(r.url)
+            if not r.url.startswith((url.rstrip("/"), "data:", "blob:")) else None)
+    shot = Shots(page, tmp_path)
+    page.goto(url)
+
+    def run(view: str, fields: dict, button: str = "run"):
+        page.get_by_role("tab", name=VIEW[view].title, exact=True).click()
+        for name, text in fields.items():
+            page.locator(f"#{view}-{name} textarea").fill(text)
+        page.locator(f"#{view}-{button}").click()
+
+    def status(view: str):
+        return page.locator(f"#{view}-status")
+
+    # Masked words: an example fills the box; the bars and the filled sentence appear.
+    page.get_by_text("The capital of France is [MASK].", exact=True).click()
+    expect(page.locator("#fill_mask-text textarea")).to_have_value(
+        "The capital of France is [MASK].")
+    run("fill_mask", {"text": "The cat sat on the [MASK]."})
+    expect(status("fill_mask")).to_contain_text("Filled 1 [MASK]")
+    expect(page.locator("#fill_mask-bars .mask-card")).to_have_count(1)
+    assert page.locator("#fill_mask-bars .bar-row").count() == 5
+    expect(page.locator("#fill_mask-filled")).to_contain_text("The cat sat on the")
+    expect(page.locator("#fill_mask-filled")).to_contain_text("1:")  # the mask's label
+    shot("fill_mask")
+    # No [MASK]: a message, not a stack trace.
+    run("fill_mask", {"text": "There is nothing to fill here."})
+    expect(status("fill_mask")).to_contain_text("The text has no [MASK]")
+
+    # Attention: a sentence pair; choose a token by clicking it, a head from the grid, a layer.
+    run("attention", {"text": "The cat sat on the mat.", "pair": "Where is it?"})
+    heatmap = page.locator("#attention-head-map table.attn")
+    expect(heatmap).to_be_visible()
+    tokens = page.locator("#attention-head-map th.row")
+    assert "[SEP]" in tokens.all_inner_texts()
+    expect(status("attention")).to_contain_text("Layer 1, head 1")
+    page.locator("#attention-head-map th.row[data-token='3']").click()
+    expect(status("attention")).to_contain_text("(token 3) attends most to")
+    expect(page.locator("#attention-head-map tr.sel th.row")).to_have_attribute("data-token", "3")
+    page.locator("#attention-grid figure[data-head='2']").click()
+    expect(status("attention")).to_contain_text("Layer 1, head 2")
+    expect(page.locator("#attention-grid figure.sel")).to_have_attribute("data-head", "2")
+    page.locator("#attention-layer").get_by_label("2", exact=True).check()
+    expect(status("attention")).to_contain_text("Layer 2, head 2")
+    page.locator("#attention-attends").get_by_text("[CLS]", exact=True).first.click()
+    expect(status("attention")).to_contain_text("“[CLS]” (token 0)")
+    page.locator("#attention-token input").click()  # choose a token from the list
+    page.get_by_role("option", name="4: on", exact=True).click()
+    expect(status("attention")).to_contain_text("“on” (token 4)")
+    shot("attention")
+
+    # Sentiment, and an empty input.
+    run("sentiment", {"text": "A good, warm and funny film."})
+    expect(status("sentiment")).to_contain_text("%")
+    expect(page.locator("#sentiment-label")).to_contain_text("positive")
+    expect(page.locator("#sentiment-label")).to_contain_text("negative")
+    shot("sentiment")
+    run("sentiment", {"text": "   "})
+    expect(status("sentiment")).to_contain_text("The text is empty")
+
+    # Question answering: the answer highlighted in its context, the n-best list.
+    context = "The cat sat on the mat while the dog slept in the garden."
+    run("answer", {"question": "Where did the cat sit?", "context": context})
+    expect(status("answer")).to_contain_text("score")
+    expect(page.locator("#answer-nbest")).to_contain_text("probability")
+    answer = status("answer").locator("strong").first.inner_text()
+    assert answer and answer in context
+    expect(page.locator("#answer-context-view")).to_contain_text("answer")
+    shot("answer")
+
+    # Named entities: spans highlighted by type, a table with confidences.
+    run("entities", {"text": SENTENCE})
+    expect(status("entities")).to_contain_text("in 6 words")
+    expect(page.locator("#entities-spans")).to_contain_text("Washington")
+    expect(page.locator("#entities-table")).to_contain_text("confidence")
+    shot("entities")
+
+    assert not page.locator("text=Traceback").count()
+    assert not outside, f"the page fetched from outside the app: {outside}"
+    assert all(os.path.getsize(p) > 10_000 for p in shot.taken)
+    page.close()
