@@ -69,14 +69,14 @@ def test_finetune_writes_a_self_contained_model_directory(sst2_run):
         assert os.path.isfile(os.path.join(output, name)), name
     info = model_dir.read_info(output)
     assert info["task"] == "classifier"
-    assert info["id2label"] == {"0": "0", "1": "1"}
+    assert info["id2label"] == {"0": "negative", "1": "positive"}
     assert info["finetuned_task"] == "sst2" and info["max_seq_length"] == 24
     assert info["encoder"]["dropout"] == 0.05 and info["dropout"] == 0.05
     # Strict load: no optimizer tensors or anything else beside the model's.
     model = model_dir.load(output)
     assert model.num_labels == 2
     with open(os.path.join(output, "label_map.json")) as f:
-        assert json.load(f)["id2label"] == {"0": "0", "1": "1"}
+        assert json.load(f)["id2label"] == {"0": "negative", "1": "positive"}
 
 
 def test_finetune_metrics_json_records_the_run(sst2_run):

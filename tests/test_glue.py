@@ -106,7 +106,8 @@ def test_reader_reads_the_glue_layout(tmp_path, name):
     if name == "stsb":
         assert all(isinstance(e.label, float) for e in examples)
     else:
-        assert {e.label for e in examples} <= set(task.labels())
+        assert {e.label for e in examples} <= set(task.label_names)
+        assert len(task.labels()) == len(task.label_names)
     test = task.read(os.path.join(data, "test.tsv"))
     assert len(test) == 4 and all(e.label is None for e in test)
     with pytest.raises(ValueError, match="test.tsv:2: no label"):

@@ -88,12 +88,16 @@ class GlueTask(Task):
     text_b: str | None = "sentence2"
     label_column: str = "label"
     label_names: tuple[str, ...] | None = ("0", "1")
+    # What the labels mean, in the same order, for id2label (a model's
+    # outputs, the app's bars); the file keeps its own values (label_names).
+    display_names: tuple[str, ...] | None = None
     positions: tuple | None = None
     # Which label counts as positive for F1 (MRPC, QQP).
     positive_label: str = "1"
 
     def labels(self) -> list[str] | None:
-        return list(self.label_names) if self.label_names is not None else None
+        names = self.display_names or self.label_names
+        return list(names) if names is not None else None
 
     # === Data ===
 
@@ -205,6 +209,7 @@ def f1(y, predictions, positive: int) -> float:
 
 class Cola(GlueTask):
     name = "cola"
+    display_names = ("unacceptable", "acceptable")
     main_metric = "matthews_corr"
     text_a, text_b = "sentence", None
     positions = (3, None, 1, 4)  # source, label, original label, sentence
@@ -220,6 +225,7 @@ class Cola(GlueTask):
 
 class Sst2(GlueTask):
     name = "sst2"
+    display_names = ("negative", "positive")
     text_a, text_b = "sentence", None
 
 
@@ -234,11 +240,13 @@ class _F1Task(GlueTask):
 
 class Mrpc(_F1Task):
     name = "mrpc"
+    display_names = ("not_equivalent", "equivalent")
     text_a, text_b, label_column = "#1 String", "#2 String", "Quality"
 
 
 class Qqp(_F1Task):
     name = "qqp"
+    display_names = ("not_duplicate", "duplicate")
     text_a, text_b, label_column = "question1", "question2", "is_duplicate"
 
 
@@ -292,6 +300,7 @@ class Rte(GlueTask):
 
 class Wnli(GlueTask):
     name = "wnli"
+    display_names = ("not_entailment", "entailment")
 
 
 TASKS = {task.name: task for task in (Cola, Sst2, Mrpc, Stsb, Qqp, Mnli, Qnli, Rte, Wnli)}
