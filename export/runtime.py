@@ -3,7 +3,7 @@
     from export import runtime
     m = runtime.load("bundles/sst2")                  # -> EdgeModel
     m.classify("A gorgeous, witty, seductive movie.")
-    # {"label": "1", "scores": {"0": 0.02, "1": 0.98}, "value": None, "truncated": False}
+    # {"label": "positive", "scores": {"negative": 0.02, "positive": 0.98}, "value": None, ...}
 
     python -m export.runtime BUNDLE fill_mask "The capital of France is [MASK]."
     python -m export.runtime BUNDLE classify "A gorgeous film." ["SECOND TEXT"]
