@@ -68,6 +68,32 @@ def reading(path: str):
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
 
 
+MAX_LINE_CHARS = 16 * 2 ** 20  # a longer line is a corrupt or binary file, not data
+MAX_JSON_BYTES = 2 ** 30       # SQuAD's train file is 40 MB
+
+
+def limited_lines(f, path: str, limit: int = MAX_LINE_CHARS):
+    """The lines of text file `f`, refusing one longer than `limit` characters
+    without reading it whole (a 2 GB line would otherwise end up in memory)."""
+    number = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith("\n"):
+            raise ValueError(f"{path}:{number}: a line longer than {limit} characters "
+                             f"(a corrupt or binary file?)")
+        yield line
+
+
+def check_size(path: str, limit: int = MAX_JSON_BYTES) -> None:
+    """Refuses a file too big to be what it should (before reading it into memory)."""
+    size = os.path.getsize(path)
+    if size > limit:
+        raise ValueError(f"{path}: {size} bytes, over the limit of {limit} (a corrupt file?)")
+
+
 def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
     """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
     try:
@@ -82,11 +108,20 @@ def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
     return data
 
 
+MIN_FREE_BYTES = 16 * 2 ** 20  # less than this left on the output's disk: refuse to start
+
+
 def check_writable_dir(path: str) -> None:
-    """Fails at start, not after an hour, when `path` cannot be written."""
+    """Fails at start, not after an hour, when `path` cannot be written or its disk is full."""
     try:
         os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-") as f:
+            f.write(b"\0" * 4096)  # a full disk may still create an empty file
+            f.flush()
+            os.fsync(f.fileno())
+        free = shutil.disk_usage(path).free
     except OSError as e:
         raise SystemExit(f"error: output directory {path!r} is not writable: {e.strerror}") from None
+    if free < MIN_FREE_BYTES:
+        raise SystemExit(f"error: output directory {path!r}: the disk is full "
+                         f"({free / 2 ** 20:.1f} MiB free)")

@@ -37,7 +37,7 @@ import sys
 
 import numpy as np
 
-from model.io import reading
+from model.io import limited_lines, reading
 from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
                               stack_packed)
 
@@ -60,7 +60,7 @@ def _rows(path: str):
     with reading(path):
         # utf-8-sig: MRPC's files start with a byte-order mark.
         with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            reader = csv.reader(limited_lines(f, path), delimiter="\t", quoting=csv.QUOTE_NONE)
             try:
                 for row in reader:
                     if row:

@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from model.io import reading
+from model.io import limited_lines, reading
 from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predict_in_batches
 
 IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
@@ -240,7 +240,7 @@ class Conll2003(Task):
 
         with reading(path):
             with open(path, encoding="utf-8") as f:
-                for line_no, line in enumerate(f, 1):
+                for line_no, line in enumerate(limited_lines(f, path), 1):
                     parts = line.split()
                     if not parts:
                         flush()

@@ -86,7 +86,7 @@ import sys
 
 import numpy as np
 
-from model.io import reading
+from model.io import check_size, reading
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
 from model.wordpiece import basic_tokenize
@@ -153,6 +153,7 @@ class SquadExample:
 def load_json(path: str):
     with reading(path):
         try:
+            check_size(path)
             with open(path, encoding="utf-8") as f:
                 return json.load(f)
         except json.JSONDecodeError as e:

@@ -1,0 +1,153 @@
+"""The app under generated bad input and under load, on real tiny LiteRT bundles.
+
+    PYTHONPATH=. python -m pytest tests/test_app_load.py             # 40 inputs a view
+    PYTHONPATH=. python -m pytest tests/test_app_load.py --runslow   # + 1,000 inputs a view, the load test
+
+The bundles are `tests/test_app.py`'s (the five tasks on the `tiny` preset, random weights),
+served in this process on a loopback port with the limits configured (--max-input-chars,
+--concurrency, --max-queue) and called through gradio_client, as a user's script would. Every
+generated input (empty, whitespace, 100,000 characters, control characters, emoji,
+right-to-left scripts, many [MASK]s, a question longer than its context, ...) must get an
+answer or a clear message: a status line, never a server error or a traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.test_app import build_tiny_models, client_for, served  # noqa: E402 (sets offline env)
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app import models, predict  # noqa: E402
+
+MAX_CHARS = 5000
+
+SPECIAL = [
+    "", " ", "   \n\t  ", "\u200b\u200d\ufeff", "\x00\x01\x02\x1b[31m", "x" * 100_000,
+    "\U0001f600\U0001f44d\U0001f3fd \U0001f1eb\U0001f1f7", "\u0645\u0631\u062d\u0628\u0627 "
+    "\u05e9\u05dc\u05d5\u05dd \u202e\u202d", "[MASK] " * 300, "[MASK]" * 40, "[mask] [MASK]",
+"e\u0301 \u1100\u1161 \u0915\u094d\u0937", "../../etc/passwd",
+    "<script>alert(1)</script>", "a" * MAX_CHARS, "a" * (MAX_CHARS + 1), "\r\n" * 50,
+    "[CLS] [SEP] [PAD] [UNK]", "the cat sat on the mat . " * 150,
+]
+# Every code point but lone surrogates, which no client can send (JSON over HTTP is UTF-8;
+# the server's handling of them is tested in test_app.py::test_check_text_keeps_odd_unicode...).
+ALPHABET = st.characters(exclude_categories=("Cs",))
+
+
+def texts():
+    return st.one_of(st.sampled_from(SPECIAL), st.text(ALPHABET, max_size=300),
+                     st.text("ab [MASK]\u0645\U0001f600\x00 \n", max_size=200))
+
+
+@pytest.fixture(scope="module")
+def app_client(tmp_path_factory):
+    """A gradio_client Client of the app serving the tiny bundles."""
+    _, bundles = build_tiny_models(str(tmp_path_factory.getbasetemp() / "app-tiny-models"))
+    slots = models.load_all(bundles, "litert", 1)
+    assert all(slot.ready for slot in slots.values()), {k: s.describe() for k, s in slots.items()}
+    with served(slots, "--max-input-chars", str(MAX_CHARS), "--concurrency", "2",
+                "--max-queue", "64") as demo:
+        yield demo.local_url, client_for(demo.local_url)
+
+
+def check(out, endpoint, args):
+    status = out[0]
+    assert isinstance(status, str) and status.strip(), (endpoint, args, out)
+    assert "Traceback" not in status and "Error:" not in status.split("\n")[0][:6], status
+
+
+CALLS = {
+    "/fill_mask": st.tuples(texts(), st.integers(1, 5)),  # the slider: 1 to the top_k
+    "/attention": st.tuples(texts(), texts(), st.integers(1, 2), st.integers(1, 2),
+                            st.one_of(st.none(), st.integers(0, 40))),
+    "/sentiment": st.tuples(texts()),
+    "/answer": st.one_of(
+        st.tuples(texts(), texts(), st.integers(1, 20)),
+        # A question longer than its context.
+        st.tuples(st.text(min_size=50, max_size=400), st.text(max_size=40), st.just(3))),
+    "/entities": st.tuples(texts()),
+}
+
+
+def fuzz(client, endpoint: str, examples: int) -> int:
+    seen = []
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(CALLS[endpoint])
+    def run(args):
+        out = client.predict(*args, api_name=endpoint)  # a server error raises here
+        check(out, endpoint, args)
+        seen.append(out[0].startswith(predict.WARNING))
+
+    run()
+    return len(seen)
+
+
+@pytest.mark.parametrize("endpoint", sorted(CALLS))
+def test_generated_inputs_get_an_answer_or_a_message(app_client, endpoint):
+    _, client = app_client
+    for args in [(s,) for s in SPECIAL]:  # every special case once, whatever hypothesis picks
+        full = {"/fill_mask": args + (5,), "/attention": args + ("", 1, 1, None),
+                "/sentiment": args, "/answer": args + (args[0], 3), "/entities": args}[endpoint]
+        check(client.predict(*full, api_name=endpoint), endpoint, full)
+    assert fuzz(client, endpoint, 40) >= 40
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint", sorted(CALLS))
+def test_a_thousand_generated_inputs_per_view(app_client, endpoint):
+    _, client = app_client
+    started = time.perf_counter()
+    assert fuzz(client, endpoint, 1000) >= 1000
+    print(f"{endpoint}: 1000 generated inputs in {time.perf_counter() - started:.1f} s")
+
+
+@pytest.mark.slow  # ~50 s on the busy 2-core machine
+def test_16_concurrent_clients_50_requests_each(app_client):
+    """16 clients x 50 requests (all five views in turn), at once: no errors; p95 printed."""
+    url, _ = app_client
+    calls = [("/sentiment", ("A good film.",)), ("/fill_mask", ("The cat sat on the [MASK].", 3)),
+             ("/entities", ("George met Anna in Paris.",)),
+             ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
+             ("/attention", ("The cat sat.", "", 1, 1, None))]
+    latencies, errors = [], []
+    lock = threading.Lock()
+    clients = [client_for(url) for _ in range(16)]
+    barrier = threading.Barrier(16)
+
+    def worker(i):
+        barrier.wait()
+        for j in range(50):
+            endpoint, args = calls[(i + j) % len(calls)]
+            start = time.perf_counter()
+            try:
+                out = clients[i].predict(*args, api_name=endpoint)
+                assert out[0] and not out[0].startswith(predict.WARNING), out[0]
+            except Exception as e:  # noqa: BLE001 - counted and shown
+                with lock:
+                    errors.append(f"{endpoint}: {type(e).__name__}: {e}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    wall = time.perf_counter() - started
+    assert not errors, errors[:5]
+    assert len(latencies) == 16 * 50
+    p50, p95 = np.percentile(latencies, [50, 95])
+    print(f"load: 16 clients x 50 requests in {wall:.1f} s: p50 {p50 * 1000:.0f} ms, "
+          f"p95 {p95 * 1000:.0f} ms, {len(latencies) / wall:.1f} requests/s")
