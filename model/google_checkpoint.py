@@ -178,7 +178,7 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
     `BertEncoder`.
     """
     from model.model_dir import build_model
-    from model.tokenizer import load_vocabulary
+    from model.wordpiece import load_vocabulary
 
     prefix = find_checkpoint(path)
     directory = os.path.dirname(prefix)

@@ -203,7 +203,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         **task_options: `next_sentence`, `num_labels`, `num_choices`, `dropout`.
     """
     from model.model_dir import build_model
-    from model.tokenizer import load_vocabulary
+    from model.wordpiece import load_vocabulary
 
     data = read_config(directory)
     config = BertConfig.from_dict(data, source=os.path.join(directory, CONFIG))

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from model.tokenizer import SPECIAL_TOKENS
+from model.wordpiece import SPECIAL_TOKENS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,7 +113,7 @@ def encoder_of(model: keras.Model) -> BertEncoder:
 
 def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None = None) -> None:
     """Writes config.json, vocab.txt and model.weights.h5 (no optimizer state), each atomically."""
-    from model.tokenizer import load_vocabulary
+    from model.wordpiece import load_vocabulary
 
     vocab = load_vocabulary(vocab_path)
     size = encoder_of(model).config.vocabulary_size
@@ -155,7 +155,7 @@ def load(directory: str) -> keras.Model:
     model.load_weights(weights)
     vocab = os.path.join(directory, VOCAB)
     if os.path.isfile(vocab):
-        from model.tokenizer import load_vocabulary
+        from model.wordpiece import load_vocabulary
 
         size, tokens = encoder_of(model).config.vocabulary_size, len(load_vocabulary(vocab))
         if tokens != size:

@@ -21,57 +21,11 @@ would, in the same order, whatever the number of workers.
 
 from __future__ import annotations
 
-import glob
-import json
-import os
-
-import numpy as np
 import tensorflow as tf
 
 from model.masking import Masker
-
-INFO = "dataset.json"
-
-
-def find_records(pattern: str) -> tuple[list[str], dict]:
-    """The record files matched by `pattern` (a glob or a directory) and their dataset.json."""
-    if os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "*.tfrecord")
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"{pattern}: no record files match")
-    info_path = os.path.join(os.path.dirname(files[0]), INFO)
-    info = {}
-    if os.path.isfile(info_path):
-        with open(info_path, encoding="utf-8") as f:
-            info = json.load(f)
-    shards = info.get("shards", {})
-    if all(os.path.basename(p) in shards for p in files):
-        info["num_instances"] = sum(shards[os.path.basename(p)] for p in files)
-    else:  # records from elsewhere: look at them once
-        info.update(_inspect(files))
-    return files, info
-
-
-def _inspect(files: list[str]) -> dict:
-    count = 0
-    for path in files:
-        try:
-            count += sum(1 for _ in tf.data.TFRecordDataset(path))
-        except tf.errors.DataLossError as e:
-            raise ValueError(f"{path}: corrupt or truncated TFRecord file ({e.message})") from None
-    first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(files[0]))).numpy())
-    feats = first.features.feature
-    if "input_ids" not in feats:
-        raise ValueError(f"{files[0]}: not a pre-training record (no 'input_ids' feature)")
-    static = "masked_lm_positions" in feats
-    info = {"num_instances": count, "max_seq_length": len(feats["input_ids"].int64_list.value),
-            "masking": "static" if static else "dynamic",
-            "next_sentence": "next_sentence_labels" in feats}
-    if static:
-        info["masking_config"] = {"max_predictions":
-                                  len(feats["masked_lm_positions"].int64_list.value)}
-    return info
+# TensorFlow-free, shared with the JAX backend's pipeline; re-exported here.
+from model.pretraining_pydataset import INFO, find_records  # noqa: F401
 
 
 def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = None,

@@ -15,6 +15,15 @@ all-reduce, per-replica loss scaling) on a laptop or in CI:
 Splitting the CPU must happen before TensorFlow initialises its devices, so
 `make_strategy` has to be the first thing a command does with TensorFlow; so
 must MultiWorkerMirroredStrategy, which configures collective ops.
+
+Under another Keras backend (KERAS_BACKEND=jax) there is no tf.distribute:
+
+    auto           one device (JAX's default: a GPU if there is one)
+    data-parallel  keras.distribution.DataParallel over all devices of all
+                   processes; each process reads its own rows of every
+                   global batch (model/pretraining_pydataset.py)
+
+and the tf.distribute names are refused (`make_jax_distribution`).
 """
 
 from __future__ import annotations
@@ -22,7 +31,8 @@ from __future__ import annotations
 import json
 import os
 
-STRATEGIES = ("auto", "cpu", "gpu", "mirrored", "multiworker", "tpu")
+STRATEGIES = ("auto", "cpu", "gpu", "mirrored", "multiworker", "tpu", "data-parallel")
+JAX_STRATEGIES = ("auto", "data-parallel")
 
 
 class StrategyError(RuntimeError):
@@ -59,6 +69,9 @@ def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = 
 
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {STRATEGIES}")
+    if name == "data-parallel":
+        raise StrategyError("--strategy data-parallel is for KERAS_BACKEND=jax; under "
+                            "TensorFlow use mirrored, multiworker or tpu")
     if cpu_replicas is not None:
         if name != "mirrored":
             raise StrategyError("--cpu-replicas needs --strategy mirrored")
@@ -88,6 +101,35 @@ def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = 
         cpus = tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in cpus])
     return tf.distribute.MirroredStrategy()
+
+
+def make_jax_distribution(name: str, cpu_replicas: int | None = None):
+    """What `--strategy name` means under a backend other than TensorFlow:
+    None (one device) or a `keras.distribution.DataParallel`, installed as
+    the global distribution. Raises StrategyError for the tf.distribute names."""
+    import keras
+
+    if name not in JAX_STRATEGIES:
+        raise StrategyError(
+            f"--strategy {name} is a tf.distribute strategy; under KERAS_BACKEND="
+            f"{keras.backend.backend()} choose auto (one device) or data-parallel "
+            f"(keras.distribution.DataParallel over all devices)")
+    if cpu_replicas is not None:
+        raise StrategyError("--cpu-replicas is for TensorFlow's mirrored strategy; under JAX set "
+                            "XLA_FLAGS=--xla_force_host_platform_device_count=N and use "
+                            "--strategy data-parallel")
+    if name == "auto":
+        return None
+    distribution = keras.distribution.DataParallel()
+    keras.distribution.set_distribution(distribution)
+    return distribution
+
+
+def jax_process() -> tuple[int, int]:
+    """(this process's index, number of processes) of a JAX run."""
+    import jax
+
+    return jax.process_index(), jax.process_count()
 
 
 def _tpu_strategy(tpu: str | None):

@@ -40,6 +40,19 @@ writes the checkpoints, the logs and the final model; every worker restores
 from the chief's checkpoints. After any worker dies, stop the others and
 start all of them again with the same command: they resume together from the
 newest checkpoint.
+
+The JAX backend trains the same model from the same records, without
+TensorFlow (model/pretraining_pydataset.py reads the records and yields the
+very batches of the tf.data pipeline):
+
+    KERAS_BACKEND=jax python -m model.train pretrain --config mini --data DATA --output RUN ...
+    KERAS_BACKEND=jax python -m model.train pretrain ... --strategy data-parallel
+
+`--strategy` is then auto (one device) or data-parallel
+(keras.distribution.DataParallel over all devices); the step is always
+XLA-compiled; TensorBoard logs are written only if TensorFlow is installed.
+With dropout 0 a run follows the TensorFlow backend's loss curve to float
+rounding (tests/test_jax_backend.py).
 """
 
 from __future__ import annotations
@@ -59,7 +72,8 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, help="run directory (resumes if it has checkpoints)")
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                   help="tf.distribute strategy (default: auto)")
+                   help="tf.distribute strategy; under KERAS_BACKEND=jax auto or "
+                        "data-parallel (default: auto)")
     p.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
     p.add_argument("--batch-size", type=int, default=32, help="global batch size")
     p.add_argument("--learning-rate", type=float, default=1e-4)
@@ -177,9 +191,10 @@ class Throughput:
 
 
 def pretrain(args) -> int:
+    import contextlib
+
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from model import model_dir
     from model.checkpointing import ResumableCheckpoint
@@ -188,15 +203,32 @@ def pretrain(args) -> int:
     from model.masking import Masker, MaskingConfig
     from model.optimizer import bert_adamw
     from model.pretrainer import BertPretrainer
-    from model.pretraining_dataset import (distributed_pretraining_dataset, find_records,
-                                          pretraining_dataset)
-    from model.strategy import is_chief, make_strategy, prepare_fit, sum_gradients_first
-    from model.tokenizer import load_vocabulary
+    from model.pretraining_pydataset import find_records
+    from model.wordpiece import load_vocabulary
 
-    # First: splitting the CPU into logical devices and configuring
-    # multi-worker collectives both fail once TensorFlow has initialised.
-    strategy = make_strategy(args.strategy, args.tpu, args.cpu_replicas)
-    chief = is_chief(strategy)
+    # Under another backend (JAX) nothing on this path imports TensorFlow:
+    # the input pipeline is a PyDataset and the strategy keras.distribution.
+    tf_backend = keras.backend.backend() == "tensorflow"
+    if tf_backend:
+        import tensorflow as tf
+
+        from model.strategy import is_chief, make_strategy
+
+        # First: splitting the CPU into logical devices and configuring
+        # multi-worker collectives both fail once TensorFlow has initialised.
+        strategy = make_strategy(args.strategy, args.tpu, args.cpu_replicas)
+        chief = is_chief(strategy)
+        replicas, scope = strategy.num_replicas_in_sync, strategy.scope
+        strategy_name = type(strategy).__name__
+    else:
+        from model.strategy import jax_process, make_jax_distribution
+
+        distribution = make_jax_distribution(args.strategy, args.cpu_replicas)
+        process_index, process_count = jax_process()
+        chief = process_index == 0
+        replicas = len(keras.distribution.list_devices()) if distribution else 1
+        scope = contextlib.nullcontext
+        strategy_name = type(distribution).__name__ if distribution else "one device"
     check_writable_dir(args.output)
     files, info = find_records(args.data)
     vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
@@ -213,7 +245,7 @@ def pretrain(args) -> int:
                          f"max_sequence_length {config.max_sequence_length}")
     if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
         raise ValueError("--steps, --batch-size and --checkpoint-every must be positive")
-    if (args.jit and strategy.num_replicas_in_sync > 1
+    if (tf_backend and args.jit and strategy.num_replicas_in_sync > 1
             and not isinstance(strategy, tf.distribute.TPUStrategy)):
         # Keras 3 compiles `strategy.run` over all replicas as one XLA
         # function, which fails when the replicas' variables live on
@@ -221,9 +253,9 @@ def pretrain(args) -> int:
         raise ValueError(f"--jit with {strategy.num_replicas_in_sync} replicas of "
                          f"{type(strategy).__name__}: Keras cannot compile a step that spans "
                          f"devices; leave --jit out, or use one device or a TPU")
-    if args.batch_size % strategy.num_replicas_in_sync:
+    if args.batch_size % replicas:
         raise ValueError(f"--batch-size {args.batch_size} (the global batch) is not a multiple "
-                         f"of the {strategy.num_replicas_in_sync} replicas")
+                         f"of the {replicas} replicas")
     next_sentence = not args.no_nsp
     masker = None
     if info.get("masking") != "static":
@@ -236,10 +268,11 @@ def pretrain(args) -> int:
 
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.mixed_precision)
-    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s); "
+    print(f"backend: {keras.backend.backend()}; strategy: {strategy_name} with {replicas} "
+          f"replica(s); "
           f"global batch {args.batch_size}; {info['num_instances']} instances of {seq_len} tokens")
 
-    with strategy.scope():
+    with scope():
         model = BertPretrainer(BertEncoder.from_config_object(config), next_sentence=next_sentence)
         losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
         metrics = {"mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
@@ -248,9 +281,14 @@ def pretrain(args) -> int:
             metrics["nsp"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         model.compile(optimizer=bert_adamw(args.learning_rate, warmup, args.steps,
                                            args.weight_decay),
-                      loss=losses, weighted_metrics=metrics, jit_compile=args.jit)
+                      # JAX always compiles its step (not compiling is eager, op by op)
+                      loss=losses, weighted_metrics=metrics,
+                      jit_compile=args.jit if tf_backend else "auto")
         model.optimizer.build(model.trainable_variables)
-        sum_gradients_first(model.optimizer)
+        if tf_backend:
+            from model.strategy import sum_gradients_first
+
+            sum_gradients_first(model.optimizer)
 
     checkpoint = ResumableCheckpoint(os.path.join(args.output, "checkpoints"),
                                      every=args.checkpoint_every, keep=args.keep_checkpoints,
@@ -271,10 +309,23 @@ def pretrain(args) -> int:
     if start_step < args.steps:
         data_args = dict(masker=masker, seed=args.seed, start_step=start_step,
                          shuffle_buffer=args.shuffle_buffer, next_sentence=next_sentence)
-        dataset = distributed_pretraining_dataset(strategy, args.data, args.batch_size,
-                                                  **data_args)
-        prepare_fit(model, strategy, pretraining_dataset(
-            args.data, args.batch_size, **data_args).element_spec)
+        if tf_backend:
+            from model.pretraining_dataset import (distributed_pretraining_dataset,
+                                                  pretraining_dataset)
+            from model.strategy import prepare_fit
+
+            dataset = distributed_pretraining_dataset(strategy, args.data, args.batch_size,
+                                                      **data_args)
+            prepare_fit(model, strategy, pretraining_dataset(
+                args.data, args.batch_size, **data_args).element_spec)
+        else:
+            from model.pretraining_pydataset import PretrainingPyDataset
+
+            # The same batches as TensorFlow's pipeline in a process where
+            # keras.utils.set_random_seed(--seed) set TensorFlow's graph seed.
+            dataset = PretrainingPyDataset(args.data, args.batch_size, graph_seed=args.seed,
+                                           worker_index=process_index,
+                                           num_workers=process_count, **data_args)
         # One Keras "epoch" is one checkpoint interval.
         every = args.checkpoint_every
         callbacks = [
@@ -283,7 +334,7 @@ def pretrain(args) -> int:
             keras.callbacks.TerminateOnNaN(),
             _Timer(timing),
         ]
-        if chief:
+        if chief and (tf_backend or _tensorflow_installed()):
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
                                                          update_freq=args.log_every))
         history = model.fit(dataset, initial_epoch=start_step // every,
@@ -314,7 +365,7 @@ def pretrain(args) -> int:
                # mean training loss of each checkpoint interval this run ran
                "interval_losses": interval_losses,
                "config": config.to_dict(), "strategy": args.strategy,
-               "replicas": strategy.num_replicas_in_sync,
+               "backend": keras.backend.backend(), "replicas": replicas,
                "mixed_precision": args.mixed_precision, "jit": args.jit,
                "data": args.data, "argv": sys.argv}
     write_json(os.path.join(args.output, "train_summary.json"), summary)
@@ -323,6 +374,17 @@ def pretrain(args) -> int:
               f"(batch x seq_len, padding included)")
     print(f"saved {args.output}")
     return 0
+
+
+def _tensorflow_installed() -> bool:
+    """Whether Keras can write TensorBoard logs (its callback needs tf.summary);
+    a JAX machine without TensorFlow trains without them."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _step(model) -> int:
