@@ -82,13 +82,24 @@ def pretraining_dataset(pattern: str, batch_size: int, masker: Masker | None = N
             tf.data.TFRecordDataset, cycle_length=min(8, len(files)), block_length=1)
         # Each epoch is its own dataset with its own seed; reshuffling on
         # re-iteration would break "same position, same example".
-        return records.shuffle(shuffle_buffer, seed=tf.constant(seed, tf.int64) * 1_000_003 + e,
-                               reshuffle_each_iteration=False)
+        op_seed = tf.constant(seed, tf.int64) * 1_000_003 + e
+        graph = tf.compat.v1.get_default_graph()
+        if graph.seed == 0:
+            # TensorFlow's get_seed tests `(global, op_seed) == (0, 0)`, which
+            # turns this symbolic op seed into a Python bool (an error) when
+            # the global seed is 0 (`--seed 0`); inside flat_map, treat 0 as unset.
+            graph.seed = None
+            try:
+                return records.shuffle(shuffle_buffer, seed=op_seed, reshuffle_each_iteration=False)
+            finally:
+                graph.seed = 0
+        return records.shuffle(shuffle_buffer, seed=op_seed, reshuffle_each_iteration=False)
 
     start = start_step * batch_size
     first_epoch, offset = divmod(start, num)
-    stream = epoch(first_epoch).skip(offset).concatenate(
-        tf.data.Dataset.range(first_epoch + 1, 2 ** 62).flat_map(epoch))
+    # Every epoch is built inside flat_map (none eagerly), so each gets its
+    # seeds by the same rule whatever the global seed (see `epoch`).
+    stream = tf.data.Dataset.range(first_epoch, 2 ** 62).flat_map(epoch).skip(offset)
     stream = stream.enumerate(start=start).batch(batch_size, drop_remainder=True)
 
     def to_model(positions, serialized):

@@ -127,7 +127,8 @@ def shuffle_seeds(op_seed: int, graph_seed: int | None) -> tuple[int, int]:
     """The (seed, seed2) tf.data's `shuffle(seed=op_seed)` runs on
     (tensorflow/python/data/util/random_seed.py and framework/random_seed.py)."""
     op_seed = (op_seed + (1 << 63)) % (1 << 64) - (1 << 63)  # int64 arithmetic, as in the graph
-    seed = DEFAULT_GRAPH_SEED if graph_seed is None else graph_seed % _MAXINT32
+    # A global seed of 0 counts as none (model/pretraining_dataset.py's `epoch`).
+    seed = DEFAULT_GRAPH_SEED if not graph_seed else graph_seed % _MAXINT32
     seed2 = op_seed % _MAXINT32
     if seed == 0 and seed2 == 0:
         seed2 = _MAXINT32

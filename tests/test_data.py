@@ -339,3 +339,17 @@ def test_find_records_with_and_without_dataset_json(dynamic, tmp_path):
         (info["num_instances"], SEQ_LEN, "dynamic")
     with pytest.raises(FileNotFoundError, match="no record files"):
         find_records(str(tmp_path / "nothing"))
+
+
+def test_a_global_seed_of_0_works_and_resumes(dynamic, masker):
+    """`--seed 0` sets TensorFlow's global seed to 0, where tf.data's seed
+    logic used to fail on the per-epoch shuffle seed inside flat_map."""
+    num = find_records(dynamic)[1]["num_instances"]
+    tf.random.set_seed(0)
+    try:
+        fresh = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4), 2 * num // BATCH + 1)
+        k = num // BATCH  # straddles epochs 0 and 1
+        resumed, = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4, start_step=k), 1)
+        assert_same_batch(resumed, fresh[k])
+    finally:
+        tf.random.set_seed(None)
