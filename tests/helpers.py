@@ -157,6 +157,30 @@ def run_module(module: str, argv, timeout: float = 300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def kill_when_exists(argv, path, timeout: float = 240) -> None:
+    """Runs `python -m model.train argv` and SIGKILLs it as soon as `path`
+    (e.g. its first checkpoint directory) exists."""
+    import signal
+    import subprocess
+    import time
+
+    child = subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
+                             env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + timeout
+        while not os.path.isdir(path):
+            assert child.poll() is None, f"the run ended before {path} appeared"
+            assert time.time() < deadline, f"no {path} after {timeout} s"
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+
 def weights_of(path) -> dict:
     """{dataset path: numpy array} of every tensor in a Keras `.weights.h5` file."""
     import h5py

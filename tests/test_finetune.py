@@ -244,11 +244,7 @@ def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, caps
     command, ends with the uninterrupted run's weights and dev history (same
     data order, grouped by length, and the same dropout), and leaves no
     checkpoints behind once finished."""
-    import signal
-    import subprocess
-    import time
-
-    from tests.helpers import REPO_ROOT, module_command, subprocess_env, weights_of
+    from tests.helpers import kill_when_exists, weights_of
 
     data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
     init = make_init(tmp_path)
@@ -261,21 +257,7 @@ def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, caps
     straight = tmp_path / "straight"
     assert run_train(argv(straight)) == 0
     output = tmp_path / "killed"
-    child = subprocess.Popen(module_command("model.train", argv(output)), cwd=REPO_ROOT,
-                             env=subprocess_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    first = output / "checkpoints" / "ckpt-00000005"
-    try:
-        deadline = time.time() + 240
-        while not first.is_dir():
-            assert child.poll() is None, "the run ended before its first checkpoint"
-            assert time.time() < deadline, "no checkpoint after 240 s"
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
+    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005")
     assert not (output / "metrics.json").exists(), "killed too late"
     capsys.readouterr()
     assert run_train(argv(output)) == 0

@@ -16,10 +16,7 @@ import os
 import re
 import runpy
 import shutil
-import signal
-import subprocess
 import sys
-import time
 import warnings
 
 import keras
@@ -32,9 +29,8 @@ from model.checkpointing import ResumableCheckpoint
 from model.encoder import BertEncoder
 from model.optimizer import WarmupLinearDecay, bert_adamw
 from model.pretrainer import BertPretrainer
-from tests.helpers import (REPO_ROOT, make_records, module_command, pretrain_argv,
-                           random_encoder_inputs, subprocess_env, weights_of, write_corpus,
-                           write_vocab)
+from tests.helpers import (kill_when_exists, make_records, pretrain_argv, random_encoder_inputs,
+                           weights_of, write_corpus, write_vocab)
 
 # 40 steps of 4, a checkpoint every 10, the tiny preset's dropout of 0.1 (so
 # the dropout seed state has to survive the restart too), on the CPU in every
@@ -128,21 +124,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(records, uninterrup
     output = str(tmp_path / "run")
     argv = pretrain_argv(records, output, **RUN)
     first = os.path.join(output, "checkpoints", "ckpt-00000010")
-    child = subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
-                             env=subprocess_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 240
-        while not os.path.isdir(first):
-            assert child.poll() is None, "the run ended before its first checkpoint"
-            assert time.time() < deadline, "no checkpoint after 240 s"
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-    assert child.returncode == -signal.SIGKILL
+    kill_when_exists(argv, first)
     assert not os.path.exists(os.path.join(output, "model.weights.h5")), "killed too late"
     # What a kill in the middle of a save leaves: a temporary directory of a
     # later step with a truncated weights file. It must be ignored and removed.
