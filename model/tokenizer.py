@@ -102,15 +102,7 @@ class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
     `pack`) is the pure-Python `model.wordpiece.WordPieceTokenizer`'s; this
     class adds the graph op `encode_tf` for tf.data pipelines and makes
     `encode` use it (the same ids; faster on large batches of mostly distinct words).
-
-    Args:
-        vocab_path: the vocabulary, one token per line.
-        lowercase: lower-case and strip accents (uncased vocabularies).
-
-    Example:
-    >>> tok = WordPieceTokenizer("vocab.txt")          # doctest: +SKIP
-    >>> tok.encode(["Hello, world!"])                  # doctest: +SKIP
-    [[7592, 1010, 2088, 999]]
+    Arguments and example: the parent class.
     """
 
     def __init__(self, vocab_path: str, lowercase: bool = True):
