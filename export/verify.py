@@ -24,7 +24,8 @@ The export passes when every output is finite and not constant, every
 `relative_error` is at most the quantization's `max_relative_error` and
 `agreement` is at least its `min_agreement` (`THRESHOLDS`: the float files
 must match Keras to rounding; dynamic and int8 leave room for quantization
-noise but not for garbage, which agrees ~1/labels of the time).
+noise but not for garbage, which agrees ~1/labels of the time, nor for a
+collapse that keeps the common "O" tags right and loses the entities).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class Thresholds:
 THRESHOLDS = {
     "float32": Thresholds(max_relative_error=1e-3, min_agreement=0.99),
     "float16": Thresholds(max_relative_error=2e-2, min_agreement=0.97),
-    "dynamic": Thresholds(max_relative_error=0.15, min_agreement=0.90),
-    "int8": Thresholds(max_relative_error=0.30, min_agreement=0.85),
+    # Quantized files must keep 95 % of the decisions: full int8 of the real
+    # CoNLL-2003 model agreed on 94.4 % of tags and lost 14 points of entity F1.
+    "dynamic": Thresholds(max_relative_error=0.15, min_agreement=0.95),
+    "int8": Thresholds(max_relative_error=0.30, min_agreement=0.95),
 }
 BATCH_SIZE = 8
 SINGLE_ROWS = 8
