@@ -137,13 +137,12 @@ class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 2 or argv[0] in ("-h", "--help"):
-        print("usage: python -m model.tokenizer VOCAB_TXT [--cased] TEXT...")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    lowercase = "--cased" not in argv
-    texts = [a for a in argv[1:] if a != "--cased"]
-    tok = WordPieceTokenizer(argv[0], lowercase=lowercase)
+    parsed = wordpiece.parse_command_line(sys.argv[1:] if argv is None else argv,
+                                          "model.tokenizer")
+    if isinstance(parsed, int):
+        return parsed
+    vocab, lowercase, texts = parsed
+    tok = WordPieceTokenizer(vocab, lowercase=lowercase)
     for text, tokens, ids in zip(texts, tok.tokenize(texts), tok.encode(texts)):
         print(text)
         print("  tokens:", tokens)

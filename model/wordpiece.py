@@ -346,14 +346,22 @@ class WordPieceTokenizer:
         return token_ids, segment_ids, padding_mask
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def parse_command_line(argv, module: str):
+    """`python -m MODULE VOCAB_TXT [--cased] TEXT...` (this module's and
+    model.tokenizer's): (vocab path, lowercase, texts), or the exit code when
+    the usage was printed instead."""
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
-        print("usage: python -m model.wordpiece VOCAB_TXT [--cased] TEXT...")
+        print(f"usage: python -m {module} VOCAB_TXT [--cased] TEXT...")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    lowercase = "--cased" not in argv
-    texts = [a for a in argv[1:] if a != "--cased"]
-    tok = WordPieceTokenizer(argv[0], lowercase=lowercase)
+    return argv[0], "--cased" not in argv, [a for a in argv[1:] if a != "--cased"]
+
+
+def main(argv=None) -> int:
+    parsed = parse_command_line(sys.argv[1:] if argv is None else argv, "model.wordpiece")
+    if isinstance(parsed, int):
+        return parsed
+    vocab, lowercase, texts = parsed
+    tok = WordPieceTokenizer(vocab, lowercase=lowercase)
     for text in texts:
         print(text)
         for word in tok.words(text):
