@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import tempfile
+import zipfile
 
 import keras
 import numpy as np
@@ -36,6 +37,26 @@ _NAME = re.compile(r"^ckpt-(\d{8})$")
 
 def _rng_variables(model):
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
+
+
+def _read(path: str, reader):
+    """`reader(path)`, its failures re-raised as ValueError naming `path`: h5py's
+    and zipfile's messages do not, and a truncated `.npz` raises BadZipFile or
+    EOFError, which are neither OSError nor ValueError."""
+    try:
+        return reader(path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _read_npz(path: str) -> dict:
+    with np.load(path) as f:
+        return {name: f[name] for name in f.files}
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 class ResumableCheckpoint(keras.callbacks.Callback):
@@ -83,16 +104,15 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             try:
                 if not model.optimizer.built:
                     model.optimizer.build(model.trainable_variables)
-                model.load_weights(os.path.join(path, "model.weights.h5"))
-                rng = np.load(os.path.join(path, "rng.npz"))
+                _read(os.path.join(path, "model.weights.h5"), model.load_weights)
+                rng = _read(os.path.join(path, "rng.npz"), _read_npz)
                 variables = _rng_variables(model)
-                if len(rng.files) != len(variables):
-                    raise ValueError(f"{path}: {len(rng.files)} seed states for "
+                if len(rng) != len(variables):
+                    raise ValueError(f"{path}: {len(rng)} seed states for "
                                      f"{len(variables)} seed generators")
                 for i, v in enumerate(variables):
                     v.assign(rng[f"s{i}"])
-                with open(os.path.join(path, "state.json")) as f:
-                    state = json.load(f)
+                state = _read(os.path.join(path, "state.json"), _read_json)
             except (OSError, ValueError) as e:
                 # Renamed directories are complete, so this is disk damage, not
                 # a crash mid-write; say so and fall back to the one before.

@@ -24,7 +24,6 @@ with the numpy reader in `model.safetensors_io`, not torch.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -158,8 +157,7 @@ def read_config(directory: str) -> dict:
         raise ValueError(f"{path}: model_type is {data['model_type']!r}, not 'bert'")
     tok_path = os.path.join(directory, TOKENIZER_CONFIG)
     if "do_lower_case" not in data and os.path.isfile(tok_path):
-        with open(tok_path, encoding="utf-8") as f:
-            tok = json.load(f)
+        tok = read_json_object(tok_path, "tokenizer config")
         if "do_lower_case" in tok:
             data["do_lower_case"] = bool(tok["do_lower_case"])
     return data
@@ -172,8 +170,9 @@ def read_tensors(directory: str) -> tuple[dict[str, np.ndarray], str]:
     if os.path.isfile(single):
         return safetensors_io.read(single), single
     if os.path.isfile(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = read_json_object(index, "safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: no 'weight_map' object (a truncated or corrupt index?)")
         tensors = {}
         for shard in sorted(set(weight_map.values())):
             for name, array in safetensors_io.read(os.path.join(directory, shard)).items():
