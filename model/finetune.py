@@ -45,6 +45,22 @@ the new best, so they always match model.weights.h5. For SQuAD v2.0 the null
 threshold that maximises dev F1 (`best_f1_thresh`) is stored as
 `null_threshold` in config.json and metrics.json; `model.evaluate` uses it
 unless `--null-threshold` says otherwise.
+
+The JAX backend fine-tunes the same way, without TensorFlow:
+
+    KERAS_BACKEND=jax python -m model.train finetune --task sst2 \\
+        --data ../shared/data/glue/SST-2 --init runs/base --output runs/sst2-jax \\
+        [--strategy data-parallel]
+
+It tokenizes with the pure-Python WordPiece tokenizer (model/wordpiece.py:
+the same ids) and trains on the very batches of the tf.data pipeline,
+trimming and `--group-by-length` included (model/finetune_pydataset.py), so
+with dropout 0 it ends with TensorFlow's weights up to float rounding
+(tests/test_jax_finetune.py). `--strategy` is then auto (one device) or
+data-parallel (keras.distribution.DataParallel over the devices of this
+process; a short batch then keeps a multiple of the device count). There is
+no TensorBoard without TensorFlow: the training loss (every `--log-every`
+steps) and the dev metrics go to OUTPUT/logs/scalars.csv (`tag,step,value`).
 """
 
 from __future__ import annotations
@@ -70,6 +86,8 @@ POOLER_UNUSED = ("question_answerer", "token_classifier")
 SCRATCH_PREFIX = ".epoch-predictions-"
 # Resumable checkpoints (inside OUTPUT), removed when the run ends.
 CHECKPOINTS = "checkpoints"
+# Under a backend other than TensorFlow: the scalars TensorBoard would get (OUTPUT/logs/).
+SCALARS = "scalars.csv"
 
 
 def resolve_defaults(args, task):
@@ -91,8 +109,9 @@ def resolve_defaults(args, task):
 
 def finetune(args) -> int:
     """Trains `args.task` from `args.init` into `args.output`; returns the exit code."""
+    import contextlib
+
     import keras
-    import tensorflow as tf
 
     from model import model_dir, tasks
     from model.convert import read
@@ -100,8 +119,15 @@ def finetune(args) -> int:
     from model.io import check_writable_dir, write_json
     from model.optimizer import bert_adamw
     from model.checkpointing import ResumableCheckpoint
-    from model.strategy import is_chief, make_strategy
-    from model.tokenizer import WordPieceTokenizer
+
+    # Under another backend (JAX) nothing here imports TensorFlow: the
+    # tokenizer is the pure-Python one (the same ids), the batches come from
+    # a PyDataset and the strategy is keras.distribution.
+    tf_backend = keras.backend.backend() == "tensorflow"
+    if tf_backend:
+        from model.tokenizer import WordPieceTokenizer
+    else:
+        from model.wordpiece import WordPieceTokenizer
 
     task = tasks.get(args.task)
     args = resolve_defaults(args, task)
@@ -149,28 +175,66 @@ def finetune(args) -> int:
 
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.mixed_precision)
-    strategy = make_strategy(args.strategy, args.tpu)
-    # TPUs need static shapes: every batch full.
-    drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
-    steps_per_epoch = num_train // args.batch_size if drop_remainder else math.ceil(
-        num_train / args.batch_size)
+    if tf_backend:
+        import tensorflow as tf
+
+        from model.strategy import is_chief, make_strategy
+
+        strategy = make_strategy(args.strategy, args.tpu)
+        chief, scope = is_chief(strategy), strategy.scope
+        strategy_name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
+        # TPUs need static shapes: every batch full.
+        drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
+        steps_per_epoch = num_train // args.batch_size if drop_remainder else math.ceil(
+            num_train / args.batch_size)
+
+        def dataset(epoch: int, start: int):
+            return tf_dataset(encoded, args.batch_size, seq_len, args.seed + epoch,
+                              group_by_length=args.group_by_length,
+                              drop_remainder=drop_remainder).skip(start)
+    else:
+        from model.finetune_pydataset import FinetunePyDataset
+        from model.strategy import jax_process, make_jax_distribution
+
+        distribution = make_jax_distribution(args.strategy)
+        if jax_process()[1] > 1:
+            raise ValueError("fine-tuning under JAX runs in one process (--strategy "
+                             "data-parallel uses all of its devices); start it on one host")
+        chief, scope = True, contextlib.nullcontext
+        strategy_name = type(distribution).__name__ if distribution else "one device"
+        replicas = len(keras.distribution.list_devices()) if distribution else 1
+        if args.batch_size % replicas:
+            raise ValueError(f"--batch-size {args.batch_size} is not a multiple of the "
+                             f"{replicas} devices of --strategy data-parallel")
+
+        def dataset(epoch: int, start: int):
+            # The batches of `tf_dataset` (see model/finetune_pydataset.py).
+            return FinetunePyDataset(encoded, args.batch_size, seq_len, args.seed, epoch,
+                                     start=start, group_by_length=args.group_by_length,
+                                     multiple_of=replicas)
+
+        # As on TensorFlow (grouped batches can outnumber these: the epoch's
+        # last ones are then left out); fewer if short batches were dropped.
+        steps_per_epoch = min(math.ceil(num_train / args.batch_size), len(dataset(0, 0)))
     if steps_per_epoch < 1:
         raise ValueError(f"{num_train} training features make no full batch of {args.batch_size}")
     total_steps = max(1, math.ceil(args.epochs * steps_per_epoch))
     warmup = args.warmup_steps if args.warmup_steps is not None else int(0.1 * total_steps)
     print(f"task {task.name}: {len(train_examples)} training examples ({num_train} features of "
           f"{seq_len} tokens) from {train_file}; dev: {', '.join(dev_files.values()) or 'none'}")
-    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s); "
+    print(("" if tf_backend else f"backend: {keras.backend.backend()}; ")
+          + f"strategy: {strategy_name} with {replicas} replica(s); "
           f"batch {args.batch_size}, {total_steps} steps ({steps_per_epoch} an epoch), "
           f"learning rate {learning_rate:g}, warm-up {warmup} steps")
 
-    with strategy.scope():
+    with scope():
         encoder = BertEncoder.from_config_object(config)
         encoder.set_weights(source_encoder.get_weights())
         model = task.build_model(encoder, dropout=args.dropout)
         pooler_frozen = freeze_unused_pooler(task, encoder)  # before compile
         model.compile(optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
-                      loss=task.loss(), jit_compile=args.jit)
+                      # JAX always compiles its step (not compiling is eager, op by op)
+                      loss=task.loss(), jit_compile=args.jit if tf_backend else "auto")
         model.optimizer.build(model.trainable_variables)  # its slots are checkpointed too
     del source, source_encoder
     extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
@@ -184,28 +248,16 @@ def finetune(args) -> int:
             write_json(os.path.join(args.output, "label_map.json"),
                        {"task": task.name, "id2label": dict(enumerate(task.labels()))})
 
-    def dataset(epoch: int):
-        items = [encoded.x, encoded.y]
-        if encoded.sample_weight is not None:
-            items.append(encoded.sample_weight)
-        ds = tf.data.Dataset.from_tensor_slices(tuple(items))
-        ds = ds.shuffle(num_train, seed=args.seed + epoch, reshuffle_each_iteration=False)
-        if drop_remainder:  # TPU: static shapes, every batch full and full-length
-            return ds.batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-        if args.group_by_length:
-            boundaries = list(range(LENGTH_MULTIPLE + 1, seq_len + 1, LENGTH_MULTIPLE))
-            ds = ds.bucket_by_sequence_length(
-                lambda x, *_: tf.reduce_max(tf.reduce_sum(
-                    tf.reshape(x["padding_mask"], [-1, seq_len]), -1)),
-                boundaries, [args.batch_size] * (len(boundaries) + 1))
-        else:
-            ds = ds.batch(args.batch_size)
-        return ds.map(trim_batch(seq_len)).prefetch(tf.data.AUTOTUNE)
-
-    dev_writer = tf.summary.create_file_writer(os.path.join(args.output, "logs", "dev"))
-    callbacks = [keras.callbacks.TerminateOnNaN(),
-                 keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
-                                             update_freq=args.log_every)]
+    logs = os.path.join(args.output, "logs")
+    callbacks = [keras.callbacks.TerminateOnNaN()]
+    if tf_backend:
+        dev_writer = tf.summary.create_file_writer(os.path.join(logs, "dev"))
+        callbacks.append(keras.callbacks.TensorBoard(logs, update_freq=args.log_every))
+    else:
+        # Keras' TensorBoard callback needs TensorFlow: the same scalars as CSV.
+        print(f"backend {keras.backend.backend()}: no TensorBoard logs; training loss and dev "
+              f"metrics go to {os.path.join(logs, SCALARS)}")
+        callbacks.append(_ScalarLog(os.path.join(logs, SCALARS), args.log_every))
     if not sys.stdout.isatty():
         # Keras' non-interactive output is one line an epoch; a log file
         # should show progress inside long epochs too.
@@ -216,7 +268,7 @@ def finetune(args) -> int:
     progress = {"history": [], "best": None, "wall_seconds": 0.0}
     checkpoint = ResumableCheckpoint(os.path.join(args.output, CHECKPOINTS),
                                      every=args.checkpoint_every, keep=args.keep_checkpoints,
-                                     is_chief=is_chief(strategy), state=lambda: progress)
+                                     is_chief=chief, state=lambda: progress)
     checkpoint.clean_partial()
     checkpoint.set_model(model)
     done = checkpoint.restore(model)
@@ -233,7 +285,7 @@ def finetune(args) -> int:
         steps = epoch_end - done
         if steps > 0:
             offset = done - epoch * steps_per_epoch  # > 0 when resuming inside this epoch
-            model.fit(dataset(epoch).skip(offset), initial_epoch=epoch, epochs=epoch + 1,
+            model.fit(dataset(epoch, offset), initial_epoch=epoch, epochs=epoch + 1,
                       steps_per_epoch=steps, callbacks=callbacks, shuffle=False,
                       verbose=1 if sys.stdout.isatty() else 2)
             if model.stop_training:
@@ -254,10 +306,14 @@ def finetune(args) -> int:
             record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
             history.append(record)
             progress["wall_seconds"] = time.time() - start
-            with dev_writer.as_default():
-                for k, v in metrics.items():
-                    if isinstance(v, (int, float)):
+            scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            if tf_backend:
+                with dev_writer.as_default():
+                    for k, v in scalars.items():
                         tf.summary.scalar(k, v, step=done)
+            else:
+                append_scalars(os.path.join(logs, SCALARS), done,
+                               {f"dev/{k}": v for k, v in scalars.items()})
             if metrics:
                 score = metrics.get(task.main_metric)
                 if score is None:
@@ -289,7 +345,8 @@ def finetune(args) -> int:
         "steps": done, "epochs": args.epochs,
         "batch_size": args.batch_size, "learning_rate": learning_rate, "warmup_steps": warmup,
         "weight_decay": args.weight_decay, "dropout": args.dropout, "seq_len": seq_len,
-        "seed": args.seed, "strategy": args.strategy, "mixed_precision": args.mixed_precision,
+        "seed": args.seed, "strategy": args.strategy, "backend": keras.backend.backend(),
+        "mixed_precision": args.mixed_precision,
         **({"null_threshold": extra["null_threshold"]} if "null_threshold" in extra else {}),
         "pooler_frozen": pooler_frozen,
         "wall_seconds": round(elapsed, 1), "command": command_line(args), "argv": sys.argv,
@@ -307,6 +364,36 @@ def examples_seen(steps: int, steps_per_epoch: int, batch_size: int, num_train: 
     full, rest = divmod(steps, steps_per_epoch)
     per_epoch = min(steps_per_epoch * batch_size, num_train)
     return full * per_epoch + min(rest * batch_size, num_train)
+
+
+def tf_dataset(encoded, batch_size: int, seq_len: int, shuffle_seed: int,
+               group_by_length: bool = False, drop_remainder: bool = False):
+    """One epoch of training batches as a `tf.data.Dataset` (the TensorFlow
+    backend's pipeline): shuffled with `shuffle_seed` (`--seed` + epoch, after
+    `keras.utils.set_random_seed(--seed)`), batched (by length with
+    `group_by_length`), each batch cut by `trim_batch`.
+    model/finetune_pydataset.py yields the same batches without TensorFlow.
+    """
+    import tensorflow as tf
+
+    from model.finetune_pydataset import length_boundaries
+
+    items = [encoded.x, encoded.y]
+    if encoded.sample_weight is not None:
+        items.append(encoded.sample_weight)
+    ds = tf.data.Dataset.from_tensor_slices(tuple(items))
+    ds = ds.shuffle(len(encoded), seed=shuffle_seed, reshuffle_each_iteration=False)
+    if drop_remainder:  # TPU: static shapes, every batch full and full-length
+        return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    if group_by_length:
+        boundaries = length_boundaries(seq_len)
+        ds = ds.bucket_by_sequence_length(
+            lambda x, *_: tf.reduce_max(tf.reduce_sum(
+                tf.reshape(x["padding_mask"], [-1, seq_len]), -1)),
+            boundaries, [batch_size] * (len(boundaries) + 1))
+    else:
+        ds = ds.batch(batch_size)
+    return ds.map(trim_batch(seq_len)).prefetch(tf.data.AUTOTUNE)
 
 
 def trim_batch(seq_len: int):
@@ -371,6 +458,20 @@ def publish_predictions(scratch: str, output: str) -> list[str]:
     return published
 
 
+def append_scalars(path: str, step: int, scalars: dict) -> None:
+    """Adds `tag,step,value` rows to the CSV log `path` (a header first when
+    it is new): the backend-neutral stand-in for TensorBoard's scalars. Rows of
+    steps run again after a restart appear twice, as in TensorBoard."""
+    from model.io import atomic_open
+
+    old = "tag,step,value\n"
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    with atomic_open(path) as f:  # a small file: rewritten whole, never half-written
+        f.write(old + "".join(f"{tag},{step},{float(value)!r}\n" for tag, value in scalars.items()))
+
+
 def _progress_base():
     import keras
 
@@ -392,6 +493,19 @@ class _ProgressLines(_progress_base()):
             loss = f" loss {float(loss):.4f}" if loss is not None else ""
             print(f"step {step}/{self.total}{loss} ({time.time() - self.start:.0f} s)",
                   flush=True)
+
+
+class _ScalarLog(_progress_base()):
+    """Appends the training loss to the CSV log `path` every `every` steps."""
+
+    def __init__(self, path: str, every: int):
+        super().__init__()
+        self.path, self.every = path, max(1, every)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0 and logs and "loss" in logs:
+            append_scalars(self.path, step, {"train/loss": logs["loss"]})
 
 
 def command_line(args) -> str:

@@ -32,6 +32,10 @@ class _UnflattenChoices(keras.layers.Layer):
     def call(self, scores, like):
         return ops.reshape(scores, ops.shape(like)[:2])
 
+    def compute_output_shape(self, scores_shape, like_shape):
+        # JAX builds the functional graph by shape inference, not by tracing `call`.
+        return tuple(like_shape[:2])
+
 
 @keras.saving.register_keras_serializable(package="bert")
 class BertMultipleChoice(BertTaskModel):

@@ -1,0 +1,317 @@
+"""Fine-tuning under KERAS_BACKEND=jax: TensorFlow's batches and weights, without TensorFlow.
+
+    PYTHONPATH=. python -m pytest tests/test_jax_finetune.py
+
+- `FinetunePyDataset` (model/finetune_pydataset.py) yields exactly the
+  batches of the tf.data pipeline (`model.finetune.tf_dataset`): same rows in
+  the same order, same trimmed length, same dtypes, for inputs of one row
+  (GLUE) or several (SWAG), labels per feature, per token (NER) or by name
+  (SQuAD), sample weights, over several epochs, from a later batch (a
+  restart), with `--group-by-length`, for `--seed` 0 and another.
+- `python -m model.train finetune` runs under each backend in a child
+  process from the same encoder (`--init`) and the same head: a fresh head
+  is drawn by each backend's own random generator, so the children load one
+  head from a file. With dropout 0 and `--group-by-length` both train the
+  same float32 computation on the same batches, so after 6 steps at learning
+  rate 1e-3 the weights agree to float rounding (measured: at most 7.5e-9
+  apart; asserted: 1e-5), and so do the printed losses (4 decimals: equal;
+  asserted: 1.5e-4). A batch out of place would show: each step moves a
+  weight by about the learning rate. (At learning rate 1e-2 over 18 steps
+  the weights drift apart to 8e-5: Adam's early updates are about
+  lr * sign(g), so rounding in near-zero gradients grows.)
+- The JAX child blocks `import tensorflow` (a machine without it) and the
+  model directory it writes scores the same under `python -m model.evaluate`
+  (TensorFlow) as in its own dev evaluation.
+- A JAX run killed after a checkpoint and started again ends with the
+  uninterrupted run's weights (dropout 0.1: its seed state is restored too),
+  and `--strategy data-parallel` on two host devices trains like one device
+  (both slow: three and one more runs, `--runslow`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from model.finetune_pydataset import FinetunePyDataset, epoch_batches, epoch_order
+from model.tasks.base import Encoded
+from tests.helpers import (REPO_ROOT, finetune_argv, kill_when_exists, make_init, run_evaluate,
+                           subprocess_env, weights_of, write_sst2)
+from tests.test_jax_backend import _NO_TENSORFLOW
+
+RUN_TIMEOUT = 300
+
+
+# === The batches ===
+
+def synthetic(kind: str, n: int = 37, seq_len: int = 48, seed: int = 0) -> Encoded:
+    """Features of random lengths (2 to seq_len: every bucket of 48 tokens)
+    shaped as task `kind` encodes them."""
+    rng = np.random.default_rng(seed)
+    shape = (n, 4, seq_len) if kind == "swag" else (n, seq_len)
+    lengths = rng.integers(2, seq_len + 1, size=shape[:-1])
+    mask = (np.arange(seq_len) < lengths[..., None]).astype(np.int32)
+    x = {"token_ids": rng.integers(5, 90, size=shape).astype(np.int32) * mask,
+         "segment_ids": (np.arange(seq_len) >= lengths[..., None] // 2).astype(np.int32) * mask,
+         "padding_mask": mask}
+    if kind == "ner":
+        tags = np.where(mask == 1, rng.integers(0, 9, size=shape), -1).astype(np.int32)
+        return Encoded(x=x, y=tags, sample_weight=mask.astype(np.float32))
+    if kind == "squad":
+        starts = rng.integers(0, seq_len, size=n).astype(np.int32)
+        return Encoded(x=x, y={"start_logits": starts, "end_logits": starts + 1})
+    labels = rng.integers(0, 4 if kind == "swag" else 2, size=n)
+    return Encoded(x=x, y=labels.astype(np.int32 if kind == "swag" else np.int64))
+
+
+def assert_same_batches(theirs, ours, what: str) -> None:
+    theirs = [keras.tree.map_structure(lambda t: t.numpy(), b) for b in theirs]
+    assert len(ours) == len(theirs), what
+    for i, (a, b) in enumerate(zip(theirs, ours)):
+        a, b = keras.tree.flatten(a), keras.tree.flatten(b)
+        assert len(a) == len(b), what
+        for u, v in zip(a, b):
+            assert u.dtype == v.dtype and u.shape == v.shape, (what, i, u.shape, v.shape)
+            np.testing.assert_array_equal(u, v, err_msg=f"{what}: batch {i}")
+
+
+@pytest.mark.parametrize("kind", ["glue", "ner", "swag", "squad"])
+def test_pydataset_yields_the_tf_pipeline_batches(kind):
+    import tensorflow as tf
+
+    from model.finetune import tf_dataset
+
+    encoded, seq_len, batch_size = synthetic(kind), 48, 5
+    try:
+        for seed in (12345, 0):
+            keras.utils.set_random_seed(seed)  # as finetune does: TensorFlow's global seed
+            for grouped in (False, True):
+                for epoch, start in ((0, 0), (1, 0), (2, 3)):
+                    what = f"{kind}, seed {seed}, grouped {grouped}, epoch {epoch} from {start}"
+                    theirs = tf_dataset(encoded, batch_size, seq_len, seed + epoch,
+                                        group_by_length=grouped).skip(start)
+                    ours = FinetunePyDataset(encoded, batch_size, seq_len, seed, epoch,
+                                             start=start, group_by_length=grouped)
+                    assert_same_batches(theirs, ours, what)
+    finally:
+        tf.random.set_seed(None)
+
+
+def test_grouped_batches_are_trimmed_per_bucket_and_flushed_in_bucket_order():
+    encoded = synthetic("glue")
+    ours = FinetunePyDataset(encoded, 5, 48, seed=3, epoch=0, group_by_length=True)
+    widths = [x["token_ids"].shape[1] for x, _ in ours]
+    assert set(widths) == {16, 32, 48}
+    # After the full batches come the leftovers of each bucket, shortest first.
+    sizes = [len(b) for b in ours.batches]
+    leftovers = [w for w, s in zip(widths, sizes) if s < 5]
+    assert widths[-len(leftovers):] == leftovers == sorted(leftovers)
+    assert sorted(i for b in ours.batches for i in b) == list(range(len(encoded)))
+
+
+def test_data_parallel_batches_keep_a_multiple_of_the_devices():
+    """37 features, batch 8 over 4 devices: the short last batch of 5 keeps 4
+    rows; grouped, every bucket's leftover keeps a multiple of 4 (or goes)."""
+    encoded = synthetic("glue")
+    plain = FinetunePyDataset(encoded, 8, 48, seed=1, epoch=0)
+    split = FinetunePyDataset(encoded, 8, 48, seed=1, epoch=0, multiple_of=4)
+    assert [len(b) for b in plain.batches] == [8, 8, 8, 8, 5]
+    assert [len(b) for b in split.batches] == [8, 8, 8, 8, 4]
+    np.testing.assert_array_equal(split.batches[-1], plain.batches[-1][:4])
+    grouped = FinetunePyDataset(encoded, 8, 48, seed=1, epoch=0, group_by_length=True,
+                                multiple_of=4)
+    assert all(len(b) and len(b) % 4 == 0 for b in grouped.batches)
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        FinetunePyDataset(encoded, 6, 48, seed=1, epoch=0, multiple_of=4)
+
+
+def test_epoch_order_and_batches_helpers():
+    order = epoch_order(10, seed=5, epoch=0)
+    assert sorted(order) == list(range(10)) and order != list(range(10))
+    assert order == epoch_order(10, seed=5, epoch=0) != epoch_order(10, seed=5, epoch=1)
+    batches = epoch_batches(list(range(7)), 3)
+    assert [b.tolist() for b in batches] == [[0, 1, 2], [3, 4, 5], [6]]
+    # Lengths 1 (bucket 0), 20 (bucket 1): bucket 1 fills first and comes first.
+    lengths = np.array([1, 20, 20, 1, 20])
+    batches = epoch_batches([0, 1, 2, 3, 4], 2, lengths, [17])
+    assert [b.tolist() for b in batches] == [[1, 2], [0, 3], [4]]
+
+
+# === Runs under both backends ===
+
+# Gives the classifier a head read from $HEAD_WEIGHTS in every backend.
+_SAME_HEAD = """
+import os
+import numpy as np
+from model.tasks.glue import GlueTask
+
+_build_model = GlueTask.build_model
+
+def _same_head(self, encoder, dropout=0.1):
+    model = _build_model(self, encoder, dropout)
+    head = np.load(os.environ["HEAD_WEIGHTS"])
+    model.get_layer("logits").set_weights([head["kernel"], head["bias"]])
+    return model
+
+GlueTask.build_model = _same_head
+"""
+_RUN_MAIN = """
+import sys
+from model.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+STEP_LOSS = re.compile(r"^step (\d+)/\d+ loss ([0-9.]+)", re.M)
+
+
+def finetune_child(backend: str, argv, head: str, block_tensorflow: bool = False, env=None):
+    """`python -m model.train argv` under `backend` with the head from `head`;
+    with `block_tensorflow`, a child that cannot import TensorFlow and checks
+    it imported none."""
+    script = _SAME_HEAD + (_NO_TENSORFLOW if block_tensorflow else _RUN_MAIN)
+    env = {**subprocess_env(), **(env or {}), "KERAS_BACKEND": backend, "HEAD_WEIGHTS": head}
+    done = subprocess.run([sys.executable, "-c", script, *map(str, argv)], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def same_run_argv(data, init, output, extra=()):
+    """6 steps (24 examples, batch 4), dropout 0, grouped by length, every loss printed."""
+    return finetune_argv("sst2", data, init, output, epochs="1", batch_size=4, seq_len=40,
+                         extra=["--dropout", "0.0", "--warmup-steps", "1", "--log-every", "1",
+                                "--group-by-length", *extra])
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """The same fine-tuning (`same_run_argv`) under JAX (TensorFlow blocked)
+    and under TensorFlow, from one encoder and one head."""
+    from model.config import BertConfig
+
+    root = tmp_path_factory.mktemp("jax_finetune")
+    data = write_sst2(root / "SST-2", train=24, dev=12, seed=2)
+    init = make_init(root)
+    rng = np.random.default_rng(0)
+    hidden = BertConfig.preset("tiny").hidden_dim
+    head = str(root / "head.npz")
+    np.savez(head, kernel=rng.normal(0, 0.02, (hidden, 2)).astype(np.float32),
+             bias=np.zeros(2, np.float32))
+    runs = {}
+    for backend in ("jax", "tensorflow"):
+        output = root / backend
+        done = finetune_child(backend, same_run_argv(data, init, output), head,
+                              block_tensorflow=backend == "jax")
+        runs[backend] = (str(output), done.stdout)
+    return data, runs, init, head
+
+
+def test_a_jax_finetune_imports_no_tensorflow_and_evaluate_scores_it(two_runs, capsys):
+    data, runs, _, _ = two_runs
+    output, stdout = runs["jax"]
+    assert "backend: jax; strategy: one device with 1 replica(s)" in stdout
+    with open(os.path.join(output, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert metrics["backend"] == "jax" and metrics["steps"] == 6
+    # No TensorBoard without TensorFlow: the same scalars as CSV.
+    assert os.listdir(os.path.join(output, "logs")) == ["scalars.csv"]
+    with open(os.path.join(output, "logs", "scalars.csv")) as f:
+        rows = f.read().splitlines()
+    assert rows[0] == "tag,step,value" and "dev/accuracy,6," in "\n".join(rows)
+    assert sum(r.startswith("train/loss,") for r in rows) == 6
+    capsys.readouterr()
+    assert run_evaluate(["--task", "sst2", "--model", output, "--data",
+                         os.path.join(data, "dev.tsv")]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
+
+
+def test_jax_finetuning_follows_tensorflow(two_runs):
+    _, runs, _, _ = two_runs
+    losses = {backend: [float(v) for _, v in STEP_LOSS.findall(stdout)]
+              for backend, (_, stdout) in runs.items()}
+    assert len(losses["jax"]) == len(losses["tensorflow"]) == 6
+    np.testing.assert_allclose(losses["jax"], losses["tensorflow"], rtol=0, atol=1.5e-4)
+    w_tf = weights_of(os.path.join(runs["tensorflow"][0], "model.weights.h5"))
+    w_jax = weights_of(os.path.join(runs["jax"][0], "model.weights.h5"))
+    assert set(w_tf) == set(w_jax)
+    for name in w_tf:
+        np.testing.assert_allclose(w_jax[name], w_tf[name], rtol=0, atol=1e-5, err_msg=name)
+    dev = {b: json.load(open(os.path.join(o, "metrics.json")))["dev"] for b, (o, _) in
+           runs.items()}
+    assert dev["jax"]["accuracy"] == dev["tensorflow"]["accuracy"]
+
+
+@pytest.mark.slow
+def test_data_parallel_on_two_devices_finetunes_like_one(two_runs, tmp_path):
+    """keras.distribution.DataParallel over two host devices (every batch
+    here even, so the same batches): one device's weights to float rounding."""
+    data, runs, init, head = two_runs
+    output = tmp_path / "two"
+    argv = same_run_argv(data, init, output, ["--strategy", "data-parallel"])
+    done = finetune_child("jax", argv, head,
+                          env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert "strategy: DataParallel with 2 replica(s)" in done.stdout
+    one, two = (weights_of(os.path.join(d, "model.weights.h5")) for d in (runs["jax"][0], output))
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+# === Resuming ===
+
+@pytest.mark.slow
+def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "jax")  # the children's environment
+    data = write_sst2(tmp_path / "SST-2", train=32, dev=8, seed=3)
+    init = make_init(tmp_path)
+
+    def argv(output):  # 8 steps an epoch, 2 epochs, a checkpoint every 5 steps
+        return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, seq_len=40,
+                             extra=["--dropout", "0.1", "--checkpoint-every", "5",
+                                    "--group-by-length"])
+
+    def run(output):
+        done = subprocess.run([sys.executable, "-m", "model.train", *map(str, argv(output))],
+                              cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
+                              text=True, timeout=RUN_TIMEOUT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    straight = tmp_path / "straight"
+    run(straight)
+    output = tmp_path / "killed"
+    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005",
+                     timeout=RUN_TIMEOUT)
+    assert not (output / "metrics.json").exists(), "killed too late"
+    assert "resuming from step" in run(output)
+    a, b = weights_of(straight / "model.weights.h5"), weights_of(output / "model.weights.h5")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-6, err_msg=name)
+    history = [json.loads((d / "metrics.json").read_text())["history"] for d in (straight, output)]
+    assert [r["step"] for r in history[1]] == [8, 16]
+    assert [r["accuracy"] for r in history[1]] == [r["accuracy"] for r in history[0]]
+    assert not (output / "checkpoints").exists()
+
+
+def test_multiple_choice_model_builds_and_runs_under_jax():
+    """JAX builds functional models by shape inference: the SWAG head's reshape
+    layer must say its output shape (it did not, and JAX runs of SWAG failed)."""
+    script = (
+        "import numpy as np\n"
+        "from model.encoder import BertEncoder\n"
+        "from model.multiple_choice import BertMultipleChoice\n"
+        "model = BertMultipleChoice(BertEncoder.from_preset('tiny'), num_choices=4)\n"
+        "x = {k: np.ones((2, 4, 8), 'int32') for k in ('token_ids', 'segment_ids', 'padding_mask')}\n"
+        "print(tuple(model.predict_on_batch(x).shape))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300,
+                          env={**subprocess_env(), "KERAS_BACKEND": "jax"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "(2, 4)"
