@@ -6,7 +6,11 @@ Tasks:
     mlm   masked-LM top-1/top-5 accuracy over masked positions, masked-LM loss
           and perplexity, and next-sentence accuracy, on instances made from
           any raw text file (`model.corpus` formats) exactly as for
-          pre-training: 15 % masking, 80/10/10, a fixed seed.
+          pre-training: 15 % masking, 80/10/10, a fixed seed. A pre-training
+          bundle keeps only its top-k words at each mask (`top_k` in its
+          bundle.json): it is scored on the very same instances and masks,
+          top-1 and (k >= 5) top-5 only; loss and perplexity need the whole
+          distribution, so they are left out.
     cola sst2 mrpc stsb qqp mnli qnli rte wnli conll2003 (ner) swag squad1 squad2
           a model directory written by `python -m model.train finetune`,
           scored on any labelled file in the task's standard format with the
@@ -16,7 +20,7 @@ Tasks:
 --model may also be a LiteRT bundle written by `python -m export` (a
 directory with bundle.json): it is scored by the same task code through
 `export.interpreter.TFLiteModel`, with the bundle's vocabulary, casing and
-sequence length (mlm needs the Keras model: a bundle keeps only its top-k).
+sequence length.
 
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
@@ -26,6 +30,8 @@ default the one fine-tuning tuned on its dev file (`null_threshold` in the
 model's config.json; 0 for a model without one), or --null-threshold X.
 
     python -m model.evaluate --task mlm --model runs/mini \\
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw
+    python -m model.evaluate --task mlm --model bundles/mlm \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
     python -m model.evaluate --task sst2 --model bundles/sst2 \\
@@ -75,10 +81,24 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def evaluate_mlm(model, tokenizer, path: str, max_seq_length: int = 128,
+def evaluate_mlm(predict, tokenizer, path: str, max_seq_length: int = 128,
                  max_predictions: int = 20, seed: int = 12345, batch_size: int = 32,
                  corpus_format: str = "auto") -> dict:
-    """Masked-LM and NSP metrics of a `BertPretrainer` on instances made from `path`."""
+    """Masked-LM and NSP metrics of a pre-trainer on instances made from `path`.
+
+    predict: `predict(inputs) -> {name: array}` on int32 `token_ids`,
+        `segment_ids`, `padding_mask` (batch, max_seq_length) and
+        `mask_positions` (batch, max_predictions): a Keras `BertPretrainer`'s
+        `predict_on_batch` (outputs `mlm` logits, `nsp` logits) or a bundle's
+        `TFLiteModel.predict` (outputs `topk_ids`/`topk_probs`, `nsp_probs`).
+
+    The instances, masks and seed do not depend on `predict`, so a model and
+    its bundle are scored on the same masked positions. From logits: top-1,
+    top-5, loss and perplexity. From top-k outputs: top-1, and top-5 when
+    k >= 5; no loss or perplexity (they need the gold word's probability,
+    which is not in the top k when the model gets it wrong); `mlm_top_k`
+    says which k. `nsp_accuracy` when the model has an NSP head.
+    """
     import numpy as np
 
     from model.data import _instance_features, generate_instances
@@ -99,31 +119,94 @@ def evaluate_mlm(model, tokenizer, path: str, max_seq_length: int = 128,
                      feats["next_sentence_labels"][0]))
     cols = [np.stack(c) for c in zip(*rows)]
     token_ids, segment_ids, padding_mask, positions, labels, weights, nsp_labels = cols
-    top1 = top5 = nll = count = nsp_correct = 0.0
+    totals = {}
+    count = nsp_correct = 0.0
+    top_k = has_nsp = None
     for start in range(0, len(rows), batch_size):
         sl = slice(start, start + batch_size)
-        out = model.predict_on_batch({"token_ids": token_ids[sl], "segment_ids": segment_ids[sl],
-                                      "padding_mask": padding_mask[sl],
-                                      "mask_positions": positions[sl]})
-        logits = np.asarray(out["mlm"], dtype=np.float64)  # (batch, P, vocab)
+        out = predict({"token_ids": token_ids[sl], "segment_ids": segment_ids[sl],
+                       "padding_mask": padding_mask[sl], "mask_positions": positions[sl]})
+        hits, top_k = mlm_hits(out, labels[sl])
         w = weights[sl]
-        logp = logits - logits.max(-1, keepdims=True)
-        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
-        gold = labels[sl]
-        gold_logp = np.take_along_axis(logp, gold[..., None], -1)[..., 0]
-        rank = (logp > gold_logp[..., None]).sum(-1)  # 0 = the best guess
-        top1 += float(((rank < 1) * w).sum())
-        top5 += float(((rank < 5) * w).sum())
-        nll -= float((gold_logp * w).sum())
+        for name, value in hits.items():
+            totals[name] = totals.get(name, 0.0) + float((value * w).sum())
         count += float(w.sum())
-        if "nsp" in out:
-            nsp_correct += float((np.argmax(out["nsp"], -1) == nsp_labels[sl]).sum())
-    metrics = {"mlm_top1_accuracy": top1 / count, "mlm_top5_accuracy": top5 / count,
-               "mlm_loss": nll / count, "mlm_perplexity": float(np.exp(nll / count)),
-               "masked_positions": int(count), "instances": len(rows)}
-    if getattr(model, "next_sentence", False):
+        nsp = out.get("nsp", out.get("nsp_probs"))  # logits or probabilities: same argmax
+        has_nsp = nsp is not None
+        if has_nsp:
+            nsp_correct += float((np.argmax(nsp, -1) == nsp_labels[sl]).sum())
+    metrics = {f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5")
+               if name in totals}
+    if "nll" in totals:
+        metrics["mlm_loss"] = totals["nll"] / count
+        metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
+    else:
+        metrics["mlm_top_k"] = top_k
+    metrics.update({"masked_positions": int(count), "instances": len(rows)})
+    if has_nsp:
         metrics["nsp_accuracy"] = nsp_correct / len(rows)
     return metrics
+
+
+def mlm_hits(out: dict, gold):
+    """({"top1", "top5"[, "nll"]}: (batch, P) float arrays, k or None) for one
+    batch of a pre-trainer's outputs and the gold ids (batch, P).
+
+    `mlm` logits: the gold word's rank (how many words score strictly higher)
+    and its negative log-likelihood. `topk_ids` (batch, P, k), best first:
+    whether the gold id is among the first 1 and 5 (top5 only when k >= 5).
+    """
+    import numpy as np
+
+    if "mlm" in out:
+        logits = np.asarray(out["mlm"], dtype=np.float64)  # (batch, P, vocab)
+        logp = logits - logits.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        gold_logp = np.take_along_axis(logp, gold[..., None], -1)[..., 0]  # (batch, P)
+        rank = (logp > gold_logp[..., None]).sum(-1)  # 0 = the best guess
+        return {"top1": (rank < 1) * 1.0, "top5": (rank < 5) * 1.0, "nll": -gold_logp}, None
+    if "topk_ids" in out:
+        ids = np.asarray(out["topk_ids"])  # (batch, P, k), best first
+        k = ids.shape[-1]
+        found = ids == gold[..., None]  # (batch, P, k)
+        hits = {"top1": found[..., 0] * 1.0}
+        if k >= 5:
+            hits["top5"] = found[..., :5].any(-1) * 1.0
+        return hits, k
+    raise ValueError(f"the model's outputs {sorted(out)} have neither masked-LM logits (mlm) "
+                     f"nor top-k predictions (topk_ids); is it a pre-training model?")
+
+
+def load_mlm(directory: str, max_seq_length: int):
+    """(predict, tokenizer) of a pre-training model directory or bundle, with
+    its own vocabulary and casing; checks a bundle takes `max_seq_length`."""
+    from export import bundle
+    from model import model_dir
+    from model.tokenizer import WordPieceTokenizer
+
+    if bundle.is_bundle(directory):
+        from export.interpreter import TFLiteModel
+
+        info = bundle.read_info(directory)
+        if info["task"] != "pretraining":
+            raise ValueError(f"{directory}: a {info['task']!r} bundle has no masked-LM head "
+                             f"(export a pre-training model for mlm)")
+        if max_seq_length > info["max_seq_length"]:
+            raise ValueError(f"{directory}: --max-seq-length {max_seq_length} is longer than "
+                             f"the bundle's max_seq_length {info['max_seq_length']}; pass "
+                             f"--max-seq-length {info['max_seq_length']} (and the same to its "
+                             f"model directory to compare)")
+        lite = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
+        lowercase = bool(info["lowercase"])
+        predict = lite.predict
+    else:
+        info = model_dir.read_info(directory)
+        if info.get("task") != "pretraining":
+            raise ValueError(f"{directory}: a {info.get('task')!r} model has no masked-LM head")
+        predict = model_dir.load(directory).predict_on_batch
+        lowercase = info["encoder"].get("lowercase", True)
+    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
+    return predict, tokenizer
 
 
 def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
@@ -201,9 +284,6 @@ def _bundle_as_info(info: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from model import model_dir
-    from model.tokenizer import WordPieceTokenizer
-
     start = time.time()
     try:
         if not os.path.isfile(args.data):
@@ -216,21 +296,10 @@ def main(argv=None) -> int:
         if args.null_threshold is not None or args.skip_invalid:
             raise ValueError("--null-threshold (squad2) and --skip-invalid (squad1, squad2) "
                              "do not apply to mlm")
-        from export.bundle import is_bundle
-
-        if is_bundle(args.model):
-            raise ValueError(f"{args.model}: a LiteRT bundle keeps only the top-k words at each "
-                             f"mask, not the logits mlm scores; evaluate the model directory it "
-                             f"was exported from")
-        info = model_dir.read_info(args.model)
-        model = model_dir.load(args.model)
-        tokenizer = WordPieceTokenizer(os.path.join(args.model, model_dir.VOCAB),
-                                       lowercase=info["encoder"].get("lowercase", True))
-        if args.task == "mlm":
-            if info.get("task") != "pretraining":
-                raise ValueError(f"{args.model}: a {info.get('task')!r} model has no masked-LM head")
-            metrics = evaluate_mlm(model, tokenizer, args.data, args.max_seq_length or 128,
-                                   args.max_predictions, args.seed, args.batch_size, args.format)
+        seq_len = args.max_seq_length or 128
+        predict, tokenizer = load_mlm(args.model, seq_len)
+        metrics = evaluate_mlm(predict, tokenizer, args.data, seq_len, args.max_predictions,
+                               args.seed, args.batch_size, args.format)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

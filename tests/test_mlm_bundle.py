@@ -1,0 +1,110 @@
+"""`python -m model.evaluate --task mlm` on a pre-training bundle: the same instances and masks as
+its Keras model, scored from the bundle's top-k outputs (tiny models, seconds).
+
+    PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 python -m pytest -q tests/test_mlm_bundle.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers import run_evaluate, write_corpus
+from tests.test_export import TASK_INFOS, export, make_model_dir
+
+SEQ_LEN = "32"
+
+
+@pytest.fixture(scope="module")
+def pretrainer(tmp_path_factory):
+    """(model directory, float32 bundle with top 5, float32 bundle with top 3, raw text)."""
+    parent = tmp_path_factory.mktemp("mlm")
+    directory = make_model_dir(parent, "pretraining", TASK_INFOS["pretraining"])
+    export(directory, parent / "bundle")
+    export(directory, parent / "bundle-top3", top_k=3)
+    text = write_corpus(parent / "text.txt", num_documents=12, sentences=(3, 8), seed=3)
+    return directory, str(parent / "bundle"), str(parent / "bundle-top3"), text
+
+
+def evaluate(model, text, tmp_path, name, *extra) -> dict:
+    out = tmp_path / f"{name}.json"
+    assert run_evaluate(["--task", "mlm", "--model", model, "--data", text, "--max-seq-length",
+                         SEQ_LEN, "--batch-size", "8", "--out", str(out), *extra]) == 0
+    with open(out, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_bundle_scores_top1_top5_like_its_keras_model(pretrainer, tmp_path):
+    directory, bundle, _, text = pretrainer
+    keras_metrics = evaluate(directory, text, tmp_path, "keras")
+    lite = evaluate(bundle, text, tmp_path, "bundle")
+    for key in ("instances", "masked_positions"):
+        assert lite[key] == keras_metrics[key], key
+    assert keras_metrics["masked_positions"] > 100
+    # A random model still finds some gold words in its top 5: the equality is not 0 == 0.
+    assert keras_metrics["mlm_top5_accuracy"] > 0
+    # Exact: float32 LiteRT reorders two words only on a near-tie, which these data do not have.
+    for key in ("mlm_top1_accuracy", "mlm_top5_accuracy", "nsp_accuracy"):
+        assert lite[key] == keras_metrics[key], key
+    # Loss and perplexity need the whole distribution: only the Keras model reports them.
+    assert "mlm_loss" in keras_metrics and "mlm_perplexity" in keras_metrics
+    assert "mlm_loss" not in lite and "mlm_perplexity" not in lite
+    assert lite["mlm_top_k"] == 5 and "mlm_top_k" not in keras_metrics
+
+
+def test_bundle_with_fewer_than_five_predictions_reports_top1_only(pretrainer, tmp_path):
+    directory, bundle, top3, text = pretrainer
+    lite = evaluate(top3, text, tmp_path, "top3")
+    assert lite["mlm_top_k"] == 3
+    assert "mlm_top5_accuracy" not in lite
+    top5 = evaluate(bundle, text, tmp_path, "top5")
+    assert lite["mlm_top1_accuracy"] == top5["mlm_top1_accuracy"]
+
+
+def test_same_seed_same_masks_different_seed_different_figures(pretrainer, tmp_path):
+    _, bundle, _, text = pretrainer
+    first = evaluate(bundle, text, tmp_path, "a")
+    again = evaluate(bundle, text, tmp_path, "b")
+    other = evaluate(bundle, text, tmp_path, "c", "--seed", "7")
+    assert {k: v for k, v in first.items() if k != "seconds"} == \
+        {k: v for k, v in again.items() if k != "seconds"}
+    assert other["masked_positions"] != first["masked_positions"] or \
+        other["mlm_top5_accuracy"] != first["mlm_top5_accuracy"]
+
+
+def test_top_k_hits_equal_the_ranks_of_full_logits():
+    """The scoring itself: top-k ids taken from logits give the logits' own top-1/top-5."""
+    from model.evaluate import mlm_hits
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 4, 50)).astype(np.float32)  # (batch, P, vocab)
+    gold = rng.integers(0, 50, size=(6, 4))
+    # Half the gold words made the best or a top-5 guess, so both hits and misses occur.
+    order = np.argsort(-logits, axis=-1)
+    gold[:, :2] = order[:, :2, 0]
+    gold[:, 2] = order[:, 2, 3]
+    full, k = mlm_hits({"mlm": logits}, gold)
+    assert k is None and set(full) == {"top1", "top5", "nll"}
+    for top_k in (5, 8):
+        top, k = mlm_hits({"topk_ids": order[..., :top_k]}, gold)
+        assert k == top_k
+        np.testing.assert_array_equal(top["top1"], full["top1"])
+        np.testing.assert_array_equal(top["top5"], full["top5"])
+    top, k = mlm_hits({"topk_ids": order[..., :3]}, gold)
+    assert k == 3 and set(top) == {"top1"}
+    with pytest.raises(ValueError, match="neither masked-LM logits"):
+        mlm_hits({"logits": logits}, gold)
+
+
+def test_bundle_errors_name_the_problem(pretrainer, tmp_path, capsys):
+    _, bundle, _, text = pretrainer
+    assert run_evaluate(["--task", "mlm", "--model", bundle, "--data", text,
+                         "--max-seq-length", "512"]) == 1
+    assert "longer than the bundle's max_seq_length 128" in capsys.readouterr().err
+    encoder = make_model_dir(tmp_path, "encoder", TASK_INFOS["encoder"])
+    export(encoder, tmp_path / "encoder-bundle")
+    assert run_evaluate(["--task", "mlm", "--model", str(tmp_path / "encoder-bundle"),
+                         "--data", text]) == 1
+    assert "'encoder' bundle has no masked-LM head" in capsys.readouterr().err
