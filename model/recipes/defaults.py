@@ -1,0 +1,338 @@
+"""The default models of the app (`assets/models/`), rebuilt from the real all-MiniLM-L6-v2 weights.
+
+    python -m model.recipes.defaults --dry-run                  # print the commands, run nothing
+    python -m model.recipes.defaults --minilm /path/to/all-MiniLM-L6-v2     # everything (hours)
+    python -m model.recipes.defaults --only convert,sst2        # some steps
+    python -m model.recipes.defaults --work runs/defaults --assets assets/models \\
+        --data ../shared/data    # the defaults
+
+The recipe is nothing but the project's own command lines, each run as
+`python -m ...` in a child process (the interpreter running this one), printed
+before it runs and timed after. Steps, in order (`--only` picks some, by name):
+
+    convert    the Hugging Face checkpoint -> our model directory WORK/minilm
+               (--minilm DIR: config.json, vocab.txt, model.safetensors; default $BERT_MINILM_DIR)
+    encoder    WORK/minilm exported as an encoder bundle: the app's Attention view
+    mlm        pre-training records from DATA/pretrain (Wikipedia 2015 sample + 40 Gutenberg
+               books, 128 tokens, MiniLM vocabulary), 2,000 steps of masked-LM + NSP from
+               WORK/minilm, the fill-mask bundle, and both scored on WikiText-2 valid
+    sst2       fine-tuned, exported, the bundle scored on SST-2 dev
+    conll2003  fine-tuned, exported, the bundle scored on CoNLL-2003 valid
+    squad1     fine-tuned (0.4 epoch), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
+
+Every command names the file it completes (a model directory's metrics.json or
+train_summary.json, a bundle's bundle.json, an evaluation's JSON): a command
+whose file exists is skipped, so the same command line started again after a
+stop goes on where it was; the training commands themselves resume from
+their checkpoints. Bundles go to ASSETS under the folder names the app looks
+for (`app/models.py` VIEWS: mlm, encoder, sst2, squad, conll2003); every
+intermediate model stays under WORK. At the end a table compares each
+bundle's score with its Keras model's.
+
+The settings below are the ones that made the shipped models; change them
+here, not on the command line, so that the file stays the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+# === The settings of the shipped models ===
+
+MINILM_ENV = "BERT_MINILM_DIR"
+DEFAULT_WORK = "runs/defaults"
+DEFAULT_ASSETS = "assets/models"
+DEFAULT_DATA = "../shared/data"
+QUANTIZATION = "dynamic"  # int8 weights, float activations: ~26 % of float32, ~-0.3 points
+
+# Pre-training records (relative to --data): the whole 2015 Wikipedia sample
+# (AA/wiki_00..99) and Gutenberg books 0000-0039, as the records actually used
+# were built (their dataset.json: 263,486 instances, 6,550 documents, seed 12345).
+PRETRAIN_INPUTS = ("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/00[0-3]?.txt.gz")
+RECORDS_FLAGS = ("--max-seq-length", "128", "--num-shards", "16", "--masking", "dynamic",
+                 "--seed", "12345")
+PRETRAIN_FLAGS = ("--config", "minilm-l6", "--steps", "2000", "--batch-size", "32",
+                  "--learning-rate", "1e-4", "--checkpoint-every", "100")
+
+# Fine-tuning: task -> (--data, relative to --data; flags). `--seq-len` is the
+# sequence-length flag of `python -m model.train finetune` (sst2 ran at 64).
+FINETUNE = {
+    "sst2": ("glue/SST-2", ("--group-by-length", "--seq-len", "64", "--learning-rate", "5e-5",
+                            "--epochs", "2")),
+    "conll2003": ("conll2003", ("--learning-rate", "8e-5", "--epochs", "4",
+                                "--group-by-length")),
+    "squad1": ("squad/train-v1.1.reconstructed.json",
+               ("--learning-rate", "1e-4", "--epochs", "0.4", "--batch-size", "32",
+                "--checkpoint-every", "100", "--group-by-length")),
+}
+
+# The file (relative to --data) each model is verified and scored on.
+DEV = {
+    "encoder": "wikitext-2-raw/wiki.valid.raw",
+    "mlm": "wikitext-2-raw/wiki.valid.raw",
+    "sst2": "glue/SST-2/dev.tsv",
+    "conll2003": "conll2003/valid.txt",
+    "squad1": "squad/dev-v1.1.json",
+}
+
+# Bundle folders under --assets: the names app/models.py VIEWS look for
+# (tests/test_recipes.py checks they agree).
+ASSET_FOLDERS = {"mlm": "mlm", "encoder": "encoder", "sst2": "sst2", "conll2003": "conll2003",
+                 "squad1": "squad"}
+
+STEPS = ("convert", "encoder", "mlm", "sst2", "conll2003", "squad1")
+
+# The figures of the final table: step -> metric keys of model.evaluate's JSON.
+TABLE_METRICS = {"mlm": ("mlm_top1_accuracy", "mlm_top5_accuracy"), "sst2": ("accuracy",),
+                 "conll2003": ("f1",), "squad1": ("exact_match", "f1")}
+
+
+# === The plan ===
+
+@dataclass(frozen=True)
+class Command:
+    """`python -m module argv`; done when `output` exists."""
+    module: str
+    argv: tuple
+    output: str
+
+    def shell(self) -> str:
+        """The command as one would type it (shell-quoted: globs reach the program unexpanded)."""
+        return shlex.join(["python", "-m", self.module, *self.argv])
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    commands: tuple
+    needs: tuple = ()            # steps whose outputs this one reads
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Paths:
+    minilm: str | None
+    work: str
+    assets: str
+    data: str
+
+    def w(self, *parts) -> str:
+        return os.path.join(self.work, *parts)
+
+    def d(self, *parts) -> str:
+        return os.path.join(self.data, *parts)
+
+    def bundle(self, step: str) -> str:
+        return os.path.join(self.assets, ASSET_FOLDERS[step])
+
+
+def export_and_score(step: str, model: str, p: Paths, task: str | None) -> list[Command]:
+    """Export `model` to its bundle folder; with `task`, score the bundle on the step's dev file."""
+    bundle, dev = p.bundle(step), p.d(DEV[step])
+    commands = [Command("export", ("--model", model, "--quantize", QUANTIZATION, "--out", bundle,
+                                   "--data", dev), os.path.join(bundle, "bundle.json"))]
+    if task:
+        out = p.w(f"{step}.bundle-metrics.json")
+        commands.append(Command("model.evaluate", ("--task", task, "--model", bundle, "--data",
+                                                   dev, "--out", out), out))
+    return commands
+
+
+def plan(p: Paths) -> list[Step]:
+    """Every step of the recipe, in order."""
+    minilm = p.w("minilm")
+    steps = [
+        Step("convert", (Command("model.convert", (
+            "--from", "hf", p.minilm or f"${MINILM_ENV}", "--to", "keras", minilm,
+            # A conversion killed half-way leaves a partial directory (no config.json yet):
+            # the rerun writes over it.
+            "--overwrite"), os.path.join(minilm, "config.json")),),
+            summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm"),
+        Step("encoder", tuple(export_and_score("encoder", minilm, p, None)), ("convert",),
+             "the encoder bundle (attention maps)"),
+    ]
+    records, mlm = p.w("pretrain_records"), p.w("mlm")
+    inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
+    keras_metrics = p.w("mlm.metrics.json")
+    steps.append(Step("mlm", (
+        Command("model.data", (*inputs, "--vocab", os.path.join(minilm, "vocab.txt"),
+                               "--output", records, *RECORDS_FLAGS),
+                os.path.join(records, "dataset.json")),
+        Command("model.train", ("pretrain", "--data", records, "--init-checkpoint", minilm,
+                                "--output", mlm, *PRETRAIN_FLAGS),
+                os.path.join(mlm, "train_summary.json")),
+        Command("model.evaluate", ("--task", "mlm", "--model", mlm, "--data", p.d(DEV["mlm"]),
+                                   "--out", keras_metrics), keras_metrics),
+        *export_and_score("mlm", mlm, p, "mlm"),
+    ), ("convert",), "continued pre-training (masked LM + NSP) and the fill-mask bundle"))
+    for task, (data, flags) in FINETUNE.items():
+        output = p.w(task)
+        steps.append(Step(task, (
+            Command("model.train", ("finetune", "--task", task, "--data", p.d(data),
+                                    "--init", minilm, "--output", output, *flags),
+                    os.path.join(output, "metrics.json")),
+            *export_and_score(task, output, p, task),
+        ), ("convert",), f"fine-tuned on {task} and its bundle"))
+    assert tuple(s.name for s in steps) == STEPS
+    return steps
+
+
+def select(steps: list[Step], only: str | None) -> list[Step]:
+    """The steps named in `only` ("mlm,sst2"; None: all), in the recipe's order."""
+    if only is None:
+        return list(steps)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STEPS]
+    if unknown or not names:
+        raise ValueError(f"--only: unknown step{'s' * (len(unknown) > 1)} "
+                         f"{', '.join(map(repr, unknown)) or repr(only)}; the steps are "
+                         f"{', '.join(STEPS)}")
+    return [s for s in steps if s.name in names]
+
+
+def missing_inputs(steps: list[Step], chosen: list[Step]) -> list[str]:
+    """Problems: a chosen step needs a step that is neither chosen nor done."""
+    by_name = {s.name: s for s in steps}
+    chosen_names = {s.name for s in chosen}
+    problems = []
+    for step in chosen:
+        for need in step.needs:
+            final = by_name[need].commands[-1].output
+            if need not in chosen_names and not os.path.exists(final):
+                problems.append(f"step {step.name} needs step {need}'s output ({final}), which "
+                                f"does not exist: add {need} to --only")
+    return problems
+
+
+# === Running ===
+
+def child_env() -> dict:
+    """The environment of the children: this repository importable wherever they start."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run(chosen: list[Step], dry_run: bool = False, log=print) -> int:
+    """Runs (or prints) every command of `chosen`; 0, or the first failing command's status."""
+    total = sum(len(s.commands) for s in chosen)
+    number = 0
+    started = time.time()
+    for step in chosen:
+        log(f"# step {step.name}: {step.summary}")
+        for command in step.commands:
+            number += 1
+            tag = f"[{number}/{total} {step.name}]"
+            if os.path.exists(command.output):
+                log(f"{tag} skip, {command.output} exists: {command.shell()}")
+                continue
+            log(f"{tag} {command.shell()}")
+            if dry_run:
+                continue
+            start = time.time()
+            rc = subprocess.call([sys.executable, "-m", command.module, *command.argv],
+                                 env=child_env())
+            seconds = time.time() - start
+            if rc != 0:
+                log(f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
+                    f"the same command line again (finished commands are skipped)")
+                return rc
+            if not os.path.exists(command.output):
+                log(f"{tag} exited 0 but did not write {command.output}")
+                return 1
+            log(f"{tag} done in {seconds:.1f} s ({seconds / 60:.1f} min)")
+    if not dry_run:
+        log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
+    return 0
+
+
+# === The final table ===
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def table(p: Paths) -> list[str]:
+    """Markdown lines: every bundle, its size, its score and its Keras model's."""
+    lines = ["| step | bundle | MB | metric | Keras model | bundle |",
+             "|---|---|---|---|---|---|"]
+    for step in STEPS[1:]:
+        bundle = p.bundle(step)
+        model = os.path.join(bundle, "model.tflite")
+        size = f"{os.path.getsize(model) / 1e6:.1f}" if os.path.isfile(model) else "-"
+        lite = _read(p.w(f"{step}.bundle-metrics.json"))
+        keras_metrics = (_read(p.w("mlm.metrics.json")) if step == "mlm"
+                         else _read(p.w(step, "metrics.json")).get("dev", {}))
+        for key in TABLE_METRICS.get(step, ("-",)):
+            lines.append(f"| {step} | {bundle} | {size} | {key} | {_figure(keras_metrics, key)} | "
+                         f"{_figure(lite, key)} |")
+    return lines
+
+
+def _figure(metrics: dict, key: str) -> str:
+    value = metrics.get(key)
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+# === CLI ===
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m model.recipes.defaults",
+                                     description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minilm", default=os.environ.get(MINILM_ENV),
+                        help="the Hugging Face all-MiniLM-L6-v2 folder (config.json, vocab.txt, "
+                             f"model.safetensors); default ${MINILM_ENV}")
+    parser.add_argument("--work", default=DEFAULT_WORK, help="intermediate model directories")
+    parser.add_argument("--assets", default=DEFAULT_ASSETS, help="where the bundles go")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="the shared data folder")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated steps to run, of {','.join(STEPS)} (default: all)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the commands (and which are done) without running them")
+    return parser, parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(sys.argv[1:] if argv is None else argv)
+    paths = Paths(args.minilm, args.work, args.assets, args.data)
+    steps = plan(paths)
+    try:
+        chosen = select(steps, args.only)
+    except ValueError as e:
+        parser.error(str(e))
+    problems = missing_inputs(steps, chosen)
+    convert = steps[0].commands[0]
+    if any(s.name == "convert" for s in chosen) and not os.path.exists(convert.output):
+        if not args.minilm:
+            problems.append(f"step convert needs the all-MiniLM-L6-v2 folder: pass --minilm "
+                            f"DIR or set {MINILM_ENV}")
+        elif not os.path.isdir(args.minilm):
+            problems.append(f"--minilm {args.minilm}: no such directory")
+    for problem in problems:
+        print(f"{'note' if args.dry_run else 'error'}: {problem}", file=sys.stderr)
+    if problems and not args.dry_run:
+        return 1
+    print(f"# interpreter: {sys.executable} (each `python -m` below runs with it)", flush=True)
+    rc = run(chosen, args.dry_run, log=lambda line: print(line, flush=True))
+    if rc == 0 and not args.dry_run:
+        print("\n".join(table(paths)), flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""`python -m model.recipes.defaults`: the plan, --dry-run, --only, skipping and resuming (seconds;
+nothing is trained).
+
+    PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 python -m pytest -q tests/test_recipes.py
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+
+import pytest
+
+from model.recipes import defaults
+from tests.helpers import SHARED_DATA
+
+LINE = re.compile(r"^\[(\d+)/(\d+) (\w+)\] (skip, (\S+) exists: )?(python -m .*)$")
+
+
+def dry_run(tmp_path, capsys, *extra) -> tuple[list, str]:
+    """[(step, skipped, argv)] of the commands a dry run prints, and its stderr."""
+    rc = defaults.main(["--dry-run", "--minilm", str(tmp_path / "hf"), "--work",
+                        str(tmp_path / "w"), "--assets", str(tmp_path / "a"), "--data",
+                        str(tmp_path / "d"), *extra])
+    captured = capsys.readouterr()
+    assert rc == 0
+    commands = []
+    for line in captured.out.splitlines():
+        m = LINE.match(line)
+        if m:
+            commands.append((m.group(3), bool(m.group(4)), shlex.split(m.group(6))))
+    return commands, captured.err
+
+
+def flags(argv: list, name: str):
+    """The value after `name` in argv (all of them for a repeated flag)."""
+    values = [argv[i + 1] for i, a in enumerate(argv) if a == name]
+    return values[0] if len(values) == 1 else values
+
+
+def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys):
+    commands, _ = dry_run(tmp_path, capsys)
+    w, a, d = (str(tmp_path / n) for n in "wad")
+    modules = [(step, argv[2] + (f" {argv[3]}" if argv[2] == "model.train" else ""))
+               for step, _, argv in commands]
+    assert modules == [
+        ("convert", "model.convert"),
+        ("encoder", "export"),
+        ("mlm", "model.data"), ("mlm", "model.train pretrain"), ("mlm", "model.evaluate"),
+        ("mlm", "export"), ("mlm", "model.evaluate"),
+        ("sst2", "model.train finetune"), ("sst2", "export"), ("sst2", "model.evaluate"),
+        ("conll2003", "model.train finetune"), ("conll2003", "export"),
+        ("conll2003", "model.evaluate"),
+        ("squad1", "model.train finetune"), ("squad1", "export"), ("squad1", "model.evaluate"),
+    ]
+    assert not any(skipped for _, skipped, _ in commands)
+    argv = {(step, i): c for i, (step, _, c) in enumerate(commands)}
+    assert argv["convert", 0][3:] == ["--from", "hf", str(tmp_path / "hf"), "--to", "keras",
+                                      f"{w}/minilm", "--overwrite"]
+    records = argv["mlm", 2]
+    assert flags(records, "--input") == [f"{d}/pretrain/enwiki-2015/AA/*.gz",
+                                         f"{d}/pretrain/gutenberg/books/00[0-3]?.txt.gz"]
+    assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
+    assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "16"
+    pretrain = argv["mlm", 3]
+    assert {k: flags(pretrain, k) for k in ("--config", "--data", "--init-checkpoint", "--steps",
+                                            "--batch-size", "--learning-rate", "--output",
+                                            "--checkpoint-every")} == {
+        "--config": "minilm-l6", "--data": f"{w}/pretrain_records",
+        "--init-checkpoint": f"{w}/minilm", "--steps": "2000", "--batch-size": "32",
+        "--learning-rate": "1e-4", "--output": f"{w}/mlm", "--checkpoint-every": "100"}
+    sst2 = argv["sst2", 7]
+    assert sst2[3:] == ["finetune", "--task", "sst2", "--data", f"{d}/glue/SST-2", "--init",
+                        f"{w}/minilm", "--output", f"{w}/sst2", "--group-by-length",
+                        "--seq-len", "64", "--learning-rate", "5e-5", "--epochs", "2"]
+    conll = argv["conll2003", 10]
+    assert (flags(conll, "--data"), flags(conll, "--learning-rate"), flags(conll, "--epochs"),
+            "--group-by-length" in conll) == (f"{d}/conll2003", "8e-5", "4", True)
+    squad = argv["squad1", 13]
+    assert {k: flags(squad, k) for k in ("--data", "--learning-rate", "--epochs", "--batch-size",
+                                         "--checkpoint-every")} == {
+        "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
+        "--epochs": "0.4", "--batch-size": "32", "--checkpoint-every": "100"}
+    assert "--group-by-length" in squad
+    exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
+    for step, folder, model, dev in (
+            ("encoder", "encoder", "minilm", "wikitext-2-raw/wiki.valid.raw"),
+            ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw"),
+            ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv"),
+            ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt"),
+            ("squad1", "squad", "squad1", "squad/dev-v1.1.json")):
+        assert exports[step][3:] == ["--model", f"{w}/{model}", "--quantize", "dynamic", "--out",
+                                     f"{a}/{folder}", "--data", f"{d}/{dev}"], step
+    evaluations = [(step, c) for (step, _), c in argv.items() if c[2] == "model.evaluate"]
+    assert [(s, flags(c, "--task"), flags(c, "--model"), flags(c, "--out"))
+            for s, c in evaluations] == [
+        ("mlm", "mlm", f"{w}/mlm", f"{w}/mlm.metrics.json"),
+        ("mlm", "mlm", f"{a}/mlm", f"{w}/mlm.bundle-metrics.json"),
+        ("sst2", "sst2", f"{a}/sst2", f"{w}/sst2.bundle-metrics.json"),
+        ("conll2003", "conll2003", f"{a}/conll2003", f"{w}/conll2003.bundle-metrics.json"),
+        ("squad1", "squad1", f"{a}/squad", f"{w}/squad1.bundle-metrics.json")]
+    assert os.listdir(tmp_path) == []  # a dry run writes nothing
+
+
+def test_every_flag_exists_in_the_program_it_is_given_to(tmp_path, capsys):
+    """Each command parses with its own module's argument parser (model.convert's parser lives
+    inside its main(): checked by name)."""
+    from export.__main__ import parse_args as export_args
+    from model.data import parse_args as data_args
+    from model.evaluate import parse_args as evaluate_args
+    from model.train import parse_args as train_args
+
+    parsers = {"export": export_args, "model.data": data_args, "model.evaluate": evaluate_args,
+               "model.train": train_args}
+    commands, _ = dry_run(tmp_path, capsys)
+    for step, _, argv in commands:
+        if argv[2] == "model.convert":
+            assert set(a for a in argv[3:] if a.startswith("--")) <= {"--from", "--to",
+                                                                     "--overwrite"}
+            continue
+        parsers[argv[2]](argv[3:])  # SystemExit (2) on an unknown flag
+
+
+def test_only_selects_steps_in_recipe_order(tmp_path, capsys):
+    commands, err = dry_run(tmp_path, capsys, "--only", "sst2, mlm")
+    assert [step for step, _, _ in commands] == ["mlm"] * 5 + ["sst2"] * 3
+    # They read WORK/minilm, which neither makes: a dry run says so, a real run refuses.
+    assert "step mlm needs step convert's output" in err and "add convert to --only" in err
+    rc = defaults.main(["--only", "sst2", "--work", str(tmp_path / "w"), "--assets",
+                        str(tmp_path / "a"), "--data", str(tmp_path / "d")])
+    assert rc == 1
+    assert "error: step sst2 needs step convert's output" in capsys.readouterr().err
+
+
+def test_unknown_step_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        defaults.main(["--dry-run", "--only", "mlm,sst-2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only: unknown step 'sst-2'" in err
+    assert "convert, encoder, mlm, sst2, conll2003, squad1" in err
+    with pytest.raises(SystemExit):
+        defaults.main(["--dry-run", "--only", ","])
+
+
+def test_convert_needs_the_minilm_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(defaults.MINILM_ENV, raising=False)
+    rc = defaults.main(["--only", "convert", "--work", str(tmp_path / "w")])
+    assert rc == 1
+    assert "pass --minilm DIR or set BERT_MINILM_DIR" in capsys.readouterr().err
+    rc = defaults.main(["--only", "convert", "--minilm", str(tmp_path / "none"),
+                        "--work", str(tmp_path / "w")])
+    assert rc == 1 and "no such directory" in capsys.readouterr().err
+
+
+def test_a_command_whose_output_exists_is_skipped(tmp_path, capsys):
+    w, a = tmp_path / "w", tmp_path / "a"
+    for path in (w / "minilm" / "config.json", w / "sst2" / "metrics.json",
+                 a / "sst2" / "bundle.json"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    commands, err = dry_run(tmp_path, capsys, "--only", "sst2")
+    assert [(skipped, argv[2]) for _, skipped, argv in commands] == [
+        (True, "model.train"), (True, "export"), (False, "model.evaluate")]
+    assert err == ""  # convert's output exists: nothing missing
+
+
+def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
+    """Real child processes (`python -m json.tool`): the first run writes, the second skips, a
+    failing command stops the run with its exit status."""
+    source = tmp_path / "in.json"
+    source.write_text('{"a": 1}')
+    out, never = str(tmp_path / "out.json"), str(tmp_path / "never.json")
+    step = defaults.Step("demo", (defaults.Command("json.tool", (str(source), out), out),))
+    lines = []
+    assert defaults.run([step], log=lines.append) == 0
+    assert os.path.isfile(out)
+    assert lines[1] == f"[1/1 demo] python -m json.tool {source} {out}"
+    assert re.fullmatch(r"\[1/1 demo\] done in \d+\.\d s \(\d+\.\d min\)", lines[2])
+    lines.clear()
+    assert defaults.run([step], log=lines.append) == 0
+    assert lines[1].startswith(f"[1/1 demo] skip, {out} exists")
+    broken = defaults.Step("broken", (
+        defaults.Command("json.tool", (str(tmp_path / "missing.json"), never), never),
+        defaults.Command("json.tool", (str(source), never), never)))
+    lines.clear()
+    rc = defaults.run([broken], log=lines.append)
+    assert rc != 0 and not os.path.exists(never)
+    assert "failed with exit status" in lines[-1] and "[2/2" not in "".join(lines)
+
+
+def test_bundle_folders_are_the_ones_the_app_looks_for():
+    from app.models import VIEWS
+    from model import tasks
+
+    folders = {v.folder: v.task for v in VIEWS}
+    assert set(defaults.ASSET_FOLDERS.values()) == set(folders)
+    made = {"mlm": "pretraining", "encoder": "encoder",
+            **{t: tasks.get(t).head for t in defaults.FINETUNE}}
+    for step, folder in defaults.ASSET_FOLDERS.items():
+        assert folders[folder] == made[step], step
+
+
+def test_table_reads_keras_and_bundle_metrics(tmp_path):
+    import json
+
+    p = defaults.Paths(None, str(tmp_path / "w"), str(tmp_path / "a"), str(tmp_path / "d"))
+    (tmp_path / "w" / "sst2").mkdir(parents=True)
+    (tmp_path / "w" / "sst2" / "metrics.json").write_text(json.dumps({"dev": {"accuracy": 0.89}}))
+    (tmp_path / "w" / "sst2.bundle-metrics.json").write_text(json.dumps({"accuracy": 0.8876}))
+    (tmp_path / "a" / "sst2").mkdir(parents=True)
+    (tmp_path / "a" / "sst2" / "model.tflite").write_bytes(b"x" * 2_500_000)
+    rows = defaults.table(p)
+    assert f"| sst2 | {tmp_path}/a/sst2 | 2.5 | accuracy | 0.8900 | 0.8876 |" in rows
+    assert any(r.startswith("| squad1 ") and r.endswith("| f1 | - | - |") for r in rows)
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="no ../shared/data")
+def test_every_data_path_exists_in_the_shared_data(tmp_path, capsys):
+    commands, _ = dry_run(tmp_path, capsys)
+    given = str(tmp_path / "d")
+    data = {flags(argv, "--data") for _, _, argv in commands if "--data" in argv}
+    data = {p.replace(given, SHARED_DATA) for p in data if p.startswith(given)}
+    assert len(data) == 7
+    for path in data:
+        assert os.path.exists(path), path
+    assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[0]))) == 100
+    assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[1]))) == 40
