@@ -185,8 +185,16 @@ def finetune(args) -> int:
         strategy_name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
         # TPUs need static shapes: every batch full.
         drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
-        steps_per_epoch = num_train // args.batch_size if drop_remainder else math.ceil(
-            num_train / args.batch_size)
+        if drop_remainder:
+            steps_per_epoch = num_train // args.batch_size
+        elif args.group_by_length:  # each bucket ends with a part-filled batch
+            from model.finetune_pydataset import (feature_lengths, grouped_batch_count,
+                                                  length_boundaries)
+
+            steps_per_epoch = grouped_batch_count(feature_lengths(encoded),
+                                                  length_boundaries(seq_len), args.batch_size)
+        else:
+            steps_per_epoch = math.ceil(num_train / args.batch_size)
 
         def dataset(epoch: int, start: int):
             return tf_dataset(encoded, args.batch_size, seq_len, args.seed + epoch,
@@ -213,9 +221,9 @@ def finetune(args) -> int:
                                      start=start, group_by_length=args.group_by_length,
                                      multiple_of=replicas)
 
-        # As on TensorFlow (grouped batches can outnumber these: the epoch's
-        # last ones are then left out); fewer if short batches were dropped.
-        steps_per_epoch = min(math.ceil(num_train / args.batch_size), len(dataset(0, 0)))
+        # Every batch of an epoch (grouped: one more per bucket's remainder;
+        # data-parallel: fewer if short batches were dropped).
+        steps_per_epoch = len(dataset(0, 0))
     if steps_per_epoch < 1:
         raise ValueError(f"{num_train} training features make no full batch of {args.batch_size}")
     total_steps = max(1, math.ceil(args.epochs * steps_per_epoch))

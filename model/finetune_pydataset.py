@@ -89,6 +89,13 @@ def epoch_batches(order: list[int], batch_size: int, lengths: np.ndarray | None 
     return batches
 
 
+def grouped_batch_count(lengths: np.ndarray, boundaries: list[int], batch_size: int) -> int:
+    """The batches of one `--group-by-length` epoch, whatever the order: each
+    bucket yields its full batches, then its part-filled one."""
+    buckets = np.searchsorted(np.asarray(boundaries), lengths, side="right")
+    return int(sum(-(-int(n) // batch_size) for n in np.bincount(buckets) if n))
+
+
 def trim(batch: tuple, seq_len: int) -> tuple:
     """`(x, y[, sample_weight])` cut to `trimmed_length` of the batch's
     padding mask: every input, and labels or weights of shape (batch, ..., seq_len)."""

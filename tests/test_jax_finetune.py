@@ -40,7 +40,8 @@ import keras
 import numpy as np
 import pytest
 
-from model.finetune_pydataset import FinetunePyDataset, epoch_batches, epoch_order
+from model.finetune_pydataset import (FinetunePyDataset, epoch_batches, epoch_order,
+                                      feature_lengths, grouped_batch_count, length_boundaries)
 from model.tasks.base import Encoded
 from tests.helpers import (REPO_ROOT, finetune_argv, kill_when_exists, make_init, run_evaluate,
                            subprocess_env, weights_of, write_sst2)
@@ -114,6 +115,28 @@ def test_grouped_batches_are_trimmed_per_bucket_and_flushed_in_bucket_order():
     leftovers = [w for w, s in zip(widths, sizes) if s < 5]
     assert widths[-len(leftovers):] == leftovers == sorted(leftovers)
     assert sorted(i for b in ours.batches for i in b) == list(range(len(encoded)))
+
+
+def test_a_grouped_epoch_has_as_many_steps_as_batches_so_every_feature_is_trained():
+    """finetune's steps_per_epoch with --group-by-length: the tf.data epoch's
+    batch count, whatever the shuffle (it was ceil(n / batch), which left the
+    last part-filled buckets of every epoch untrained)."""
+    import tensorflow as tf
+
+    from model.finetune import tf_dataset
+
+    encoded, seq_len, batch_size = synthetic("glue", n=37), 48, 5
+    count = grouped_batch_count(feature_lengths(encoded), length_boundaries(seq_len), batch_size)
+    assert count > -(-len(encoded) // batch_size)  # more than ungrouped: the test means something
+    try:
+        keras.utils.set_random_seed(7)
+        for epoch in range(3):
+            batches = list(tf_dataset(encoded, batch_size, seq_len, 7 + epoch, group_by_length=True))
+            assert len(batches) == count
+            rows = sum(len(x["token_ids"]) for x, _ in batches)
+            assert rows == len(encoded)
+    finally:
+        tf.random.set_seed(None)
 
 
 def test_data_parallel_batches_keep_a_multiple_of_the_devices():
