@@ -5,9 +5,12 @@
 A sub-folder is a model when it holds `bundle.json` (LiteRT backend, the default: a bundle written
 by `python -m export`) or `config.json` (Keras backend: a model directory of `model.train`). Its
 "task" picks the view (see `VIEWS`); when several fit, the folder with the planned name wins, then
-one fine-tuned on the view's data set, then the first by name. A view with no model, or whose
-model fails to load or to answer a test sentence, gets a message saying what is missing and how
-to make it; the app starts anyway.
+one fine-tuned on the view's data set, then the first by name. A view with no model of its task
+falls back to a model of its `fallback` tasks that serves its method: the Attention view to the
+fill-mask bundle, whose "encoder" signature draws the maps (bundle.json "methods"; a Keras
+pre-training model always can), so assets/models needs no encoder bundle. Views on the same folder
+share one loaded model. A view with no model, or whose model fails to load or to answer a test
+sentence, gets a message saying what is missing and how to make it; the app starts anyway.
 
 The LiteRT path imports only `export.runtime` (numpy + ai_edge_litert): no TensorFlow. The Keras
 path loads `model.model_dir` and `model.tokenizer` and wraps the Keras model in a `predict`
@@ -49,24 +52,29 @@ class View:
     finetuned: tuple = ()       # preferred "finetuned_task" values
     what: str = ""              # the model, in words
     train_hint: str = ""        # how to make a model directory for it
+    method: str = ""            # the runtime.EdgeModel method the view calls
+    fallback: tuple = ()        # other tasks whose models may serve `method` (see the docstring)
 
 
 VIEWS = (
     View("fill_mask", "Masked words", "pretraining", "mlm", (),
          "a masked-language model (task \"pretraining\")",
-         "python -m model.train pretrain ... (or python -m model.convert a BERT checkpoint)"),
+         "python -m model.train pretrain ... (or python -m model.convert a BERT checkpoint)",
+         "fill_mask"),
     View("attention", "Attention", "encoder", "encoder", (),
-         "an encoder (task \"encoder\")",
-         "python -m model.convert CHECKPOINT --task encoder ..."),
+         "an encoder (task \"encoder\") or a masked-language model with its encoder (a "
+         "pretraining bundle with an \"encoder\" signature, which python -m export adds)",
+         "python -m model.convert CHECKPOINT --task encoder ...",
+         "attention", ("pretraining",)),
     View("sentiment", "Sentiment", "classifier", "sst2", ("sst2",),
          "a sentence classifier (task \"classifier\", e.g. fine-tuned on SST-2)",
-         "python -m model.train finetune --task sst2 ..."),
+         "python -m model.train finetune --task sst2 ...", "classify"),
     View("answer", "Question answering", "question_answerer", "squad", ("squad1", "squad2"),
          "a question answerer (task \"question_answerer\", fine-tuned on SQuAD)",
-         "python -m model.train finetune --task squad1 ..."),
+         "python -m model.train finetune --task squad1 ...", "answer"),
     View("entities", "Named entities", "token_classifier", "conll2003", ("conll2003",),
          "a token classifier (task \"token_classifier\", fine-tuned on CoNLL-2003)",
-         "python -m model.train finetune --task conll2003 ..."),
+         "python -m model.train finetune --task conll2003 ...", "tag"),
 )
 VIEW = {v.key: v for v in VIEWS}
 
@@ -97,6 +105,8 @@ class Slot:
         parts = [info.get("task", "?")]
         if info.get("finetuned_task"):
             parts.append(f"fine-tuned on {info['finetuned_task']}")
+        if info.get("task") != self.view.task:  # a fallback: e.g. attention from a pre-trainer
+            parts.append(f"{self.view.method}() through its encoder")
         if info.get("backend") == "keras":
             parts.append("Keras")
         elif info.get("quantization"):
@@ -134,6 +144,32 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
     return found, problems
 
 
+def offers(info: dict, method: str, backend: str) -> bool:
+    """Whether the model `info` describes serves `method`: its task's methods, and a bundle's
+    other signatures' (bundle.json "methods"; older bundles have only their task's). A Keras
+    pre-training model serves its encoder's methods too (`load_keras`)."""
+    from export.runtime import methods_of
+
+    task = info.get("task")
+    if backend == "keras":
+        return method in methods_of(task) + (methods_of("encoder") if task == "pretraining"
+                                             else [])
+    methods = info.get("methods")
+    return method in (methods if isinstance(methods, list) else methods_of(task))
+
+
+def candidates_for(view: View, found: dict, backend: str) -> list:
+    """The models that may serve `view`, best first: its own task's, else the fallback tasks'
+    that offer its method, in the order their own view picks them (so the Attention view
+    takes the very model the Masked words view does)."""
+    own = choose(view, found.get(view.task, []))
+    if own:
+        return own
+    owners = {v.task: v for v in VIEWS}
+    return [c for task in view.fallback for c in choose(owners[task], found.get(task, []))
+            if offers(c[1], view.method, backend)]
+
+
 def choose(view: View, candidates: list) -> list:
     """`candidates` ordered best first for `view` (planned folder name, fine-tuned task, name)."""
     return sorted(candidates, key=lambda c: (os.path.basename(c[0]) != view.folder,
@@ -158,6 +194,12 @@ def missing_message(view: View, models_dir: str, backend: str) -> str:
     else:
         how = (f"Put a model directory (config.json, vocab.txt, model.weights.h5) in `{target}`, "
                f"e.g. from `{view.train_hint}`.")
+    unable = [path for task in view.fallback for path, info in
+              discover(models_dir, backend)[0].get(task, [])
+              if not offers(info, view.method, backend)]
+    if unable:
+        how += (f" (`{unable[0]}` cannot serve it: a {view.fallback[0]} bundle exported without "
+                f"an \"encoder\" signature; export it again with `python -m export`.)")
     return f"This view needs {view.what}: {where}. {how}"
 
 
@@ -172,16 +214,23 @@ def load_all(models_dir: str = DEFAULT_MODELS, backend: str = "litert",
     for p in problems:
         log.warning("%s", p)
     slots = {}
+    loaded = {}  # path -> the first slot that loaded it: views on one folder share its model
     for view in VIEWS:
         slot = Slot(view)
-        candidates = choose(view, found.get(view.task, []))
+        candidates = candidates_for(view, found, backend)
         if not candidates:
             slot.problem = missing_message(view, models_dir, backend)
         for path, info in candidates[:1]:
             slot.path, slot.info = path, info
             start = time.perf_counter()
             try:
-                slot.model = load_one(path, backend, num_threads)
+                shared = loaded.get(path)
+                if shared is not None and shared.model is not None:
+                    # One model, one lock: its calls take turns whichever view makes them.
+                    slot.model, slot.lock = shared.model, shared.lock
+                else:
+                    slot.model = load_one(path, backend, num_threads)
+                    loaded[path] = slot
                 slot.info = dict(getattr(slot.model, "info", None) or info)
                 if warm_up:
                     slot.layers_heads = warm(view, slot.model)
@@ -248,7 +297,10 @@ def load_keras(directory: str):
             "source": {"model_dir": directory, "config": config}, "backend": "keras"}
     next_sentence = bool(config.get("next_sentence", True))
     predict = keras_predict(keras_model, task, next_sentence=next_sentence)
-    return runtime.EdgeModel(predict, tokenizer, info)
+    # A pre-trainer's encoder, as a pre-training bundle's "encoder" signature serves it.
+    signatures = ({"encoder": keras_predict(keras_model.encoder, "encoder")}
+                  if task == "pretraining" else None)
+    return runtime.EdgeModel(predict, tokenizer, info, signatures)
 
 
 def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K,

@@ -11,7 +11,10 @@
 Every task model works: pretraining (top-k words at each [MASK], NSP
 probabilities), classifier (also regression), token_classifier,
 question_answerer, multiple_choice and encoder (features and attention
-probabilities). Steps:
+probabilities). A pre-training bundle also holds its encoder as a second
+signature, "encoder" (`export/convert.py`; ~1 % of the file): the same bundle
+serves fill_mask, attention and features (--no-encoder-signature leaves it
+out). Steps:
 
   1. load the model directory (weights checked by name and shape);
   2. read real examples (`export/examples.py`: --data, else the fine-tuned
@@ -20,7 +23,8 @@ probabilities). Steps:
   3. convert (`export/convert.py`); int8 calibrates on --calibration-examples
      real examples, different ones from those verified on when there are enough;
   4. verify the new file against the Keras model on --verify-examples examples
-     (`export/verify.py`);
+     (`export/verify.py`); the "encoder" signature too, against the Keras
+     encoder's outputs on the same texts unmasked, with the same thresholds;
   5. only if it passes, publish the bundle under --out (built in a hidden
      temporary directory and renamed; a failed export writes nothing there).
 
@@ -67,6 +71,9 @@ def parse_args(argv):
     p.add_argument("--int8-float-layernorm", action="store_true",
                    help="int8: keep LayerNorm's ops (and the residual adds) in float; full "
                         "integer int8 is too coarse for most trained BERTs (export/convert.py)")
+    p.add_argument("--encoder-signature", action=argparse.BooleanOptionalAction, default=None,
+                   help="pretraining: also write the encoder's outputs (attention probabilities, "
+                        "features) as a second signature, \"encoder\" (default: on)")
     p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
     args = p.parse_args(argv)
     for name in ("calibration_examples", "verify_examples", "top_k", "threads"):
@@ -83,10 +90,12 @@ def export_bundle(model_dir: str, out: str, quantization: str = "float32",
                   data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
                   verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
                   top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
-                  threads: int = 2, loaded=None, log=None, float_ops=()) -> dict:
+                  threads: int = 2, loaded=None, log=None, float_ops=(),
+                  encoder_signature: bool | None = None) -> dict:
     """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
 
     loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
+    encoder_signature: the "encoder" signature; None: for pretraining models.
     Raises `export.verify.VerificationError` (nothing written under `out`) when
     the new file does not match the Keras model.
     """
@@ -94,7 +103,8 @@ def export_bundle(model_dir: str, out: str, quantization: str = "float32",
 
     with bundle.staging(out) as tmp:
         result = build(model_dir, tmp, quantization, data, calibration_examples, verify_examples,
-                       seq_len, top_k, mask_value, threads, loaded, log, float_ops)
+                       seq_len, top_k, mask_value, threads, loaded, log, float_ops,
+                       encoder_signature)
         bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
     return result
 
@@ -103,16 +113,23 @@ def build(model_dir: str, directory: str, quantization: str = "float32",
           data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
           verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
           top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
-          threads: int = 2, loaded=None, log=None, float_ops=()) -> dict:
+          threads: int = 2, loaded=None, log=None, float_ops=(),
+          encoder_signature: bool | None = None) -> dict:
     """Writes `directory`/model.tflite, verifies it and returns the bundle.json
     it would get. On a failed verification the file stays there (the report
     scores refused variants too) and VerificationError is raised."""
     from export import bundle, convert, examples, verify
     from export.interpreter import TFLiteModel
+    from export.verify import VerificationError
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     model, info, tokenizer = loaded or load(model_dir)
     task = info.get("task", "encoder")
+    if encoder_signature is None:
+        encoder_signature = task == "pretraining"
+    if encoder_signature and task != "pretraining":
+        raise ValueError(f"--encoder-signature: only pretraining bundles have one, not {task} "
+                         f"bundles")
     seq_len = check_seq_len(seq_len or info.get("max_seq_length") or DEFAULT_SEQ_LEN, info)
     needed = verify_examples + (calibration_examples if quantization == "int8" else 0)
     inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
@@ -121,6 +138,8 @@ def build(model_dir: str, directory: str, quantization: str = "float32",
                                                calibration_examples))
     next_sentence = task == "pretraining" and info.get("next_sentence", True)
     kwargs = dict(top_k=top_k, next_sentence=next_sentence)
+    if encoder_signature:  # only when on: a `convert.to_tflite` stand-in may not know it
+        kwargs["encoder_signature"] = True
 
     log(f"converting {model_dir} ({task}) to {quantization}"
         + (f", calibrating on {len(calibration)} examples of {calibration.source}"
@@ -135,10 +154,24 @@ def build(model_dir: str, directory: str, quantization: str = "float32",
         f.write(tflite)
     lite = TFLiteModel(path, num_threads=threads, max_seq_length=seq_len)
     log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
-    fn, _, _ = convert.serving(model, task, **kwargs)
+    functions = convert.signatures(model, task, **kwargs)
+    fn = functions[bundle.DEFAULT_SIGNATURE][0]
     report = verify.verify(lite.predict, lambda x: convert.keras_outputs(fn, x), checked,
                            task, quantization)
-    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report)
+    reports = {}
+    if encoder_signature:
+        # The texts the default signature was verified on, without their [MASK]s.
+        plain = examples.load({**info, "task": "encoder"}, tokenizer, seq_len, verify_examples,
+                              data, model_dir)
+        encoder_fn = functions[bundle.ENCODER_SIGNATURE][0]
+        try:
+            reports[bundle.ENCODER_SIGNATURE] = verify.verify(
+                lite.signature(bundle.ENCODER_SIGNATURE).predict,
+                lambda x: convert.keras_outputs(encoder_fn, x), plain, "encoder", quantization)
+        except VerificationError as e:
+            raise VerificationError(f"signature {bundle.ENCODER_SIGNATURE!r}: {e}",
+                                    {"signature": bundle.ENCODER_SIGNATURE, **e.report}) from None
+    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report, reports)
     result["conversion"] = {
         "attention_mask_value": mask_value, "seconds": round(seconds, 1),
         "size_bytes": len(tflite),
@@ -176,12 +209,26 @@ def calibration_rows(available: int, verified: int, wanted: int) -> range:
 
 
 def bundle_info(info: dict, model_dir: str, lite, quantization: str, seq_len: int, top_k: int,
-                report: dict) -> dict:
-    """bundle.json (the contract in export/README.md)."""
+                report: dict, signature_reports: dict | None = None) -> dict:
+    """bundle.json (the contract in export/README.md). `report` is the default
+    signature's verification, `signature_reports` {key: report} the others'."""
     from export import bundle
+    from export.runtime import methods_of
 
     task = info.get("task", "encoder")
     shape = lambda d: [int(n) for n in d["shape_signature"]]  # noqa: E731
+    signatures = {}
+    for key in [bundle.DEFAULT_SIGNATURE] + [k for k in lite.signatures
+                                             if k != bundle.DEFAULT_SIGNATURE]:
+        runner = lite.signature(key)
+        # Every other signature is named after the task whose outputs it has.
+        signature_task = task if key == bundle.DEFAULT_SIGNATURE else key
+        signatures[key] = {
+            "task": signature_task, "methods": methods_of(signature_task),
+            "inputs": {n: shape(d) for n, d in sorted(runner.input_details.items())},
+            "outputs": {n: shape(runner.output_details[n]) for n in runner.output_names}}
+        if key != bundle.DEFAULT_SIGNATURE:
+            signatures[key]["verification"] = (signature_reports or {}).get(key)
     result = {
         "format": bundle.FORMAT, "task": task, "finetuned_task": info.get("finetuned_task"),
         "max_seq_length": seq_len, "lowercase": bool(info["encoder"].get("lowercase", True)),
@@ -191,8 +238,10 @@ def bundle_info(info: dict, model_dir: str, lite, quantization: str, seq_len: in
     if task == "pretraining":
         result["top_k"] = top_k
     result.update({
-        "inputs": {n: shape(d) for n, d in sorted(lite.input_details.items())},
-        "outputs": {n: shape(lite.output_details[n]) for n in lite.output_names},
+        "methods": list(dict.fromkeys(m for s in signatures.values() for m in s["methods"])),
+        "inputs": signatures[bundle.DEFAULT_SIGNATURE]["inputs"],
+        "outputs": signatures[bundle.DEFAULT_SIGNATURE]["outputs"],
+        "signatures": signatures,
         "verification": report,
         "source": {"model_dir": os.path.abspath(model_dir), "config": info},
     })
@@ -207,7 +256,8 @@ def main(argv=None) -> int:
         info = export_bundle(args.model, args.out, args.quantize, args.data,
                              args.calibration_examples, args.verify_examples, args.seq_len,
                              args.top_k, args.mask_value, args.threads,
-                             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else ())
+                             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
+                             encoder_signature=args.encoder_signature)
     except VerificationError as e:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)
         print(json.dumps(e.report, indent=2), file=sys.stderr)
@@ -221,6 +271,13 @@ def main(argv=None) -> int:
     print(f"wrote {args.out} ({info['task']}, {args.quantize}, "
           f"{info['conversion']['size_bytes'] / 1e6:.1f} MB): verified on {v['examples']} "
           f"examples, agreement {agreement}, relative error {errors}")
+    for key, signature in info["signatures"].items():
+        report = signature.get("verification")
+        if report:
+            errors = ", ".join(f"{n} {o['relative_error']:.2g}"
+                               for n, o in report["outputs"].items())
+            print(f"  signature {key!r} ({', '.join(signature['methods'])}): verified on "
+                  f"{report['examples']} examples, relative error {errors}")
     return 0
 
 

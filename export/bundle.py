@@ -1,9 +1,12 @@
 """The bundle directory `python -m export` writes: everything an edge app needs, nothing else.
 
-    BUNDLE/model.tflite    the LiteRT model (signature "serving_default")
+    BUNDLE/model.tflite    the LiteRT model: signature "serving_default" (the task's
+                           outputs) and, in pre-training bundles, "encoder" (the
+                           encoder's outputs, attention probabilities included)
     BUNDLE/vocab.txt       the WordPiece vocabulary
     BUNDLE/bundle.json     task, max_seq_length, lowercase, quantization, id2label,
-                           inputs/outputs shapes, what verification measured, the source
+                           inputs/outputs shapes, what verification measured, the source,
+                           the signatures and the runtime methods they serve
     BUNDLE/label_map.json  {"id2label": {...}} when the task has named labels
 
 (`export/README.md` is the contract.) A bundle is built in a hidden
@@ -37,6 +40,11 @@ TASKS = ("encoder", "pretraining", "classifier", "token_classifier", "question_a
          "multiple_choice")
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "inputs", "outputs")
+# The signature with the bundle's own task's outputs (the one `model.evaluate` and
+# verification read), and the extra one of a pre-training bundle: its encoder's
+# outputs, as an "encoder" bundle's (named after the task whose contract it follows).
+DEFAULT_SIGNATURE = "serving_default"
+ENCODER_SIGNATURE = "encoder"
 
 
 def is_bundle(directory: str) -> bool:
@@ -61,7 +69,24 @@ def read_info(directory: str) -> dict:
     for name in (MODEL, VOCAB):
         if not os.path.isfile(os.path.join(directory, name)):
             raise FileNotFoundError(f"{os.path.join(directory, name)}: missing from the bundle")
+    for key, signature in signatures(info, path).items():
+        if not isinstance(signature, dict) or signature.get("task") not in TASKS:
+            raise ValueError(f"{path}: signature {key!r} names no known task (expected "
+                             f"{{\"task\": one of {TASKS}, ...}}, got {str(signature)[:200]})")
     return info
+
+
+def signatures(info: dict, where: str = INFO) -> dict:
+    """{signature key: {"task", "methods", "inputs", "outputs", ...}} of a bundle.json.
+    Bundles written before signatures were recorded have one: the default, of their task."""
+    listed = info.get("signatures")
+    if listed is None:
+        return {DEFAULT_SIGNATURE: {"task": info.get("task"), "inputs": info.get("inputs"),
+                                    "outputs": info.get("outputs")}}
+    if not isinstance(listed, dict) or DEFAULT_SIGNATURE not in listed:
+        raise ValueError(f"{where}: \"signatures\" must be an object with "
+                         f"{DEFAULT_SIGNATURE!r}, got {listed!r}")
+    return listed
 
 
 def model_path(directory: str) -> str:

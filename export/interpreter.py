@@ -4,6 +4,7 @@
     m = TFLiteModel("bundles/sst2/model.tflite")               # 2 threads
     m.predict({"token_ids": ids, "segment_ids": seg, "padding_mask": mask})  # {"logits": ...}
     task.evaluate(m, examples, tokenizer, seq_len)              # Keras-like outputs, see __call__
+    TFLiteModel("bundles/mlm/model.tflite").signature("encoder").predict(x)  # another signature
 
 Imports only numpy and ai_edge_litert (the edge runtime uses it).
 
@@ -13,10 +14,16 @@ given, so one sentence runs at its own length with no padding. A file with a
 fixed length or batch (e.g. from another exporter) works too: inputs are
 padded to the fixed shape (rows in chunks of the fixed batch) and every output
 axis as long as the fixed length is sliced back to the real length.
+
+A file may hold several signatures (a pre-training bundle's "encoder" beside
+its "serving_default"); `signature(key)` is the same file's other signature,
+on the same interpreter (the weights are loaded once) and taking turns with
+it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -30,20 +37,24 @@ SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 class TFLiteModel:
-    """One LiteRT model and its `serving_default` signature.
+    """One LiteRT model and one of its signatures (`serving_default` unless told).
 
     Args:
         path: the `.tflite` file.
         num_threads: CPU threads of the interpreter.
         max_seq_length: the longest token axis `predict` accepts; None reads
             `max_seq_length` from a `bundle.json` beside the file, if any.
+        signature: the signature `predict` runs.
 
     Attributes:
+        signature_key: that signature's key.
+        signatures: every signature key of the file, sorted.
         input_details: {input name: LiteRT tensor details (shape_signature, dtype, ...)}.
         output_names: the output names, sorted.
     """
 
-    def __init__(self, path: str, num_threads: int = 2, max_seq_length: int | None = None):
+    def __init__(self, path: str, num_threads: int = 2, max_seq_length: int | None = None,
+                 signature: str = SIGNATURE):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such .tflite file")
         self.path = path
@@ -51,22 +62,33 @@ class TFLiteModel:
             self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
         except (ValueError, RuntimeError) as e:
             raise ValueError(f"{path}: not a loadable LiteRT model ({e})") from None
-        signatures = self.interpreter.get_signature_list()
-        if SIGNATURE not in signatures:
-            raise ValueError(f"{path}: no {SIGNATURE!r} signature (found {sorted(signatures)})")
-        self._runner = self.interpreter.get_signature_runner(SIGNATURE)
+        self.signatures = sorted(self.interpreter.get_signature_list())
+        self.max_seq_length = max_seq_length or _bundle_max_length(path)
+        # LiteRT interpreters are not thread-safe; a Gradio app calls from several threads.
+        # Every signature of the file runs on this one interpreter, so they share the lock.
+        self._lock = threading.Lock()
+        self._bind(signature)
+
+    def signature(self, key: str) -> "TFLiteModel":
+        """The same file's signature `key` (same interpreter and lock, same limits)."""
+        other = copy.copy(self)
+        other._bind(key)
+        return other
+
+    def _bind(self, key: str) -> None:
+        if key not in self.signatures:
+            raise ValueError(f"{self.path}: no {key!r} signature (found {self.signatures})")
+        self.signature_key = key
+        self._runner = self.interpreter.get_signature_runner(key)
         self.input_details = self._runner.get_input_details()
         self.output_details = self._runner.get_output_details()
         self.output_names = sorted(self.output_details)
-        self.max_seq_length = max_seq_length or _bundle_max_length(path)
         reference = next((self.input_details[n] for n in SEQUENCE_INPUTS
                           if n in self.input_details), None)
-        signature = [int(d) for d in reference["shape_signature"]] if reference else []
+        shape = [int(d) for d in reference["shape_signature"]] if reference else []
         # A fixed token axis / batch axis (-1 is dynamic); None when dynamic.
-        self.fixed_length = signature[-1] if signature and signature[-1] > 0 else None
-        self.fixed_batch = signature[0] if signature and signature[0] > 0 else None
-        # LiteRT interpreters are not thread-safe; a Gradio app calls from several threads.
-        self._lock = threading.Lock()
+        self.fixed_length = shape[-1] if shape and shape[-1] > 0 else None
+        self.fixed_batch = shape[0] if shape and shape[0] > 0 else None
 
     # === Prediction ===
 

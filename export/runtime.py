@@ -35,6 +35,12 @@ The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores i
     so the other tokens are exactly the whole text's.
   * classify, attention, features: `[CLS] A [SEP] (B [SEP])` at its own length
     (no padding); a text over max_seq_length is cut (`truncated`: True).
+
+Which methods a bundle serves: those of its task (`TASK_METHODS`), and those of
+the task each other signature of its file is named after. A pre-training
+bundle written by today's `python -m export` has an "encoder" signature, so it
+serves fill_mask, attention and features (bundle.json's "methods" lists them);
+an older one only fill_mask.
 Bad input raises ValueError with a message for the user (empty text, no
 [MASK], a method the bundle's task cannot do).
 """
@@ -66,18 +72,32 @@ _MASK = re.compile(r"\[mask\]", re.IGNORECASE)
 
 
 def load(bundle_dir: str, num_threads: int = 2) -> "EdgeModel":
-    """The `EdgeModel` of a bundle directory written by `python -m export`."""
+    """The `EdgeModel` of a bundle directory written by `python -m export`, with
+    every signature its bundle.json lists (one interpreter for all of them)."""
     from export import bundle
     from export.interpreter import TFLiteModel
 
     info = bundle.read_info(bundle_dir)
     model = TFLiteModel(bundle.model_path(bundle_dir), num_threads=num_threads,
                         max_seq_length=info["max_seq_length"])
+    others = {}
+    for key in bundle.signatures(info):
+        if key == bundle.DEFAULT_SIGNATURE:
+            continue
+        if key not in model.signatures:
+            raise ValueError(f"{bundle.model_path(bundle_dir)}: no {key!r} signature, which "
+                             f"bundle.json lists (found {model.signatures})")
+        others[key] = model.signature(key).predict
     tokenizer = wordpiece.WordPieceTokenizer(bundle.vocab_path(bundle_dir),
                                              lowercase=bool(info.get("lowercase", True)))
-    edge = EdgeModel(model.predict, tokenizer, info)
+    edge = EdgeModel(model.predict, tokenizer, info, others)
     edge.path = bundle_dir
     return edge
+
+
+def methods_of(task: str) -> list[str]:
+    """The methods a model of `task` serves, in `TASK_METHODS`' order."""
+    return [method for method, tasks in TASK_METHODS.items() if task in tasks]
 
 
 class EdgeModel:
@@ -92,6 +112,13 @@ class EdgeModel:
             `attention_probs`) or, for one-output heads, the array itself.
         tokenizer: a `model.wordpiece.WordPieceTokenizer` (or the TensorFlow one).
         info: bundle.json's fields; "task" and "max_seq_length" are required.
+        signatures: {signature key: predict} of the model's other signatures,
+            each with the outputs of the task `info["signatures"][key]["task"]`
+            (default: the key itself), e.g. {"encoder": predict} for a
+            pre-training bundle's encoder.
+
+    Attributes:
+        methods: the methods this model serves (its task's and its signatures').
 
     Example:
     >>> m = EdgeModel(keras_model.predict_on_batch, tok,            # doctest: +SKIP
@@ -100,7 +127,7 @@ class EdgeModel:
     '1'
     """
 
-    def __init__(self, predict, tokenizer, info: dict):
+    def __init__(self, predict, tokenizer, info: dict, signatures: dict | None = None):
         for key in ("task", "max_seq_length"):
             if key not in info:
                 raise ValueError(f"the model's info lacks {key!r} (a bundle.json has it)")
@@ -108,6 +135,14 @@ class EdgeModel:
         self.tokenizer = tokenizer
         self.info = dict(info)
         self.task = str(info["task"])
+        listed = info.get("signatures") or {}
+        # [(task, predict)]: the default signature first, so a method of the bundle's own
+        # task always runs there.
+        self._predicts = [(self.task, predict)] + [
+            (str((listed.get(key) or {}).get("task", key)), fn)
+            for key, fn in (signatures or {}).items()]
+        self.methods = list(dict.fromkeys(m for task, _ in self._predicts
+                                          for m in methods_of(task)))
         self.max_seq_length = int(info["max_seq_length"])
         if self.max_seq_length < 8:
             raise ValueError(f"max_seq_length {self.max_seq_length} is too short for any text")
@@ -130,7 +165,7 @@ class EdgeModel:
     def __repr__(self) -> str:
         where = f" {self.path!r}" if self.path else ""
         return (f"EdgeModel({self.task}{where}, finetuned_task={self.info.get('finetuned_task')!r}, "
-                f"max_seq_length={self.max_seq_length})")
+                f"max_seq_length={self.max_seq_length}, methods={self.methods})")
 
     # === fill_mask ===
 
@@ -332,10 +367,11 @@ class EdgeModel:
     # === attention, features ===
 
     def attention(self, text: str, text_pair: str | None = None) -> dict:
-        """Every layer's and head's attention probabilities over the tokens."""
-        self._require("attention")
+        """Every layer's and head's attention probabilities over the tokens (an
+        encoder bundle's, or a pre-training bundle's "encoder" signature's)."""
+        predict = self._require("attention")
         x, n, truncated = self._pack(text, text_pair)
-        out = _as_dict(self.predict(x), "attention_probs")
+        out = _as_dict(predict(x), "attention_probs")
         if "attention_probs" not in out:
             raise ValueError(f"the model's outputs {sorted(out)} have no attention_probs")
         attention = np.asarray(out["attention_probs"], np.float32)[0, :, :, :n, :n]
@@ -344,9 +380,9 @@ class EdgeModel:
 
     def features(self, text: str, text_pair: str | None = None) -> dict:
         """The encoder's final hidden states and its pooled [CLS] vector."""
-        self._require("features")
+        predict = self._require("features")
         x, n, truncated = self._pack(text, text_pair)
-        out = _as_dict(self.predict(x), "sequence_output")
+        out = _as_dict(predict(x), "sequence_output")
         missing = [k for k in ("sequence_output", "pooled_output") if k not in out]
         if missing:
             raise ValueError(f"the model's outputs {sorted(out)} lack {missing}")
@@ -357,11 +393,18 @@ class EdgeModel:
 
     # === Helpers ===
 
-    def _require(self, method: str) -> None:
+    def _require(self, method: str):
+        """The predict that serves `method`; ValueError for the user when none does."""
         tasks = TASK_METHODS[method]
-        if self.task not in tasks:
-            raise ValueError(f"this bundle is {_a(self.task)}; {method}() needs "
-                             f"{' or '.join(_a(t) for t in tasks)} bundle")
+        for task, predict in self._predicts:
+            if task in tasks:
+                return predict
+        needs = " or ".join(_a(t) for t in tasks) + " bundle"
+        if "encoder" in tasks:  # attention, features
+            needs += " (or a pretraining bundle with an \"encoder\" signature"
+            needs += (": this one was exported without it; export it again with python -m "
+                      "export)" if self.task == "pretraining" else ")")
+        raise ValueError(f"this bundle is {_a(self.task)}; {method}() needs {needs}")
 
     def _pack(self, text: str, text_pair: str | None):
         """({inputs}, real length, truncated) of `[CLS] A [SEP] (B [SEP])`, cut to its length."""

@@ -47,7 +47,6 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
                for step, _, argv in commands]
     assert modules == [
         ("convert", "model.convert"),
-        ("encoder", "export"),
         ("mlm", "model.data"), ("mlm", "model.train pretrain"), ("mlm", "model.evaluate"),
         ("mlm", "export"), ("mlm", "model.evaluate"),
         ("sst2", "model.train finetune"), ("sst2", "export"), ("sst2", "model.evaluate"),
@@ -59,40 +58,40 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
     argv = {(step, i): c for i, (step, _, c) in enumerate(commands)}
     assert argv["convert", 0][3:] == ["--from", "hf", str(tmp_path / "hf"), "--to", "keras",
                                       f"{w}/minilm", "--overwrite"]
-    records = argv["mlm", 2]
+    records = argv["mlm", 1]
     assert flags(records, "--input") == [f"{d}/pretrain/enwiki-2015/AA/*.gz",
                                          f"{d}/pretrain/gutenberg/books/00[0-3]?.txt.gz"]
     assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
     assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "16"
-    pretrain = argv["mlm", 3]
+    pretrain = argv["mlm", 2]
     assert {k: flags(pretrain, k) for k in ("--config", "--data", "--init-checkpoint", "--steps",
                                             "--batch-size", "--learning-rate", "--output",
                                             "--checkpoint-every")} == {
         "--config": "minilm-l6", "--data": f"{w}/pretrain_records",
         "--init-checkpoint": f"{w}/minilm", "--steps": "2000", "--batch-size": "32",
         "--learning-rate": "1e-4", "--output": f"{w}/mlm", "--checkpoint-every": "100"}
-    sst2 = argv["sst2", 7]
+    sst2 = argv["sst2", 6]
     assert sst2[3:] == ["finetune", "--task", "sst2", "--data", f"{d}/glue/SST-2", "--init",
                         f"{w}/minilm", "--output", f"{w}/sst2", "--group-by-length",
                         "--seq-len", "64", "--learning-rate", "5e-5", "--epochs", "2"]
-    conll = argv["conll2003", 10]
+    conll = argv["conll2003", 9]
     assert (flags(conll, "--data"), flags(conll, "--learning-rate"), flags(conll, "--epochs"),
             "--group-by-length" in conll) == (f"{d}/conll2003", "8e-5", "4", True)
-    squad = argv["squad1", 13]
+    squad = argv["squad1", 12]
     assert {k: flags(squad, k) for k in ("--data", "--learning-rate", "--epochs", "--batch-size",
                                          "--checkpoint-every")} == {
         "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
         "--epochs": "0.4", "--batch-size": "32", "--checkpoint-every": "100"}
     assert "--group-by-length" in squad
     exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
-    for step, folder, model, dev in (
-            ("encoder", "encoder", "minilm", "wikitext-2-raw/wiki.valid.raw"),
-            ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw"),
-            ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv"),
-            ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt"),
-            ("squad1", "squad", "squad1", "squad/dev-v1.1.json")):
+    assert sorted(exports) == ["conll2003", "mlm", "squad1", "sst2"]  # no encoder bundle
+    for step, folder, model, dev, extra in (
+            ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw", ["--encoder-signature"]),
+            ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv", []),
+            ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt", []),
+            ("squad1", "squad", "squad1", "squad/dev-v1.1.json", [])):
         assert exports[step][3:] == ["--model", f"{w}/{model}", "--quantize", "dynamic", "--out",
-                                     f"{a}/{folder}", "--data", f"{d}/{dev}"], step
+                                     f"{a}/{folder}", "--data", f"{d}/{dev}", *extra], step
     evaluations = [(step, c) for (step, _), c in argv.items() if c[2] == "model.evaluate"]
     assert [(s, flags(c, "--task"), flags(c, "--model"), flags(c, "--out"))
             for s, c in evaluations] == [
@@ -140,7 +139,7 @@ def test_unknown_step_is_a_clear_error(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--only: unknown step 'sst-2'" in err
-    assert "convert, encoder, mlm, sst2, conll2003, squad1" in err
+    assert "convert, mlm, sst2, conll2003, squad1" in err
     with pytest.raises(SystemExit):
         defaults.main(["--dry-run", "--only", ","])
 
@@ -192,15 +191,19 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
 
 
 def test_bundle_folders_are_the_ones_the_app_looks_for():
-    from app.models import VIEWS
+    """Every view gets a bundle: its own folder's, or (Attention) the mlm bundle's encoder
+    signature through the view's fallback."""
+    from app.models import VIEW, VIEWS
     from model import tasks
 
     folders = {v.folder: v.task for v in VIEWS}
-    assert set(defaults.ASSET_FOLDERS.values()) == set(folders)
-    made = {"mlm": "pretraining", "encoder": "encoder",
-            **{t: tasks.get(t).head for t in defaults.FINETUNE}}
+    assert set(defaults.ASSET_FOLDERS.values()) == set(folders) - {"encoder"}
+    made = {"mlm": "pretraining", **{t: tasks.get(t).head for t in defaults.FINETUNE}}
     for step, folder in defaults.ASSET_FOLDERS.items():
         assert folders[folder] == made[step], step
+    attention = VIEW["attention"]
+    assert attention.folder not in defaults.ASSET_FOLDERS.values()
+    assert "pretraining" in attention.fallback and attention.method == "attention"
 
 
 def test_table_reads_keras_and_bundle_metrics(tmp_path):

@@ -12,10 +12,10 @@ before it runs and timed after. Steps, in order (`--only` picks some, by name):
 
     convert    the Hugging Face checkpoint -> our model directory WORK/minilm
                (--minilm DIR: config.json, vocab.txt, model.safetensors; default $BERT_MINILM_DIR)
-    encoder    WORK/minilm exported as an encoder bundle: the app's Attention view
     mlm        pre-training records from DATA/pretrain (Wikipedia 2015 sample + 40 Gutenberg
                books, 128 tokens, MiniLM vocabulary), 2,000 steps of masked-LM + NSP from
-               WORK/minilm, the fill-mask bundle, and both scored on WikiText-2 valid
+               WORK/minilm, the fill-mask bundle, and both scored on WikiText-2 valid; the
+               bundle's "encoder" signature also draws the app's Attention view
     sst2       fine-tuned, exported, the bundle scored on SST-2 dev
     conll2003  fine-tuned, exported, the bundle scored on CoNLL-2003 valid
     squad1     fine-tuned (0.4 epoch), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
@@ -25,9 +25,11 @@ train_summary.json, a bundle's bundle.json, an evaluation's JSON): a command
 whose file exists is skipped, so the same command line started again after a
 stop goes on where it was; the training commands themselves resume from
 their checkpoints. Bundles go to ASSETS under the folder names the app looks
-for (`app/models.py` VIEWS: mlm, encoder, sst2, squad, conll2003); every
-intermediate model stays under WORK. At the end a table compares each
-bundle's score with its Keras model's.
+for (`app/models.py` VIEWS: mlm, sst2, squad, conll2003; there is no encoder
+bundle: the Attention view falls back to mlm, whose file holds the encoder as
+a second signature for ~1 % of its size); every intermediate model stays
+under WORK. At the end a table compares each bundle's score with its Keras
+model's.
 
 The settings below are the ones that made the shipped models; change them
 here, not on the command line, so that the file stays the record.
@@ -75,7 +77,6 @@ FINETUNE = {
 
 # The file (relative to --data) each model is verified and scored on.
 DEV = {
-    "encoder": "wikitext-2-raw/wiki.valid.raw",
     "mlm": "wikitext-2-raw/wiki.valid.raw",
     "sst2": "glue/SST-2/dev.tsv",
     "conll2003": "conll2003/valid.txt",
@@ -83,11 +84,11 @@ DEV = {
 }
 
 # Bundle folders under --assets: the names app/models.py VIEWS look for
-# (tests/test_recipes.py checks they agree).
-ASSET_FOLDERS = {"mlm": "mlm", "encoder": "encoder", "sst2": "sst2", "conll2003": "conll2003",
-                 "squad1": "squad"}
+# (tests/test_recipes.py checks they agree). The Attention view's "encoder" is
+# not made: the mlm bundle serves it.
+ASSET_FOLDERS = {"mlm": "mlm", "sst2": "sst2", "conll2003": "conll2003", "squad1": "squad"}
 
-STEPS = ("convert", "encoder", "mlm", "sst2", "conll2003", "squad1")
+STEPS = ("convert", "mlm", "sst2", "conll2003", "squad1")
 
 # The figures of the final table: step -> metric keys of model.evaluate's JSON.
 TABLE_METRICS = {"mlm": ("mlm_top1_accuracy", "mlm_top5_accuracy"), "sst2": ("accuracy",),
@@ -133,16 +134,15 @@ class Paths:
         return os.path.join(self.assets, ASSET_FOLDERS[step])
 
 
-def export_and_score(step: str, model: str, p: Paths, task: str | None) -> list[Command]:
-    """Export `model` to its bundle folder; with `task`, score the bundle on the step's dev file."""
+def export_and_score(step: str, model: str, p: Paths, task: str, *flags: str) -> list[Command]:
+    """Export `model` (with `flags`) to its bundle folder and score the bundle on the step's
+    dev file as `task`."""
     bundle, dev = p.bundle(step), p.d(DEV[step])
-    commands = [Command("export", ("--model", model, "--quantize", QUANTIZATION, "--out", bundle,
-                                   "--data", dev), os.path.join(bundle, "bundle.json"))]
-    if task:
-        out = p.w(f"{step}.bundle-metrics.json")
-        commands.append(Command("model.evaluate", ("--task", task, "--model", bundle, "--data",
-                                                   dev, "--out", out), out))
-    return commands
+    out = p.w(f"{step}.bundle-metrics.json")
+    return [Command("export", ("--model", model, "--quantize", QUANTIZATION, "--out", bundle,
+                               "--data", dev, *flags), os.path.join(bundle, "bundle.json")),
+            Command("model.evaluate", ("--task", task, "--model", bundle, "--data", dev,
+                                       "--out", out), out)]
 
 
 def plan(p: Paths) -> list[Step]:
@@ -155,8 +155,6 @@ def plan(p: Paths) -> list[Step]:
             # the rerun writes over it.
             "--overwrite"), os.path.join(minilm, "config.json")),),
             summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm"),
-        Step("encoder", tuple(export_and_score("encoder", minilm, p, None)), ("convert",),
-             "the encoder bundle (attention maps)"),
     ]
     records, mlm = p.w("pretrain_records"), p.w("mlm")
     inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
@@ -170,8 +168,11 @@ def plan(p: Paths) -> list[Step]:
                 os.path.join(mlm, "train_summary.json")),
         Command("model.evaluate", ("--task", "mlm", "--model", mlm, "--data", p.d(DEV["mlm"]),
                                    "--out", keras_metrics), keras_metrics),
-        *export_and_score("mlm", mlm, p, "mlm"),
-    ), ("convert",), "continued pre-training (masked LM + NSP) and the fill-mask bundle"))
+        # --encoder-signature (the default for pre-training models, written for the record):
+        # the same file draws the Attention view.
+        *export_and_score("mlm", mlm, p, "mlm", "--encoder-signature"),
+    ), ("convert",), "continued pre-training (masked LM + NSP) and the fill-mask bundle "
+                      "(which also draws the attention maps)"))
     for task, (data, flags) in FINETUNE.items():
         output = p.w(task)
         steps.append(Step(task, (
