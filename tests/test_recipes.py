@@ -52,7 +52,8 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         ("sst2", "model.train finetune"), ("sst2", "export"), ("sst2", "model.evaluate"),
         ("conll2003", "model.train finetune"), ("conll2003", "export"),
         ("conll2003", "model.evaluate"),
-        ("squad1", "model.train finetune"), ("squad1", "export"), ("squad1", "model.evaluate"),
+        ("squad1", "model.train finetune"), ("squad1", "model.train finetune"),
+        ("squad1", "export"), ("squad1", "model.evaluate"),
     ]
     assert not any(skipped for _, skipped, _ in commands)
     argv = {(step, i): c for i, (step, _, c) in enumerate(commands)}
@@ -66,10 +67,11 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
     pretrain = argv["mlm", 2]
     assert {k: flags(pretrain, k) for k in ("--config", "--data", "--init-checkpoint", "--steps",
                                             "--batch-size", "--learning-rate", "--output",
-                                            "--checkpoint-every")} == {
+                                            "--checkpoint-every", "--mixed-precision")} == {
         "--config": "minilm-l6", "--data": f"{w}/pretrain_records",
-        "--init-checkpoint": f"{w}/minilm", "--steps": "2000", "--batch-size": "32",
-        "--learning-rate": "1e-4", "--output": f"{w}/mlm", "--checkpoint-every": "100"}
+        "--init-checkpoint": f"{w}/minilm", "--steps": "600", "--batch-size": "32",
+        "--learning-rate": "2e-4", "--output": f"{w}/mlm", "--checkpoint-every": "100",
+        "--mixed-precision": "mixed_bfloat16"}
     sst2 = argv["sst2", 6]
     assert sst2[3:] == ["finetune", "--task", "sst2", "--data", f"{d}/glue/SST-2", "--init",
                         f"{w}/minilm", "--output", f"{w}/sst2", "--group-by-length",
@@ -83,6 +85,13 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
         "--epochs": "0.4", "--batch-size": "32", "--checkpoint-every": "100"}
     assert "--group-by-length" in squad
+    assert flags(squad, "--init") == f"{w}/minilm" and flags(squad, "--output") == f"{w}/squad1.stage1"
+    # The continuation starts from the first run and writes the model that is exported.
+    more = argv["squad1", 13]
+    assert {k: flags(more, k) for k in ("--data", "--init", "--output", "--learning-rate",
+                                        "--epochs")} == {
+        "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--init": f"{w}/squad1.stage1",
+        "--output": f"{w}/squad1", "--learning-rate": "5e-5", "--epochs": "0.2"}
     exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
     assert sorted(exports) == ["conll2003", "mlm", "squad1", "sst2"]  # no encoder bundle
     for step, folder, model, dev, extra in (
