@@ -1,0 +1,235 @@
+"""Tokenization to model inputs on 20 MB of real Wikipedia: the project's tokenizers vs HF's.
+
+    PYTHONPATH=. python bench/tokenization.py [--megabytes 20] [--vocab /work/runs/minilm/vocab.txt]
+    PYTHONPATH=. python bench/tokenization.py --quick          # 0.2 MB, seconds
+
+Text: the paragraphs of pretrain/enwiki-2015/AA/wiki_*.gz (WikiExtractor output; the <doc ...>
+and </doc> lines and empty lines dropped), in file order, until --megabytes MB of UTF-8. Every
+paragraph becomes one row of model inputs: `[CLS] ... [SEP]`, truncated to --seq-len (128)
+tokens, padded; (rows, seq_len) int32 token_ids, segment_ids and padding_mask.
+
+    project-tf       model.tokenizer.WordPieceTokenizer (tensorflow-text), the training and
+                     evaluation path: model.tasks.base.encode_texts (4,096 texts per call), then
+                     tokenizer.pack per row and model.tasks.base.stack_packed
+    project-tf-ids   the same encode_texts alone: ids without [CLS]/[SEP], truncation or
+                     padding (shows what packing costs)
+    project-py       model.wordpiece.WordPieceTokenizer (pure Python, the edge runtime's), the
+                     same encode + pack
+    hf-tokenizers    Hugging Face `tokenizers` (Rust): BertWordPieceTokenizer(vocab, lowercase,
+                     strip_accents, clean_text, handle_chinese_chars) with truncation and
+                     padding to seq_len, encode_batch (its thread pool: RAYON_NUM_THREADS =
+                     --threads), ids, type ids and attention masks into numpy
+    transformers     transformers.BertTokenizer (transformers 5: the `tokenizers` backend;
+                     built with vocab=dict, since vocab_file= is silently ignored), called on
+                     the list with padding="max_length", truncation=True, return_tensors="np"
+
+Each repeat starts from a fresh tokenizer (untimed), so no cache carries over (the pure-Python
+one caches words), after one untimed warm-up on the first MB. MB/s = UTF-8 MB of text / median
+seconds; tokens/s = non-padding tokens of the output ([CLS]/[SEP] included) / median seconds.
+Agreement: share of rows whose token_ids (all seq_len of them) equal hf-tokenizers'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import common
+
+TOKENIZERS = ("project-tf", "project-tf-ids", "project-py", "hf-tokenizers", "transformers")
+WARMUP_BYTES = 2 ** 20
+
+
+# === The tokenizers: setup() -> tokenizer, run(tokenizer, texts) -> outputs ===
+
+def project_setup(kind: str, vocab: str, lowercase: bool):
+    if kind == "tf":
+        from model.tokenizer import WordPieceTokenizer
+    else:
+        from model.wordpiece import WordPieceTokenizer
+    return lambda: WordPieceTokenizer(vocab, lowercase=lowercase)
+
+
+def project_run(seq_len: int, ids_only: bool = False):
+    from model.tasks.base import encode_texts, stack_packed
+
+    def run(tokenizer, texts):
+        ids = encode_texts(tokenizer, texts)
+        if ids_only:
+            return {"ids": ids}
+        return stack_packed([tokenizer.pack(row, seq_len=seq_len) for row in ids], seq_len)
+    return run
+
+
+def hf_tokenizers_setup(vocab: str, lowercase: bool, seq_len: int):
+    from tokenizers import BertWordPieceTokenizer
+
+    def setup():
+        tok = BertWordPieceTokenizer(vocab, lowercase=lowercase, strip_accents=lowercase,
+                                     clean_text=True, handle_chinese_chars=True)
+        tok.enable_truncation(seq_len)
+        tok.enable_padding(length=seq_len)
+        return tok
+    return setup
+
+
+def hf_tokenizers_run(tokenizer, texts):
+    encodings = tokenizer.encode_batch(texts)
+    return {"token_ids": np.array([e.ids for e in encodings], np.int32),
+            "segment_ids": np.array([e.type_ids for e in encodings], np.int32),
+            "padding_mask": np.array([e.attention_mask for e in encodings], np.int32)}
+
+
+def transformers_setup(vocab: str, lowercase: bool):
+    from transformers import BertTokenizer
+
+    from model.wordpiece import load_vocabulary
+
+    tokens = load_vocabulary(vocab)
+
+    def setup():
+        tok = BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=lowercase)
+        if len(tok.get_vocab()) != len(tokens):
+            raise RuntimeError(f"transformers' BertTokenizer did not take {vocab}")
+        return tok
+    return setup
+
+
+def transformers_run(seq_len: int):
+    def run(tokenizer, texts):
+        out = tokenizer(texts, padding="max_length", truncation=True, max_length=seq_len,
+                        return_tensors="np")
+        return {"token_ids": out["input_ids"].astype(np.int32),
+                "segment_ids": out["token_type_ids"].astype(np.int32),
+                "padding_mask": out["attention_mask"].astype(np.int32)}
+    return run
+
+
+# === Measuring ===
+
+def agreement(out: dict, reference: dict) -> float | None:
+    """Share of rows whose token_ids equal the reference's (None without token_ids)."""
+    if "token_ids" not in out or reference is None:
+        return None
+    a, b = out["token_ids"], reference["token_ids"]
+    if a.shape != b.shape:
+        return 0.0
+    return float((a == b).all(axis=1).mean())
+
+
+def count_tokens(out: dict) -> int:
+    if "padding_mask" in out:
+        return int(out["padding_mask"].sum())
+    return sum(len(row) for row in out["ids"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/tokenization.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=float, default=None,
+                        help="MB of Wikipedia text (default 20; --quick 0.2)")
+    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    parser.add_argument("--cased", action="store_true", help="a cased vocabulary")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--tokenizers", nargs="+", choices=TOKENIZERS, default=list(TOKENIZERS))
+    parser.add_argument("--data", default=common.DATA_DIR)
+    args = common.parse(parser, argv, warmup=1)
+    # Before `tokenizers` starts its (global, lazily built) thread pool.
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    if "project-tf" in args.tokenizers or "project-tf-ids" in args.tokenizers:
+        common.tensorflow_threads(args.threads)
+
+    megabytes = args.megabytes or (0.2 if args.quick else 20)
+    texts = common.wikipedia_lines(int(megabytes * 1e6), args.data)
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    warm, total = [], 0
+    for t in texts:
+        warm.append(t)
+        total += len(t.encode("utf-8"))
+        if total >= min(WARMUP_BYTES, size // 4):
+            break
+    lowercase = not args.cased
+
+    plans = {}
+    if "project-tf" in args.tokenizers:
+        plans["project-tf"] = (project_setup("tf", args.vocab, lowercase),
+                               project_run(args.seq_len), "tensorflow-text, encode + pack")
+    if "project-tf-ids" in args.tokenizers:
+        plans["project-tf-ids"] = (project_setup("tf", args.vocab, lowercase),
+                                   project_run(args.seq_len, ids_only=True),
+                                   "tensorflow-text, ids only")
+    if "project-py" in args.tokenizers:
+        plans["project-py"] = (project_setup("py", args.vocab, lowercase),
+                               project_run(args.seq_len), "pure Python (edge), encode + pack")
+    if "hf-tokenizers" in args.tokenizers:
+        plans["hf-tokenizers"] = ((hf_tokenizers_setup(args.vocab, lowercase, args.seq_len),
+                                   hf_tokenizers_run, "HF tokenizers (Rust)")
+                                  if common.installed("tokenizers") else None)
+    if "transformers" in args.tokenizers:
+        plans["transformers"] = ((transformers_setup(args.vocab, lowercase),
+                                  transformers_run(args.seq_len), "transformers BertTokenizer")
+                                 if common.installed("transformers") else None)
+
+    results = {}
+    for name, plan in plans.items():
+        if plan is None:
+            results[name] = {"error": "not installed"}
+            continue
+        setup, run, label = plan
+        print(f"{name}: {len(texts)} lines, {size / 1e6:.1f} MB", file=sys.stderr, flush=True)
+        try:
+            for _ in range(args.warmup):
+                run(setup(), warm)
+            holder = {}
+
+            def once(tokenizer):
+                holder["out"] = run(tokenizer, texts)
+            timing = common.time_repeats(once, args.repeats, warmup=0, setup=setup)
+            results[name] = {"label": label, "timing": timing, "out": holder["out"]}
+        except Exception as e:
+            results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+
+    reference = results.get("hf-tokenizers", {}).get("out")
+    hf_time = (results["hf-tokenizers"]["timing"].median
+               if "timing" in results.get("hf-tokenizers", {}) else None)
+    rows = []
+    for name, r in results.items():
+        if "error" in r:
+            rows.append([name, f"failed: {r['error']}"])
+            continue
+        t, out = r["timing"], r["out"]
+        same = agreement(out, reference)
+        rows.append([name, r["label"], f"{t.median:.2f} ({t.spread(1, 2)})",
+                     f"{size / 1e6 / t.median:.2f}", common.fmt(count_tokens(out) / t.median),
+                     f"{len(texts) / t.median:,.0f}",
+                     f"{common.ratio(hf_time, t.median):.2f}x" if hf_time else "-",
+                     f"{100 * same:.3f} %" if same is not None else "-"])
+    body = [f"{len(texts):,} paragraphs, {size / 1e6:.1f} MB of English Wikipedia "
+            f"(enwiki-2015/AA), vocabulary {args.vocab}, seq_len {args.seq_len}; median of "
+            f"{args.repeats} repeats after {args.warmup} warm-up run(s) on the first "
+            f"{sum(len(t.encode('utf-8')) for t in warm) / 1e6:.1f} MB.", "",
+            common.table(["tokenizer", "what", "seconds (min-max)", "MB/s", "tokens/s",
+                          "lines/s", "speed vs hf-tokenizers", "rows identical to hf-tokenizers"],
+                         rows), ""]
+    project = results.get("project-tf", {})
+    speed = common.ratio(hf_time, project["timing"].median) if "timing" in project else None
+    body.append(common.goal_line("project tokenizer (project-tf) speed vs HF tokenizers",
+                                 speed, 10, "x"))
+    same = agreement(project.get("out", {}), reference) if "out" in project else None
+    body.append(common.goal_line("project tokenizer rows identical to HF tokenizers",
+                                 100 * same if same is not None else None, 99.9, "%"))
+    python_same = (agreement(results["project-py"]["out"], reference)
+                   if "out" in results.get("project-py", {}) else None)
+    if python_same is not None:
+        body.append(f"- project-py (edge) rows identical to HF tokenizers: "
+                    f"{100 * python_same:.3f} %")
+    common.publish(args, "Tokenization to model inputs", "\n".join(body))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
