@@ -18,8 +18,7 @@ before it runs and timed after. Steps, in order (`--only` picks some, by name):
                bundle's "encoder" signature also draws the app's Attention view
     sst2       fine-tuned, exported, the bundle scored on SST-2 dev
     conll2003  fine-tuned, exported, the bundle scored on CoNLL-2003 valid
-    squad1     fine-tuned (0.4 epoch, then 0.2 epoch more from it), exported to ASSETS/squad,
-               the bundle scored on SQuAD v1.1 dev
+    squad1     fine-tuned (0.4 epoch), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
 
 Every command names the file it completes (a model directory's metrics.json or
 train_summary.json, a bundle's bundle.json, an evaluation's JSON): a command
@@ -75,14 +74,6 @@ FINETUNE = {
     "squad1": ("squad/train-v1.1.reconstructed.json",
                ("--learning-rate", "1e-4", "--epochs", "0.4", "--batch-size", "32",
                 "--checkpoint-every", "100", "--group-by-length")),
-}
-# A second fine-tuning from the first one's encoder (a fresh head, as every
-# fine-tuning starts): task -> its flags, same --data. The first run goes to
-# WORK/<task>.stage1, this one to WORK/<task>. SQuAD v1.1 scored 74.04 F1 after
-# its 0.4 epoch; 0.2 epoch more at a lower peak rate continues it.
-CONTINUE = {
-    "squad1": ("--learning-rate", "5e-5", "--epochs", "0.2", "--batch-size", "32",
-               "--checkpoint-every", "100", "--group-by-length"),
 }
 
 # The file (relative to --data) each model is verified and scored on.
@@ -185,16 +176,12 @@ def plan(p: Paths) -> list[Step]:
                       "(which also draws the attention maps)"))
     for task, (data, flags) in FINETUNE.items():
         output = p.w(task)
-        runs = [flags] + ([CONTINUE[task]] if task in CONTINUE else [])
-        commands, init = [], minilm
-        for i, run_flags in enumerate(runs):
-            out = output if i == len(runs) - 1 else p.w(f"{task}.stage{i + 1}")
-            commands.append(Command("model.train", (
-                "finetune", "--task", task, "--data", p.d(data), "--init", init,
-                "--output", out, *run_flags), os.path.join(out, "metrics.json")))
-            init = out
-        steps.append(Step(task, (*commands, *export_and_score(task, output, p, task)),
-                          ("convert",), f"fine-tuned on {task} and its bundle"))
+        steps.append(Step(task, (
+            Command("model.train", ("finetune", "--task", task, "--data", p.d(data),
+                                    "--init", minilm, "--output", output, *flags),
+                    os.path.join(output, "metrics.json")),
+            *export_and_score(task, output, p, task),
+        ), ("convert",), f"fine-tuned on {task} and its bundle"))
     assert tuple(s.name for s in steps) == STEPS
     return steps
 
