@@ -230,6 +230,13 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
     if skip_invalid and not hasattr(task, "skip_invalid"):
         raise ValueError(f"--skip-invalid: task {task.name} reads its files strictly and "
                          f"cannot skip examples")
+    from model import feature_tagger
+
+    if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
+        if task.name != "conll2003":
+            raise ValueError(f"{directory}: a feature-based tagger scores task conll2003, not "
+                             f"{task.name}")
+        return feature_tagger.evaluate(directory, path)
     bundled = bundle.is_bundle(directory)
     info = (_bundle_as_info(bundle.read_info(directory)) if bundled
             else model_dir.read_info(directory))

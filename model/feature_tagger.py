@@ -14,6 +14,10 @@ every epoch, and the best epoch is kept. OUTPUT holds
     config.json           {"task": "feature_tagger", "encoder": ..., "layers": ..., "id2label": ...}
     tagger.weights.h5     the BiLSTM tagger's weights (the encoder stays where --model is)
     metrics.json          best dev metrics, every epoch's, wall time, command
+
+`python -m model.evaluate --task conll2003 --model OUTPUT --data FILE` scores
+such a directory on any CoNLL-2003 file (`evaluate` below): the same features
+from the encoder config.json names, the saved tagger, conlleval's metrics.
 """
 
 from __future__ import annotations
@@ -133,6 +137,47 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+
+
+def is_tagger_dir(directory: str) -> bool:
+    """Whether `directory` is an OUTPUT of this module (config.json task "feature_tagger")."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        return False
+    from model.io import read_json_object
+
+    return read_json_object(path).get("task") == "feature_tagger"
+
+
+def evaluate(directory: str, path: str) -> dict:
+    """conlleval's metrics of the tagger in `directory` on the CoNLL-2003 file `path`."""
+    from model.extract_features import LayerFeatures, load_encoder
+    from model.io import read_json_object
+    from model.tasks import get
+    from model.tasks.base import check_labelled
+    from model.tasks.ner import conll_metrics
+    from model.tokenizer import WordPieceTokenizer
+
+    info = read_json_object(os.path.join(directory, "config.json"))
+    missing = [k for k in ("encoder", "layers", "lstm_units", "lstm_layers", "max_seq_length",
+                           "id2label") if k not in info]
+    if missing:
+        raise ValueError(f"{os.path.join(directory, 'config.json')}: lacks {missing}")
+    weights = os.path.join(directory, TAGGER_WEIGHTS)
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"{weights}: missing (the tagger's weights)")
+    sentences = get("conll2003").read(path)  # a malformed file fails before anything loads
+    check_labelled(sentences, "tags")
+    encoder, vocab_path = load_encoder(info["encoder"])
+    tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
+    features = LayerFeatures(encoder, tuple(info["layers"]))
+    feats = word_features(features, tokenizer, [s.words for s in sentences],
+                          int(info["max_seq_length"]))
+    labels = [info["id2label"][k] for k in sorted(info["id2label"], key=int)]
+    tagger = build_tagger(feats[0].shape[1], len(labels), int(info["lstm_units"]),
+                          int(info["lstm_layers"]))
+    tagger.load_weights(weights)
+    return conll_metrics([s.tags for s in sentences], predict_tags(tagger, feats, labels))
 
 
 def train(args) -> int:

@@ -96,3 +96,11 @@ def test_feature_tagger_trains_on_frozen_features(init, tmp_path):
     assert info["task"] == "feature_tagger" and info["layers"] == [-1, -2]
     assert list(info["id2label"].values())[:3] == ["O", "B-PER", "I-PER"]
     assert os.path.isfile(output / "tagger.weights.h5")
+    # model.evaluate scores the saved tagger on any CoNLL file: its dev figure again.
+    from model.evaluate import evaluate_task
+
+    again = evaluate_task("conll2003", str(output), str(data / "valid.txt"))
+    best = metrics["history"][metrics["best_epoch"] - 1]
+    assert again["f1"] == pytest.approx(best["f1"], abs=1e-9)
+    with pytest.raises(ValueError, match="scores task conll2003, not sst2"):
+        evaluate_task("sst2", str(output), str(data / "valid.txt"))
