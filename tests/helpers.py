@@ -192,6 +192,16 @@ def weights_of(path) -> dict:
     return out
 
 
+def assert_same_weights(path_a, path_b, atol=1e-6):
+    """The two `.weights.h5` files hold the same tensors, equal within `atol`."""
+    import numpy as np
+
+    a, b = weights_of(path_a), weights_of(path_b)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=atol, err_msg=name)
+
+
 # === Multi-worker runs on this machine ===
 
 def free_ports(n: int) -> list[int]:

@@ -29,17 +29,10 @@ import numpy as np
 import pytest
 
 from model.checkpointing import ResumableCheckpoint
-from tests.helpers import (REPO_ROOT, finetune_argv, make_init, make_records, module_command,
+from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, make_init, make_records, module_command,
                            pretrain_argv, run_train, subprocess_env, weights_of, write_sst2)
 
 _TMP = re.compile(r"^\.ckpt-(\d{8})\.tmp-")
-
-
-def assert_same_weights(path_a, path_b, atol=1e-6):
-    a, b = weights_of(path_a), weights_of(path_b)
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=atol, err_msg=name)
 
 
 def complete_checkpoints(checkpoints: str) -> list[int]:

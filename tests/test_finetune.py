@@ -244,7 +244,7 @@ def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, caps
     command, ends with the uninterrupted run's weights and dev history (same
     data order, grouped by length, and the same dropout), and leaves no
     checkpoints behind once finished."""
-    from tests.helpers import kill_when_exists, weights_of
+    from tests.helpers import assert_same_weights, kill_when_exists
 
     data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
     init = make_init(tmp_path)
@@ -263,10 +263,7 @@ def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, caps
     assert run_train(argv(output)) == 0
     out = capsys.readouterr().out
     assert "resuming from step" in out, out
-    a, b = weights_of(straight / "model.weights.h5"), weights_of(output / "model.weights.h5")
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-6, err_msg=name)
+    assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")
     history = [json.loads((d / "metrics.json").read_text())["history"] for d in (straight, output)]
     assert [r["step"] for r in history[1]] == [12, 24]
     for first_run, resumed in zip(*history):

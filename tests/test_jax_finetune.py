@@ -43,7 +43,7 @@ import pytest
 from model.finetune_pydataset import (FinetunePyDataset, epoch_batches, epoch_order,
                                       feature_lengths, grouped_batch_count, length_boundaries)
 from model.tasks.base import Encoded
-from tests.helpers import (REPO_ROOT, finetune_argv, kill_when_exists, make_init, run_evaluate,
+from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, kill_when_exists, make_init, run_evaluate,
                            subprocess_env, weights_of, write_sst2)
 from tests.test_jax_backend import _NO_TENSORFLOW
 
@@ -313,10 +313,7 @@ def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, 
                      timeout=RUN_TIMEOUT)
     assert not (output / "metrics.json").exists(), "killed too late"
     assert "resuming from step" in run(output)
-    a, b = weights_of(straight / "model.weights.h5"), weights_of(output / "model.weights.h5")
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-6, err_msg=name)
+    assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")
     history = [json.loads((d / "metrics.json").read_text())["history"] for d in (straight, output)]
     assert [r["step"] for r in history[1]] == [8, 16]
     assert [r["accuracy"] for r in history[1]] == [r["accuracy"] for r in history[0]]

@@ -29,7 +29,7 @@ from model.checkpointing import ResumableCheckpoint
 from model.encoder import BertEncoder
 from model.optimizer import WarmupLinearDecay, bert_adamw
 from model.pretrainer import BertPretrainer
-from tests.helpers import (kill_when_exists, make_records, pretrain_argv, random_encoder_inputs,
+from tests.helpers import (assert_same_weights, kill_when_exists, make_records, pretrain_argv, random_encoder_inputs,
                            weights_of, write_corpus, write_vocab)
 
 # 40 steps of 4, a checkpoint every 10, the tiny preset's dropout of 0.1 (so
@@ -60,13 +60,6 @@ def checkpoint_steps(output) -> list[int]:
 def sha256(path) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def assert_same_weights(path_a, path_b, atol=1e-6):
-    a, b = weights_of(path_a), weights_of(path_b)
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=atol, err_msg=name)
 
 
 # === It learns ===
