@@ -7,6 +7,7 @@ nothing is trained).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shlex
@@ -80,9 +81,10 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
             "--group-by-length" in conll) == (f"{d}/conll2003", "8e-5", "4", True)
     squad = argv["squad1", 12]
     assert {k: flags(squad, k) for k in ("--data", "--learning-rate", "--epochs", "--batch-size",
-                                         "--checkpoint-every")} == {
+                                         "--mixed-precision", "--checkpoint-every")} == {
         "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
-        "--epochs": "0.4", "--batch-size": "32", "--checkpoint-every": "100"}
+        "--epochs": "0.8", "--batch-size": "32", "--mixed-precision": "mixed_bfloat16",
+        "--checkpoint-every": "100"}
     assert "--group-by-length" in squad
     exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
     assert sorted(exports) == ["conll2003", "mlm", "squad1", "sst2"]  # no encoder bundle
@@ -157,14 +159,30 @@ def test_convert_needs_the_minilm_folder(tmp_path, capsys, monkeypatch):
 
 def test_a_command_whose_output_exists_is_skipped(tmp_path, capsys):
     w, a = tmp_path / "w", tmp_path / "a"
-    for path in (w / "minilm" / "config.json", w / "sst2" / "metrics.json",
-                 a / "sst2" / "bundle.json"):
+    for path in (w / "minilm" / "config.json", w / "sst2" / "metrics.json"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
+    bundle = a / "sst2" / "bundle.json"
+    bundle.parent.mkdir(parents=True)
+    bundle.write_text(json.dumps({"source": {"model_dir": str(w / "sst2")}}))
     commands, err = dry_run(tmp_path, capsys, "--only", "sst2")
     assert [(skipped, argv[2]) for _, skipped, argv in commands] == [
         (True, "model.train"), (True, "export"), (False, "model.evaluate")]
     assert err == ""  # convert's output exists: nothing missing
+
+
+def test_a_shipped_bundle_of_another_model_is_exported_over(tmp_path, capsys):
+    """A fresh clone's assets/models holds bundles made elsewhere: the recipe's own models
+    replace them (an export is done only when the bundle was made from this run's model)."""
+    w, a = tmp_path / "w", tmp_path / "a"
+    (w / "sst2").mkdir(parents=True)
+    (w / "sst2" / "metrics.json").write_text("{}")
+    (a / "sst2").mkdir(parents=True)
+    for bundle in ({"source": {"model_dir": "/elsewhere/runs/ft/sst2"}}, {}):
+        (a / "sst2" / "bundle.json").write_text(json.dumps(bundle))
+        commands, _ = dry_run(tmp_path, capsys, "--only", "sst2")
+        assert [(skipped, argv[2]) for _, skipped, argv in commands] == [
+            (True, "model.train"), (False, "export"), (False, "model.evaluate")]
 
 
 def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):

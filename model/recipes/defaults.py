@@ -18,13 +18,15 @@ before it runs and timed after. Steps, in order (`--only` picks some, by name):
                bundle's "encoder" signature also draws the app's Attention view
     sst2       fine-tuned, exported, the bundle scored on SST-2 dev
     conll2003  fine-tuned, exported, the bundle scored on CoNLL-2003 valid
-    squad1     fine-tuned (0.4 epoch), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
+    squad1     fine-tuned (0.8 epoch, bfloat16), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
 
 Every command names the file it completes (a model directory's metrics.json or
 train_summary.json, a bundle's bundle.json, an evaluation's JSON): a command
 whose file exists is skipped, so the same command line started again after a
 stop goes on where it was; the training commands themselves resume from
-their checkpoints. Bundles go to ASSETS under the folder names the app looks
+their checkpoints. An export is skipped only when the bundle there was made
+from this run's model (its bundle.json "source"): on a fresh clone, whose
+assets/models holds the shipped bundles, the recipe exports over them. Bundles go to ASSETS under the folder names the app looks
 for (`app/models.py` VIEWS: mlm, sst2, squad, conll2003; there is no encoder
 bundle: the Attention view falls back to mlm, whose file holds the encoder as
 a second signature for ~1 % of its size); every intermediate model stays
@@ -72,8 +74,9 @@ FINETUNE = {
     "conll2003": ("conll2003", ("--learning-rate", "8e-5", "--epochs", "4",
                                 "--group-by-length")),
     "squad1": ("squad/train-v1.1.reconstructed.json",
-               ("--learning-rate", "1e-4", "--epochs", "0.4", "--batch-size", "32",
-                "--checkpoint-every", "100", "--group-by-length")),
+               ("--learning-rate", "1e-4", "--epochs", "0.8", "--batch-size", "32",
+                "--mixed-precision", "mixed_bfloat16", "--checkpoint-every", "100",
+                "--group-by-length")),
 }
 
 # The file (relative to --data) each model is verified and scored on.
@@ -100,10 +103,22 @@ TABLE_METRICS = {"mlm": ("mlm_top1_accuracy", "mlm_top5_accuracy"), "sst2": ("ac
 
 @dataclass(frozen=True)
 class Command:
-    """`python -m module argv`; done when `output` exists."""
+    """`python -m module argv`; done when `output` exists (and, for an export, when the
+    bundle there was made from `bundle_of`: the shipped bundles of a fresh clone were not made
+    from this run's models, so the recipe exports over them)."""
     module: str
     argv: tuple
     output: str
+    bundle_of: str | None = None
+
+    def done(self) -> bool:
+        if not os.path.exists(self.output):
+            return False
+        if self.bundle_of is None:
+            return True
+        source = _read(self.output).get("source", {}).get("model_dir")
+        return isinstance(source, str) and os.path.abspath(source) == os.path.abspath(
+            self.bundle_of)
 
     def shell(self) -> str:
         """The command as one would type it (shell-quoted: globs reach the program unexpanded)."""
@@ -141,7 +156,8 @@ def export_and_score(step: str, model: str, p: Paths, task: str, *flags: str) ->
     bundle, dev = p.bundle(step), p.d(DEV[step])
     out = p.w(f"{step}.bundle-metrics.json")
     return [Command("export", ("--model", model, "--quantize", QUANTIZATION, "--out", bundle,
-                               "--data", dev, *flags), os.path.join(bundle, "bundle.json")),
+                               "--data", dev, *flags), os.path.join(bundle, "bundle.json"),
+                    bundle_of=model),
             Command("model.evaluate", ("--task", task, "--model", bundle, "--data", dev,
                                        "--out", out), out)]
 
@@ -233,7 +249,7 @@ def run(chosen: list[Step], dry_run: bool = False, log=print) -> int:
         for command in step.commands:
             number += 1
             tag = f"[{number}/{total} {step.name}]"
-            if os.path.exists(command.output):
+            if command.done():
                 log(f"{tag} skip, {command.output} exists: {command.shell()}")
                 continue
             log(f"{tag} {command.shell()}")
