@@ -2,7 +2,7 @@
 every view, typing, clicking, waiting for the answer and checking it, with screenshots.
 
     PYTHONPATH=. python -m pytest tests/test_app_browser.py -q
-    APP_SCREENSHOTS=docs/screenshots APP_BROWSER_MODELS=assets/models \\
+    APP_SCREENSHOTS=assets/screenshots APP_BROWSER_MODELS=assets/models \\
         PYTHONPATH=. python -m pytest tests/test_app_browser.py -q     # real models, for the README
 
 Needs `apt-get install chromium` and `pip install playwright` (`.ci/run` does both; never

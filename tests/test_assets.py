@@ -1,0 +1,93 @@
+"""The default models shipped in assets/models: within the size budget, described in
+assets/MODEL_CARD.md, served by the app (every view, from its planned folder) through the
+TensorFlow-free runtime, and plainly right on easy inputs, so a broken, swapped or
+half-copied bundle fails here instead of in front of a user.
+
+The accuracy figures themselves are `python -m model.evaluate` runs on the dev sets (the model
+card gives the commands); these checks take seconds.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from app import models as app_models
+from export import runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ASSETS = os.path.join(ROOT, "assets")
+MODELS = os.path.join(ASSETS, "models")
+BUDGET_BYTES = 120 * 10**6  # everything under assets/, the model issue's budget
+
+
+def folder(name: str) -> str:
+    return os.path.join(MODELS, name)
+
+
+@pytest.fixture(scope="module")
+def slots():
+    return app_models.load_all(MODELS, "litert", num_threads=1)
+
+
+def test_assets_fit_the_budget():
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(ASSETS)
+                for f in files)
+    assert 0 < total <= BUDGET_BYTES, f"assets/ holds {total / 1e6:.1f} MB"
+
+
+def test_every_view_is_served_by_its_planned_bundle(slots):
+    for view in app_models.VIEWS:
+        slot = slots[view.key]
+        assert slot.ready, f"{view.key}: {slot.problem}"
+        # The Attention view has no bundle of its own: the fill-mask bundle's encoder serves it.
+        expected = "mlm" if view.key == "attention" else view.folder
+        assert os.path.basename(slot.path) == expected, (view.key, slot.path)
+        assert slot.info.get("quantization") == "dynamic", (view.key, slot.info.get("quantization"))
+
+
+def test_the_model_card_describes_every_bundle():
+    with open(os.path.join(ASSETS, "MODEL_CARD.md"), encoding="utf-8") as f:
+        card = f.read()
+    for name in sorted(os.listdir(MODELS)):
+        assert f"assets/models/{name}" in card, f"MODEL_CARD.md does not describe {name}"
+    assert "python -m model.recipes.defaults" in card
+
+
+def test_fill_mask_knows_a_capital():
+    result = runtime.load(folder("mlm"), num_threads=1).fill_mask(
+        "Paris is the capital of [MASK].", top_k=5)
+    words = [p["token"] for p in result["masks"][0]["predictions"]]
+    assert "france" in words, words
+
+
+def test_attention_maps_are_distributions():
+    result = runtime.load(folder("mlm"), num_threads=1).attention("The cat sat on the mat.")
+    attention = result["attention"]
+    assert attention.shape == (6, 12, 9, 9), attention.shape
+    np.testing.assert_allclose(attention.sum(-1), 1.0, atol=1e-3)
+
+
+def test_sentiment_of_plain_reviews():
+    model = runtime.load(folder("sst2"), num_threads=1)
+    assert model.classify("A gripping, beautifully acted film.")["label"] == "positive"
+    assert model.classify("A dull, lifeless and far too long mess.")["label"] == "negative"
+
+
+def test_answers_come_from_the_context():
+    model = runtime.load(folder("squad"), num_threads=1)
+    context = ("Marie Curie was a Polish physicist and chemist who worked in Paris. "
+               "She won the Nobel Prize twice.")
+    assert model.answer("Where did Marie Curie work?", context)["text"] == "Paris"
+    assert model.answer("How many times did she win the Nobel Prize?", context)["text"] == "twice"
+
+
+def test_entities_of_a_news_sentence():
+    model = runtime.load(folder("conll2003"), num_threads=1)
+    entities = model.tag("Angela Merkel met Emmanuel Macron in Paris on behalf of the "
+                         "European Union.")["entities"]
+    assert [(e["type"], e["text"]) for e in entities] == [
+        ("PER", "Angela Merkel"), ("PER", "Emmanuel Macron"), ("LOC", "Paris"),
+        ("ORG", "European Union")]
