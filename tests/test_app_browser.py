@@ -25,6 +25,9 @@ from tests.test_app import SENTENCE, served, tiny_models  # noqa: F401 (a fixtur
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 30_000
+# The first render loads Gradio's whole front end: on two cores shared with other jobs it has
+# taken over 30 s (a CI run beside three model evaluations), so it gets longer.
+FIRST_RENDER_MS = 120_000
 
 
 def chromium_path() -> str | None:
@@ -92,7 +95,9 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     page.on("request", lambda r: outside.append(r.url)
             if not r.url.startswith((url.rstrip("/"), "data:", "blob:")) else None)
     shot = Shots(page, tmp_path)
-    page.goto(url)
+    page.goto(url, timeout=FIRST_RENDER_MS)
+    expect(page.get_by_text("The capital of France is [MASK].", exact=True)).to_be_visible(
+        timeout=FIRST_RENDER_MS)
 
     def run(view: str, fields: dict, button: str = "run"):
         page.get_by_role("tab", name=VIEW[view].title, exact=True).click()
