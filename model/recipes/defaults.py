@@ -26,8 +26,9 @@ whose file exists is skipped, so the same command line started again after a
 stop goes on where it was; the training commands themselves resume from
 their checkpoints. An export is skipped only when the bundle there was made
 from this run's model (its bundle.json "source"): on a fresh clone, whose
-assets/models holds the shipped bundles, the recipe exports over them. Bundles go to ASSETS under the folder names the app looks
-for (`app/models.py` VIEWS: mlm, sst2, squad, conll2003; there is no encoder
+assets/models holds the shipped bundles, the recipe exports over them.
+Bundles go to ASSETS under the folder names the app looks for
+(`app/models.py` VIEWS: mlm, sst2, squad, conll2003; there is no encoder
 bundle: the Attention view falls back to mlm, whose file holds the encoder as
 a second signature for ~1 % of its size); every intermediate model stays
 under WORK. At the end a table compares each bundle's score with its Keras
@@ -116,8 +117,9 @@ class Command:
             return False
         if self.bundle_of is None:
             return True
-        source = _read(self.output).get("source", {}).get("model_dir")
-        return isinstance(source, str) and os.path.abspath(source) == os.path.abspath(
+        source = _read(self.output).get("source")
+        made_from = source.get("model_dir") if isinstance(source, dict) else None
+        return isinstance(made_from, str) and os.path.abspath(made_from) == os.path.abspath(
             self.bundle_of)
 
     def shell(self) -> str:
