@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from app import models as app_models
-from export import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(ROOT, "assets")
@@ -23,13 +22,16 @@ MODELS = os.path.join(ASSETS, "models")
 BUDGET_BYTES = 120 * 10**6  # everything under assets/, the model issue's budget
 
 
-def folder(name: str) -> str:
-    return os.path.join(MODELS, name)
-
-
 @pytest.fixture(scope="module")
 def slots():
+    """The app's views on assets/models, each model loaded once (the runtime's EdgeModel)."""
     return app_models.load_all(MODELS, "litert", num_threads=1)
+
+
+def model_of(slots, view: str):
+    slot = slots[view]
+    assert slot.ready, f"{view}: {slot.problem}"
+    return slot.model
 
 
 def test_assets_fit_the_budget():
@@ -56,36 +58,36 @@ def test_the_model_card_describes_every_bundle():
     assert "python -m model.recipes.defaults" in card
 
 
-def test_fill_mask_knows_a_capital():
-    result = runtime.load(folder("mlm"), num_threads=1).fill_mask(
+def test_fill_mask_knows_a_capital(slots):
+    result = model_of(slots, "fill_mask").fill_mask(
         "Paris is the capital of [MASK].", top_k=5)
     words = [p["token"] for p in result["masks"][0]["predictions"]]
     assert "france" in words, words
 
 
-def test_attention_maps_are_distributions():
-    result = runtime.load(folder("mlm"), num_threads=1).attention("The cat sat on the mat.")
+def test_attention_maps_are_distributions(slots):
+    result = model_of(slots, "attention").attention("The cat sat on the mat.")
     attention = result["attention"]
     assert attention.shape == (6, 12, 9, 9), attention.shape
     np.testing.assert_allclose(attention.sum(-1), 1.0, atol=1e-3)
 
 
-def test_sentiment_of_plain_reviews():
-    model = runtime.load(folder("sst2"), num_threads=1)
+def test_sentiment_of_plain_reviews(slots):
+    model = model_of(slots, "sentiment")
     assert model.classify("A gripping, beautifully acted film.")["label"] == "positive"
     assert model.classify("A dull, lifeless and far too long mess.")["label"] == "negative"
 
 
-def test_answers_come_from_the_context():
-    model = runtime.load(folder("squad"), num_threads=1)
+def test_answers_come_from_the_context(slots):
+    model = model_of(slots, "answer")
     context = ("Marie Curie was a Polish physicist and chemist who worked in Paris. "
                "She won the Nobel Prize twice.")
     assert model.answer("Where did Marie Curie work?", context)["text"] == "Paris"
     assert model.answer("How many times did she win the Nobel Prize?", context)["text"] == "twice"
 
 
-def test_entities_of_a_news_sentence():
-    model = runtime.load(folder("conll2003"), num_threads=1)
+def test_entities_of_a_news_sentence(slots):
+    model = model_of(slots, "entities")
     entities = model.tag("Angela Merkel met Emmanuel Macron in Paris on behalf of the "
                          "European Union.")["entities"]
     assert [(e["type"], e["text"]) for e in entities] == [

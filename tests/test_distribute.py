@@ -25,8 +25,9 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import (REPO_ROOT, assert_same_weights, free_ports, make_records, module_command, pretrain_argv,
-                           run_module, subprocess_env, tf_config, write_vocab)
+from tests.helpers import (REPO_ROOT, assert_same_weights, free_ports, make_records,
+                           module_command, pretrain_argv, run_module, subprocess_env, tf_config,
+                           write_vocab)
 
 STEPS = 12
 RUN = {"steps": STEPS, "batch_size": 4, "checkpoint_every": 1}

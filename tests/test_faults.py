@@ -29,8 +29,9 @@ import numpy as np
 import pytest
 
 from model.checkpointing import ResumableCheckpoint
-from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, make_init, make_records, module_command,
-                           pretrain_argv, run_train, subprocess_env, weights_of, write_sst2)
+from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, make_init,
+                           make_records, module_command, pretrain_argv, run_train, subprocess_env,
+                           weights_of, write_sst2)
 
 _TMP = re.compile(r"^\.ckpt-(\d{8})\.tmp-")
 

@@ -43,8 +43,8 @@ import pytest
 from model.finetune_pydataset import (FinetunePyDataset, epoch_batches, epoch_order,
                                       feature_lengths, grouped_batch_count, length_boundaries)
 from model.tasks.base import Encoded
-from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, kill_when_exists, make_init, run_evaluate,
-                           subprocess_env, weights_of, write_sst2)
+from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, kill_when_exists,
+                           make_init, run_evaluate, subprocess_env, weights_of, write_sst2)
 from tests.test_jax_backend import _NO_TENSORFLOW
 
 RUN_TIMEOUT = 300
