@@ -472,10 +472,9 @@ def long_paragraphs(tokenizer, count: int, tokens: int, data: str = DATA_DIR,
 
 def pack_texts(tokenizer, texts: list[str], seq_len: int) -> dict[str, np.ndarray]:
     """`[CLS] text [SEP]` padded to seq_len for each text: the model inputs, int32."""
-    from model.tasks.base import stack_packed
+    from model.tasks.base import pack_rows
 
-    return stack_packed([tokenizer.pack(ids, seq_len=seq_len) for ids in tokenizer.encode(texts)],
-                        seq_len)
+    return pack_rows(tokenizer, tokenizer.encode(texts), None, seq_len)
 
 
 def tiny_model_dir(directory: str, vocab_path: str, task: str = "encoder") -> str:

@@ -8,13 +8,14 @@ and </doc> lines and empty lines dropped), in file order, until --megabytes MB o
 paragraph becomes one row of model inputs: `[CLS] ... [SEP]`, truncated to --seq-len (128)
 tokens, padded; (rows, seq_len) int32 token_ids, segment_ids and padding_mask.
 
-    project-tf       model.tokenizer.WordPieceTokenizer (tensorflow-text), the training and
-                     evaluation path: model.tasks.base.encode_texts (4,096 texts per call), then
-                     tokenizer.pack per row and model.tasks.base.stack_packed
-    project-tf-ids   the same encode_texts alone: ids without [CLS]/[SEP], truncation or
-                     padding (shows what packing costs)
+    project-tf       model.tokenizer.WordPieceTokenizer (tensorflow-text), the path of GLUE
+                     training and evaluation: tokenizer.encode_flat (one graph call, one
+                     shard per thread; ids in one array, no Python lists), then
+                     model.tasks.base.pack_rows (tokenizer.pack_batch, numpy)
+    project-tf-ids   model.tasks.base.encode_texts alone (4,096 texts per call): ids as Python
+                     lists without [CLS]/[SEP], truncation or padding (the list API's cost)
     project-py       model.wordpiece.WordPieceTokenizer (pure Python, the edge runtime's), the
-                     same encode + pack
+                     same encode_flat + pack_rows
     hf-tokenizers    Hugging Face `tokenizers` (Rust): BertWordPieceTokenizer(vocab, lowercase,
                      strip_accents, clean_text, handle_chinese_chars) with truncation and
                      padding to seq_len, encode_batch (its thread pool: RAYON_NUM_THREADS =
@@ -54,13 +55,12 @@ def project_setup(kind: str, vocab: str, lowercase: bool):
 
 
 def project_run(seq_len: int, ids_only: bool = False):
-    from model.tasks.base import encode_texts, stack_packed
+    from model.tasks.base import encode_texts, pack_rows
 
     def run(tokenizer, texts):
-        ids = encode_texts(tokenizer, texts)
         if ids_only:
-            return {"ids": ids}
-        return stack_packed([tokenizer.pack(row, seq_len=seq_len) for row in ids], seq_len)
+            return {"ids": encode_texts(tokenizer, texts)}
+        return pack_rows(tokenizer, tokenizer.encode_flat(texts), None, seq_len)
     return run
 
 

@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from model.tasks.base import stack_packed, trimmed_length
+from model.tasks.base import trimmed_length
 
 BUILTIN_SENTENCES = (
     "The cat sat quietly on the warm windowsill and watched the rain.",
@@ -174,15 +174,14 @@ def read_texts(path: str) -> list[str]:
 
 def pack_texts(texts: list[str], tokenizer, seq_len: int) -> dict[str, np.ndarray]:
     """`[CLS] A [SEP] (B [SEP])` rows; a tab in a text separates A and B."""
-    from model.tasks.base import encode_texts
+    from model.tasks.base import encode_texts, pack_rows
 
     pairs = [t.split("\t", 1) if "\t" in t else [t, None] for t in texts]
     ids_a = encode_texts(tokenizer, [a for a, _ in pairs])
     seconds = [b for _, b in pairs if b is not None]
     ids_b = iter(encode_texts(tokenizer, seconds)) if seconds else iter(())
-    packed = [tokenizer.pack(a, next(ids_b) if b is not None else None, seq_len)
-              for a, (_, b) in zip(ids_a, pairs)]
-    return stack_packed(packed, seq_len)
+    return pack_rows(tokenizer, ids_a, [next(ids_b) if b is not None else None
+                                        for _, b in pairs], seq_len)
 
 
 def mask_tokens(x: dict, tokenizer, rate: float = MASK_RATE, seed: int = SEED):

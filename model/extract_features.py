@@ -115,13 +115,12 @@ def read_lines(path: str) -> list[tuple[str, str | None]]:
 def extract(features: LayerFeatures, tokenizer, pairs, seq_len: int = 128, batch_size: int = 32):
     """Yields (tokens, (num_tokens, len(layers), hidden_dim) array) per input,
     [CLS] and [SEP] included, padding excluded."""
-    from model.tasks.base import encode_texts, stack_packed
+    from model.tasks.base import encode_texts, pack_rows
 
     firsts = encode_texts(tokenizer, [a for a, _ in pairs])
     seconds = encode_texts(tokenizer, [b or "" for _, b in pairs])
-    packed = [tokenizer.pack(a, b if pair[1] is not None else None, seq_len)
-              for a, b, pair in zip(firsts, seconds, pairs)]
-    x = stack_packed(packed, seq_len)
+    x = pack_rows(tokenizer, firsts, [b if pair[1] is not None else None
+                                      for b, pair in zip(seconds, pairs)], seq_len)
     for start, values in features.batches(x, batch_size):
         for row, value in enumerate(values):
             length = int(x["padding_mask"][start + row].sum())

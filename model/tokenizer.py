@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -98,10 +99,11 @@ def _replace_long_words(x: tf.Tensor) -> tf.Tensor:
 class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
     """BERT's tokenizer for one `vocab.txt`, encoding with tensorflow-text.
 
-    Everything but `encode` (vocabulary, special ids, `words`, `decode`,
-    `pack`) is the pure-Python `model.wordpiece.WordPieceTokenizer`'s; this
-    class adds the graph op `encode_tf` for tf.data pipelines and makes
-    `encode` use it (the same ids; faster on large batches of mostly distinct words).
+    Everything but `encode`/`encode_flat` (vocabulary, special ids, `words`,
+    `decode`, `pack`, `pack_batch`) is the pure-Python
+    `model.wordpiece.WordPieceTokenizer`'s; this class adds the graph op
+    `encode_tf` for tf.data pipelines and makes `encode` and `encode_flat` use it
+    (the same ids; faster on large batches of mostly distinct words).
     Arguments and example: the parent class.
     """
 
@@ -115,6 +117,7 @@ class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
             # byte limit (4 UTF-8 bytes a character) must not cut in earlier.
             max_bytes_per_word=4 * MAX_WORD_CHARS,
         )
+        self._graphs = {}  # shard count -> tf.function of encode_flat
 
     # === Graph ops (for tf.data) ===
 
@@ -126,14 +129,47 @@ class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """WordPiece ids for each text, without special tokens."""
+        return self.encode_flat(texts).rows()
+
+    def encode_flat(self, texts: list[str]) -> wordpiece.Flat:
+        """All texts' ids in one array and each text's length (`pack_batch` takes it as is).
+
+        One graph call: large lists are cut into one contiguous shard per CPU thread
+        (TensorFlow's intra-op setting, else the cores this process may use), which
+        TensorFlow's executor tokenizes in parallel (the string ops are single-threaded).
+        """
         if isinstance(texts, str):
             raise TypeError("encode() takes a list of strings; wrap a single text in a list")
+        texts = list(texts)
         if not texts:
-            return []
-        ragged = self.encode_tf(tf.constant(list(texts), dtype=tf.string))
-        values = ragged.flat_values.numpy()
-        splits = ragged.row_splits.numpy()
-        return [values[splits[i]:splits[i + 1]].tolist() for i in range(len(texts))]
+            return wordpiece.Flat(np.zeros(0, np.int32), np.zeros(0, np.int64))
+        shards = max(1, min(_threads(), len(texts) // PARALLEL_MIN_TEXTS))
+        if shards not in self._graphs:
+            self._graphs[shards] = self._sharded_graph(shards)
+        ragged = self._graphs[shards](tf.constant(texts, dtype=tf.string))
+        return wordpiece.Flat(ragged.flat_values.numpy(), ragged.row_lengths().numpy())
+
+    def _sharded_graph(self, shards: int):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def encode(strings):
+            n = tf.shape(strings)[0]
+            bounds = [n * i // shards for i in range(shards + 1)]
+            return tf.concat([self.encode_tf(strings[bounds[i]:bounds[i + 1]])
+                              for i in range(shards)], axis=0)
+        return encode
+
+
+# encode() tokenizes in parallel shards of at least this many texts.
+PARALLEL_MIN_TEXTS = 256
+
+
+def _threads() -> int:
+    """The CPU threads TensorFlow was told to use, else the cores this process may run on."""
+    if tf.config.threading.get_intra_op_parallelism_threads():
+        return tf.config.threading.get_intra_op_parallelism_threads()
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def main(argv=None) -> int:

@@ -31,6 +31,7 @@ repeated words (most of them, in real text) cost one dictionary lookup.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import unicodedata
@@ -174,6 +175,16 @@ def basic_tokenize(text: str, lowercase: bool = True) -> list[str]:
 
 # === The tokenizer ===
 
+class Flat(NamedTuple):
+    """Rows of ids without Python lists: all ids in one array, and each row's length."""
+    ids: np.ndarray       # int32 (total,)
+    lengths: np.ndarray   # int64 (rows,)
+
+    def rows(self) -> list[list[int]]:
+        ids, ends = self.ids.tolist(), np.cumsum(self.lengths).tolist()
+        return [ids[s:e] for s, e in zip([0] + ends[:-1], ends)]
+
+
 class Word(NamedTuple):
     """One word of a text as the tokenizer sees it.
 
@@ -278,6 +289,10 @@ class WordPieceTokenizer:
             out.append(ids)
         return out
 
+    def encode_flat(self, texts: list[str]) -> Flat:
+        """`encode` as one array of ids and the row lengths (what `pack_batch` takes)."""
+        return _flatten(self.encode(texts))
+
     def tokenize(self, texts: list[str]) -> list[list[str]]:
         return [[self.vocabulary[i] for i in ids] for ids in self.encode(texts)]
 
@@ -344,6 +359,78 @@ class WordPieceTokenizer:
         segment_ids[:len(ids)] = segments
         padding_mask[:len(ids)] = 1
         return token_ids, segment_ids, padding_mask
+
+    def pack_batch(self, firsts: list, seconds: list | None = None, seq_len: int = 128,
+                   truncate: str = "longest_first"):
+        """`pack` for many rows at once, in numpy (no Python work per token):
+        row i is `pack(firsts[i], seconds[i] if seconds else None, seq_len)`.
+        `firsts` and `seconds` are lists of rows of ids or `Flat` (`encode_flat`);
+        a list of `seconds` may hold None for rows with one segment.
+
+        Returns:
+            (token_ids, segment_ids, padding_mask), each int32 (len(firsts), seq_len).
+        """
+        a_ids, a_len = _flatten(firsts)
+        n = len(a_len)
+        if seconds is None:
+            seconds = Flat(np.zeros(0, np.int32), np.zeros(n, np.int64))
+            has_b = np.zeros(n, bool)
+        elif isinstance(seconds, Flat):
+            has_b = np.ones(len(seconds.lengths), bool)
+        else:
+            has_b = np.fromiter((b is not None for b in seconds), dtype=bool, count=len(seconds))
+            seconds = [() if b is None else b for b in seconds]
+        if len(has_b) != n:
+            raise ValueError(f"pack_batch: {n} first segments but {len(has_b)} second ones")
+        if has_b.any() and truncate != "longest_first":
+            raise ValueError(f"unknown truncation {truncate!r}")
+        if seq_len - (3 if has_b.any() else 2) < (2 if has_b.any() else 1):
+            raise ValueError(f"seq_len={seq_len} leaves no room for text")
+        b_ids, b_len = _flatten(seconds)
+        budget = np.where(has_b, seq_len - 3, seq_len - 2)
+        # pack's longest_first, for every row at once (rows without B: b_len 0, always fit
+        # after A is cut to the budget)
+        short, long = np.minimum(a_len, b_len), np.maximum(a_len, b_len)
+        long = np.maximum(short, budget - short)
+        halves = short + long > budget
+        short = np.where(halves, budget // 2, short)
+        long = np.where(halves, budget - budget // 2, long)
+        a_longer = a_len > b_len
+        fits = (a_len + b_len <= budget) | ~has_b
+        n_a = np.where(fits, np.minimum(a_len, budget), np.where(a_longer, long, short))
+        n_b = np.where(fits, b_len, np.where(a_longer, short, long))
+
+        rows = np.arange(n)
+        token_ids = np.full((n, seq_len), self.pad_id, dtype=np.int32)
+        token_ids[:, 0] = self.cls_id
+        _scatter(token_ids, a_ids, a_len, n_a, column=np.ones(n, np.int64))
+        token_ids[rows, n_a + 1] = self.sep_id
+        b_start = n_a + 2
+        _scatter(token_ids, b_ids, b_len, n_b, column=b_start)
+        token_ids[rows[has_b], (b_start + n_b)[has_b]] = self.sep_id
+        length = b_start + np.where(has_b, n_b + 1, 0)
+        columns = np.arange(seq_len)
+        padding_mask = (columns < length[:, None]).astype(np.int32)
+        segment_ids = ((columns >= b_start[:, None]) & (columns < length[:, None])).astype(np.int32)
+        return token_ids, segment_ids, padding_mask
+
+
+def _flatten(rows) -> Flat:
+    """Rows of ids (or a `Flat` already) -> `Flat`."""
+    if isinstance(rows, Flat):
+        return rows
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32,
+                      count=int(lengths.sum()))
+    return Flat(ids, lengths)
+
+
+def _scatter(out: np.ndarray, ids: np.ndarray, lengths: np.ndarray, keep: np.ndarray,
+             column: np.ndarray) -> None:
+    """out[r, column[r] + j] = row r's j-th id (of `ids`, rows of `lengths`), j < keep[r]."""
+    rows = np.repeat(np.arange(len(keep)), keep)
+    j = np.arange(int(keep.sum())) - np.repeat(np.cumsum(keep) - keep, keep)
+    out[rows, column[rows] + j] = ids[(np.cumsum(lengths) - lengths)[rows] + j]
 
 
 def parse_command_line(argv, module: str):

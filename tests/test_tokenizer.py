@@ -216,6 +216,75 @@ def test_pack_errors(tok):
         tok.pack([1] * 10, [2] * 10, seq_len=8, truncate="only_first")
 
 
+# === encode_flat: one graph call, one shard per thread ===
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_encode_flat_shards_keep_order_and_ids(tok, monkeypatch, threads):
+    """Every fixture text (hard cases included), split into `threads` shards, gives the
+    pure-Python tokenizer's ids in the original order; Flat.rows() is encode()."""
+    from model import tokenizer as tokenizer_module
+    from model.wordpiece import WordPieceTokenizer as PythonTokenizer
+
+    monkeypatch.setattr(tokenizer_module, "_threads", lambda: threads)
+    texts = [r["text"] for r in RECORDS]
+    assert len(texts) >= threads * tokenizer_module.PARALLEL_MIN_TEXTS
+    flat = tok.encode_flat(texts)
+    assert flat.ids.dtype == np.int32 and flat.lengths.shape == (len(texts),)
+    assert flat.rows() == PythonTokenizer(VOCAB).encode(texts) == tok.encode(texts)
+    assert threads in tok._graphs
+    empty = tok.encode_flat([])
+    assert empty.rows() == [] and empty.lengths.shape == (0,)
+
+
+# === pack_batch: pack for many rows at once, in numpy ===
+
+def test_pack_batch_longest_first_table(tok):
+    """Every row of the transformers table above, in one call."""
+    for seq_len in sorted({s for (_, _, s), _ in LONGEST_FIRST}):
+        cases = [(la, lb, kept) for (la, lb, s), kept in LONGEST_FIRST if s == seq_len]
+        a = [list(range(1000, 1000 + la)) for la, _, _ in cases]
+        b = [list(range(2000, 2000 + lb)) for _, lb, _ in cases]
+        ids, segments, mask = tok.pack_batch(a, b, seq_len=seq_len)
+        for row, (_, _, kept) in enumerate(cases):
+            used = 3 + kept[0] + kept[1]
+            assert ids[row].tolist() == ([tok.cls_id] + a[row][:kept[0]] + [tok.sep_id]
+                                         + b[row][:kept[1]] + [tok.sep_id]
+                                         + [tok.pad_id] * (seq_len - used))
+            assert segments[row].tolist() == ([0] * (kept[0] + 2) + [1] * (kept[1] + 1)
+                                              + [0] * (seq_len - used))
+            assert mask[row].tolist() == [1] * used + [0] * (seq_len - used)
+
+
+@pytest.mark.parametrize("mode", ["single", "pairs", "mixed"])
+def test_pack_batch_equals_pack_row_by_row(tok, mode):
+    """Random lengths (empty segments, exact fits, long cuts): the same arrays as pack."""
+    rng = np.random.default_rng({"single": 1, "pairs": 2, "mixed": 3}[mode])
+    for seq_len in (5, 8, 33, 128):
+        n = 200
+        def row():
+            return rng.integers(1000, 30000, size=rng.choice([0, 1, 2, 3, 7, 31, 200])).tolist()
+        firsts = [row() for _ in range(n)]
+        seconds = (None if mode == "single" else
+                   [None if mode == "mixed" and rng.random() < 0.5 else row() for _ in range(n)])
+        got = tok.pack_batch(firsts, seconds, seq_len=seq_len)
+        want = [tok.pack(a, None if seconds is None else seconds[i], seq_len=seq_len)
+                for i, a in enumerate(firsts)]
+        for k in range(3):
+            assert got[k].dtype == np.int32 and got[k].shape == (n, seq_len)
+            np.testing.assert_array_equal(got[k], np.stack([w[k] for w in want]))
+
+
+def test_pack_batch_empty_and_errors(tok):
+    ids, segments, mask = tok.pack_batch([], seq_len=8)
+    assert ids.shape == segments.shape == mask.shape == (0, 8)
+    with pytest.raises(ValueError, match="2 first segments but 1 second"):
+        tok.pack_batch([[1], [2]], [[3]], seq_len=8)
+    with pytest.raises(ValueError, match="no room"):
+        tok.pack_batch([[1], [1]], [None, [2]], seq_len=4)
+    with pytest.raises(ValueError, match="unknown truncation"):
+        tok.pack_batch([[1] * 10], [[2] * 10], seq_len=8, truncate="only_first")
+
+
 # === Vocabulary errors ===
 
 def test_missing_vocab_names_the_path(tmp_path):

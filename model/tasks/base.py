@@ -137,6 +137,13 @@ def encode_texts(tokenizer, texts: list[str], chunk: int = 4096) -> list[list[in
     return out
 
 
+def pack_rows(tokenizer, firsts: list, seconds: list | None, seq_len: int) -> dict[str, np.ndarray]:
+    """`tokenizer.pack_batch` as model inputs: {"token_ids", "segment_ids", "padding_mask"},
+    each (len(firsts), seq_len) int32 (`seconds` may be None, or hold None for single rows)."""
+    return dict(zip(("token_ids", "segment_ids", "padding_mask"),
+                    tokenizer.pack_batch(firsts, seconds, seq_len)))
+
+
 def stack_packed(packed: list, seq_len: int) -> dict[str, np.ndarray]:
     """`tokenizer.pack` results -> {"token_ids", "segment_ids", "padding_mask"},
     each (len(packed), seq_len) int32."""

@@ -38,8 +38,8 @@ import sys
 import numpy as np
 
 from model.io import limited_lines, reading
-from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
-                              stack_packed)
+from model.tasks.base import (Encoded, Task, check_labelled, predict_in_batches,
+                              pack_rows)
 
 
 @dataclasses.dataclass
@@ -147,10 +147,10 @@ class GlueTask(Task):
                training: bool = False) -> Encoded:
         if training:
             check_labelled(examples)
-        ids_a = encode_texts(tokenizer, [e.text_a for e in examples])
-        ids_b = (encode_texts(tokenizer, [e.text_b for e in examples])
-                 if self.text_b is not None else [None] * len(examples))
-        x = stack_packed([tokenizer.pack(a, b, seq_len) for a, b in zip(ids_a, ids_b)], seq_len)
+        ids_a = tokenizer.encode_flat([e.text_a for e in examples])
+        ids_b = (tokenizer.encode_flat([e.text_b for e in examples])
+                 if self.text_b is not None else None)
+        x = pack_rows(tokenizer, ids_a, ids_b, seq_len)
         y = None
         if examples and all(e.label is not None for e in examples):
             if self.label_names is None:

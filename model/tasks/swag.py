@@ -24,7 +24,7 @@ import numpy as np
 
 from model.io import reading
 from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
-                              stack_packed)
+                              pack_rows)
 
 NUM_CHOICES = 4
 COLUMNS = ("sent1", "sent2", *(f"ending{i}" for i in range(NUM_CHOICES)))
@@ -97,9 +97,8 @@ class Swag(Task):
         contexts = encode_texts(tokenizer, [e.context for e in examples])
         endings = encode_texts(tokenizer, [f"{e.start} {ending}".strip()
                                            for e in examples for ending in e.endings])
-        packed = [tokenizer.pack(contexts[i // NUM_CHOICES], ending, seq_len)
-                  for i, ending in enumerate(endings)]
-        flat = stack_packed(packed, seq_len)  # (num_examples * 4, seq_len)
+        flat = pack_rows(tokenizer, [contexts[i // NUM_CHOICES] for i in range(len(endings))],
+                         endings, seq_len)  # (num_examples * 4, seq_len)
         x = {k: v.reshape(len(examples), NUM_CHOICES, seq_len) for k, v in flat.items()}
         y = None
         if examples and all(e.label is not None for e in examples):
