@@ -9,7 +9,8 @@ on the CPU slow every figure down (each section records the load average).
 
 Order: ceiling (its fp32 and bf16 figures are passed on with --ceiling-gflops /
 --ceiling-bf16-gflops, so every script of the run is compared with the same ceiling), encoder
-inference, tokenization, pre-training step, fine-tuning throughput, scaling, and the app's
+inference, where the encoder's time goes (encoder_breakdown), tokenization, pre-training
+step, fine-tuning throughput, scaling, and the app's
 end-to-end latency (bench/app_latency.py, only when --models holds bundles or model
 directories; its printed table becomes a section of the same file). Each script runs in a
 fresh process (`--threads`, `--quick` and `--results` passed through); one that fails does
@@ -28,7 +29,7 @@ import time
 
 import common
 
-SCRIPTS = ("ceiling", "encoder_inference", "tokenization", "pretrain_step",
+SCRIPTS = ("ceiling", "encoder_inference", "encoder_breakdown", "tokenization", "pretrain_step",
            "finetune_throughput", "scaling", "app_latency")
 DEFAULT_MODELS = os.path.join(common.REPO_ROOT, "assets", "models")
 
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
             if name == "ceiling":
                 ceiling_json = os.path.join(tmp, "ceiling.json")
                 flags += ["--json", ceiling_json]
-            elif name == "encoder_inference" and "--ceiling-gflops" in ceilings:
+            elif (name in ("encoder_inference", "encoder_breakdown")
+                  and "--ceiling-gflops" in ceilings):
                 flags += ["--ceiling-gflops", ceilings["--ceiling-gflops"]]
             elif name == "pretrain_step":
                 flags += [item for pair in ceilings.items() for item in pair]
