@@ -474,7 +474,7 @@ def pack_texts(tokenizer, texts: list[str], seq_len: int) -> dict[str, np.ndarra
     """`[CLS] text [SEP]` padded to seq_len for each text: the model inputs, int32."""
     from model.tasks.base import pack_rows
 
-    return pack_rows(tokenizer, tokenizer.encode(texts), None, seq_len)
+    return pack_rows(tokenizer, tokenizer.encode_flat(texts), None, seq_len)
 
 
 def tiny_model_dir(directory: str, vocab_path: str, task: str = "encoder") -> str:

@@ -172,10 +172,13 @@ def test_command_line_repeats_the_arguments():
                                   "--output o --epochs 3.0 --jit --mixed-precision float32")
 
 
-def test_stack_and_predict_in_batches_handle_empty_and_dicts():
-    from model.tasks.base import predict_in_batches, stack_packed
+def test_pack_rows_and_predict_in_batches_handle_empty_and_dicts():
+    from model.tasks.base import pack_rows, predict_in_batches
+    from model.wordpiece import WordPieceTokenizer
 
-    empty = stack_packed([], 8)
+    tokenizer = WordPieceTokenizer(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                "fixtures", "bert-base-uncased-vocab.txt"))
+    empty = pack_rows(tokenizer, [], None, 8)
     assert empty["token_ids"].shape == (0, 8)
     x = {"a": np.arange(10).reshape(5, 2), "padding_mask": np.ones((5, 2), np.int32)}
     out = predict_in_batches(lambda b: {"s": b["a"].sum(-1)}, x, 2)

@@ -144,15 +144,6 @@ def pack_rows(tokenizer, firsts: list, seconds: list | None, seq_len: int) -> di
                     tokenizer.pack_batch(firsts, seconds, seq_len)))
 
 
-def stack_packed(packed: list, seq_len: int) -> dict[str, np.ndarray]:
-    """`tokenizer.pack` results -> {"token_ids", "segment_ids", "padding_mask"},
-    each (len(packed), seq_len) int32."""
-    names = ("token_ids", "segment_ids", "padding_mask")
-    if not packed:
-        return {name: np.zeros((0, seq_len), np.int32) for name in names}
-    return {name: np.stack([p[i] for p in packed]).astype(np.int32) for i, name in enumerate(names)}
-
-
 # Batches are cut to their longest row rounded up to this many tokens: few
 # distinct shapes (so few traces of a compiled predict), little padding.
 LENGTH_MULTIPLE = 16
