@@ -1,0 +1,83 @@
+"""Where the project tokenizer's time goes: each graph op of `encode_tf` alone, one thread.
+
+    PYTHONPATH=. python bench/tokenizer_stages.py [--megabytes 20] [--vocab VOCAB_TXT]
+
+The stages of `model.tokenizer.clean_text` (in its order, each on the previous one's output)
+and tensorflow-text's FastBertTokenizer, on the same Wikipedia text as `tokenization.py`;
+then the whole `encode_tf`, and turning its ragged result into numpy. Fastest of 3 calls after
+one warm-up, printed (not written to the results file: it is a profile, not a comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import common
+
+
+def fastest(fn, repeats: int = 3) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/tokenizer_stages.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megabytes", type=float, default=20)
+    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    args = parser.parse_args(argv)
+    common.tensorflow_threads(1)
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    from model import tokenizer as tok_module
+
+    texts = common.wikipedia_lines(int(args.megabytes * 1e6))
+    tok = tok_module.WordPieceTokenizer(args.vocab)
+    x = tf.constant(texts)
+    stages = [
+        ("spaces -> ' '", lambda s: tf.strings.regex_replace(s, tok_module._SPACES, " ")),
+        ("drop controls", lambda s: tf.strings.regex_replace(
+            s, r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]", "")),
+        ("space out CJK", lambda s: tf.strings.regex_replace(s, f"([{tok_module._CJK}])",
+                                                             r" \1 ")),
+        ("capital sigma", lambda s: tf.strings.regex_replace(s, "\u03a3", "\u03c3")),
+        ("lower (UTF-8)", lambda s: tf.strings.lower(s, encoding="utf-8")),
+        ("NFD", lambda s: tf_text.normalize_utf8(s, "NFD")),
+        ("drop Mn", lambda s: tf.strings.regex_replace(s, r"\p{Mn}", "")),
+        ("long words", tok_module._replace_long_words),
+        ("FastBertTokenizer", tok._fast.tokenize),
+    ]
+    rows, cleaning = [], 0.0
+    for name, op in stages:
+        seconds = fastest(lambda: op(x))
+        if name != "FastBertTokenizer":
+            cleaning += seconds
+        rows.append([name, f"{seconds:.3f}"])
+        x = op(x)
+    rows.append(["clean_text, sum of the stages above it", f"{cleaning:.3f}"])
+    whole = tf.constant(texts)
+    rows.append(["encode_tf (clean_text + FastBertTokenizer)",
+                 f"{fastest(lambda: tok.encode_tf(whole)):.3f}"])
+    ragged = tok.encode_tf(whole)
+    to_numpy = fastest(lambda: (ragged.flat_values.numpy(), ragged.row_lengths().numpy()))
+    rows.append(["ragged -> numpy (flat values, row lengths)", f"{to_numpy:.3f}"])
+    ascii_share = float(tf.reduce_mean(tf.cast(
+        tf.strings.regex_full_match(whole, "[\\x00-\\x7f]*"), tf.float32)))
+    print(f"{len(texts):,} paragraphs, {sum(len(t.encode()) for t in texts) / 1e6:.1f} MB of "
+          f"English Wikipedia, one thread, fastest of 3 calls; {100 * ascii_share:.0f} % of the "
+          f"paragraphs are pure ASCII.\n")
+    print(common.table(["stage", "seconds"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
