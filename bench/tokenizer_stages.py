@@ -13,19 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import common
 
 
 def fastest(fn, repeats: int = 3) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return common.time_repeats(fn, repeats, warmup=1).min
 
 
 def main(argv=None) -> int:
