@@ -16,6 +16,16 @@ app runs 2 at a time, the others wait in its queue), each reply checked: a lone 
 loop, worker, event stream) and only requests in flight together overlap those waits.
 Every client reuses one SSL context: httpx otherwise builds one for each request, reading
 the CA bundle, half of the test's CPU time (the URL is http://, so it is never used).
+
+A request that gradio_client itself drops is sent once more (`Client.predict` below), counted,
+and the count is bounded. gradio_client 2.7 reads all the replies of a Client from one event
+stream, which the server closes (`close_stream`) as soon as that session has nothing pending.
+A request sent before the client's reader thread has read that message (its thread starved
+for CPU, as under this load) is registered with the closing reader, which hands it `None` when
+it ends: `predict` raises `concurrent.futures.CancelledError` with no message, although the app
+did nothing wrong. CI saw it once in 800 load-test requests; a trivial app under 16 threads x
+200 calls did not show it (3,200 calls). A server error, or a second drop of the same request,
+still fails the test.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from __future__ import annotations
 import ssl
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -57,13 +67,46 @@ def texts():
 
 
 _SSL_CONTEXT = ssl.create_default_context()
+DROPPED = []  # (endpoint, args) of every request gradio_client dropped and the test re-sent
 
 
-def loopback_client(url: str):
+class Client:
+    """A gradio_client Client whose `predict` sends a request once more when the client drops
+    it with an empty CancelledError (the race of the docstring above); the drop is recorded
+    in DROPPED."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def predict(self, *args, api_name: str):
+        try:
+            return self.client.predict(*args, api_name=api_name)
+        except CancelledError as e:
+            if str(e):
+                raise
+            DROPPED.append((api_name, args))
+            return self.client.predict(*args, api_name=api_name)
+
+
+def loopback_client(url: str) -> Client:
     """`client_for(url)` with one SSL context for all its requests (see the docstring above)."""
     client = client_for(url)
     client.ssl_verify = _SSL_CONTEXT  # httpx takes a context as `verify`
-    return client
+    return Client(client)
+
+
+@pytest.fixture(autouse=True)
+def _count_drops_per_test():
+    DROPPED.clear()
+
+
+def assert_few_dropped(requests: int):
+    """At most 1 % of `requests` (at least one) dropped by the client, each answered when
+    re-sent."""
+    limit = max(1, requests // 100)
+    assert len(DROPPED) <= limit, f"{len(DROPPED)} of {requests} dropped: {DROPPED[:5]}"
+    if DROPPED:
+        print(f"gradio_client dropped {len(DROPPED)} of {requests} requests; re-sent, answered")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +118,28 @@ def app_client(tmp_path_factory):
     with served(slots, "--max-input-chars", str(MAX_CHARS), "--concurrency", "2",
                 "--max-queue", "64") as demo:
         yield demo.local_url, loopback_client(demo.local_url)
+
+
+def test_a_dropped_request_is_sent_once_more_and_counted():
+    class Flaky:  # drops its first `drops` requests as gradio_client's race does
+        def __init__(self, drops, message=""):
+            self.drops, self.message, self.calls = drops, message, 0
+
+        def predict(self, *args, api_name):
+            self.calls += 1
+            if self.calls <= self.drops:
+                raise CancelledError(self.message)
+            return ("ok", args, api_name)
+
+    assert Client(Flaky(1)).predict("x", api_name="/sentiment") == ("ok", ("x",), "/sentiment")
+    assert DROPPED == [("/sentiment", ("x",))]
+    assert_few_dropped(1)
+    with pytest.raises(CancelledError):  # dropped again: not hidden
+        Client(Flaky(2)).predict("x", api_name="/sentiment")
+    with pytest.raises(CancelledError, match="by the user"):  # a real cancel: not re-sent
+        Client(Flaky(1, "by the user")).predict("x", api_name="/sentiment")
+    with pytest.raises(AssertionError, match="2 of 100 dropped"):
+        assert_few_dropped(100)
 
 
 def check(out, endpoint, args):
@@ -157,6 +222,7 @@ def test_generated_inputs_get_an_answer_or_a_message(app_client, endpoint):
                 "/sentiment": args, "/answer": args + (args[0], 3), "/entities": args}[endpoint]
         check(client.predict(*full, api_name=endpoint), endpoint, full)
     assert fuzz(client, endpoint, 40) >= 40
+    assert_few_dropped(len(SPECIAL) + 40)
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +238,7 @@ def test_a_thousand_generated_inputs_per_view(eight_clients, endpoint):
     started = time.perf_counter()
     failures = send_all(eight_clients, endpoint, inputs)
     assert not failures, f"{len(failures)} of {len(inputs)} failed:\n" + "\n".join(failures[:10])
+    assert_few_dropped(len(inputs))
     print(f"{endpoint}: {len(inputs)} generated inputs in {time.perf_counter() - started:.1f} s")
 
 
@@ -212,6 +279,7 @@ def test_16_concurrent_clients_50_requests_each(app_client):
     wall = time.perf_counter() - started
     assert not errors, errors[:5]
     assert len(latencies) == 16 * 50
+    assert_few_dropped(16 * 50)
     p50, p95 = np.percentile(latencies, [50, 95])
     print(f"load: 16 clients x 50 requests in {wall:.1f} s: p50 {p50 * 1000:.0f} ms, "
           f"p95 {p95 * 1000:.0f} ms, {len(latencies) / wall:.1f} requests/s")
