@@ -102,6 +102,10 @@ def parse_args(argv):
     pre.add_argument("--data", required=True, help="record files: a glob or a directory")
     pre.add_argument("--vocab", default=None, help="vocab.txt (default: the data's)")
     pre.add_argument("--steps", type=int, required=True, help="total training steps")
+    pre.add_argument("--stop-at", type=int, default=None, metavar="STEP",
+                     help="stop after this step and write the model of that step; the "
+                          "learning-rate schedule still spans --steps, and a later run with "
+                          "the same --output goes on from there")
     pre.add_argument("--seq-len", type=int, default=None,
                      help="sequence length; must equal the records' (default: theirs)")
     pre.add_argument("--dropout", type=float, default=None, help="override the config's dropout")
@@ -245,6 +249,8 @@ def pretrain(args) -> int:
                          f"max_sequence_length {config.max_sequence_length}")
     if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
         raise ValueError("--steps, --batch-size and --checkpoint-every must be positive")
+    if args.stop_at is not None and args.stop_at < 1:
+        raise ValueError(f"--stop-at must be positive, got {args.stop_at}")
     if (tf_backend and args.jit and strategy.num_replicas_in_sync > 1
             and not isinstance(strategy, tf.distribute.TPUStrategy)):
         # Keras 3 compiles `strategy.run` over all replicas as one XLA
@@ -306,7 +312,8 @@ def pretrain(args) -> int:
 
     timing = Throughput()
     interval_losses = []
-    if start_step < args.steps:
+    stop = min(args.steps, args.stop_at or args.steps)
+    if start_step < stop:
         data_args = dict(masker=masker, seed=args.seed, start_step=start_step,
                          shuffle_buffer=args.shuffle_buffer, next_sentence=next_sentence)
         if tf_backend:
@@ -330,7 +337,7 @@ def pretrain(args) -> int:
         every = args.checkpoint_every
         callbacks = [
             checkpoint,
-            _StopAt(args.steps),
+            _StopAt(stop),
             keras.callbacks.TerminateOnNaN(),
             _Timer(timing),
         ]
@@ -338,14 +345,14 @@ def pretrain(args) -> int:
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(args.output, "logs"),
                                                          update_freq=args.log_every))
         history = model.fit(dataset, initial_epoch=start_step // every,
-                            epochs=math.ceil(args.steps / every), steps_per_epoch=every,
+                            epochs=math.ceil(stop / every), steps_per_epoch=every,
                             callbacks=callbacks, shuffle=False,
                             verbose=1 if sys.stdout.isatty() else 2)
         # A NaN on the very last step also sets stop_training with the step
         # count reached, so look at the loss itself, not only at the step.
         interval_losses = [float(v) for v in history.history.get("loss", [])]
         last_loss = (interval_losses or [0.0])[-1]
-        if not np.isfinite(last_loss) or (model.stop_training and _step(model) < args.steps):
+        if not np.isfinite(last_loss) or (model.stop_training and _step(model) < stop):
             print(f"error: training stopped at step {_step(model)}: the loss is not finite. "
                   f"The last good checkpoint is kept in {checkpoint.directory}", file=sys.stderr)
             return 3

@@ -144,6 +144,24 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(records, uninterrup
                         os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"))
 
 
+def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_one(
+        records, uninterrupted, tmp_path, capsys):
+    output = str(tmp_path / "run")
+    argv = pretrain_argv(records, output, **RUN)
+    assert train.main([*argv, "--stop-at", "25"]) == 0  # between checkpoints, on purpose
+    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
+        assert json.load(f)["steps"] == 25
+    assert 25 in checkpoint_steps(output)
+    stopped = weights_of(os.path.join(output, "model.weights.h5"))
+    assert train.main(argv) == 0
+    assert "resuming from step 25" in capsys.readouterr().out
+    going_on = weights_of(os.path.join(output, "model.weights.h5"))
+    assert any(not np.array_equal(stopped[k], going_on[k]) for k in stopped)  # it went on
+    # The schedule spanned --steps all along: the weights of the uninterrupted run.
+    assert_same_weights(os.path.join(uninterrupted, "model.weights.h5"),
+                        os.path.join(output, "model.weights.h5"))
+
+
 def tiny_compiled_pretrainer(seed):
     keras.utils.set_random_seed(seed)
     model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=64))
