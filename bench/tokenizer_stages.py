@@ -29,26 +29,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     common.tensorflow_threads(1)
     import tensorflow as tf
-    import tensorflow_text as tf_text
 
     from model import tokenizer as tok_module
 
     texts = common.wikipedia_lines(int(args.megabytes * 1e6))
     tok = tok_module.WordPieceTokenizer(args.vocab)
     x = tf.constant(texts)
-    stages = [
-        ("spaces -> ' '", lambda s: tf.strings.regex_replace(s, tok_module._SPACES, " ")),
-        ("drop controls", lambda s: tf.strings.regex_replace(
-            s, r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]", "")),
-        ("space out CJK", lambda s: tf.strings.regex_replace(s, f"([{tok_module._CJK}])",
-                                                             r" \1 ")),
-        ("capital sigma", lambda s: tf.strings.regex_replace(s, "\u03a3", "\u03c3")),
-        ("lower (UTF-8)", lambda s: tf.strings.lower(s, encoding="utf-8")),
-        ("NFD", lambda s: tf_text.normalize_utf8(s, "NFD")),
-        ("drop Mn", lambda s: tf.strings.regex_replace(s, r"\p{Mn}", "")),
-        ("long words", tok_module._replace_long_words),
-        ("FastBertTokenizer", tok._fast.tokenize),
-    ]
+    stages = [*tok_module.cleaning_stages(lowercase=True),
+              ("FastBertTokenizer", tok._fast.tokenize)]
     rows, cleaning = [], 0.0
     for name, op in stages:
         seconds = fastest(lambda: op(x))

@@ -65,16 +65,31 @@ def clean_text(strings: tf.Tensor, lowercase: bool) -> tf.Tensor:
     `MAX_WORD_CHARS` characters are replaced by `_LONG_WORD`, which becomes one
     [UNK] as in the reference; FastBertTokenizer's own limit is in bytes.
     """
-    x = tf.strings.regex_replace(strings, _SPACES, " ")
-    x = tf.strings.regex_replace(x, r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]", "")
-    x = tf.strings.regex_replace(x, f"([{_CJK}])", r" \1 ")
+    x = strings
+    for _, stage in cleaning_stages(lowercase):
+        x = stage(x)
+    return x
+
+
+def cleaning_stages(lowercase: bool) -> list:
+    """[(name, op)]: the graph ops of `clean_text`, in its order, each applied to the
+    previous one's output (bench/tokenizer_stages.py times them one by one)."""
+    stages = [
+        ("spaces -> ' '", lambda x: tf.strings.regex_replace(x, _SPACES, " ")),
+        ("drop controls", lambda x: tf.strings.regex_replace(
+            x, r"[\p{Cc}\p{Cf}\p{Co}\x{FFFD}]", "")),
+        ("space out CJK", lambda x: tf.strings.regex_replace(x, f"([{_CJK}])", r" \1 ")),
+    ]
     if lowercase:
-        # The reference lower-cases without context, so a word-final capital
-        # sigma becomes "σ", not ICU's final "ς".
-        x = tf.strings.regex_replace(x, "\u03a3", "\u03c3")
-        x = tf_text.normalize_utf8(tf.strings.lower(x, encoding="utf-8"), "NFD")
-        x = tf.strings.regex_replace(x, r"\p{Mn}", "")
-    return _replace_long_words(x)
+        stages += [
+            # The reference lower-cases without context, so a word-final capital
+            # sigma becomes "σ", not ICU's final "ς".
+            ("capital sigma", lambda x: tf.strings.regex_replace(x, "\u03a3", "\u03c3")),
+            ("lower (UTF-8)", lambda x: tf.strings.lower(x, encoding="utf-8")),
+            ("NFD", lambda x: tf_text.normalize_utf8(x, "NFD")),
+            ("drop Mn", lambda x: tf.strings.regex_replace(x, r"\p{Mn}", "")),
+        ]
+    return stages + [("long words", _replace_long_words)]
 
 
 def _replace_long_words(x: tf.Tensor) -> tf.Tensor:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from model import model_dir, tasks
-from tests.helpers import (finetune_argv, make_init, run_evaluate, run_train,
+from tests.helpers import (BERT_VOCAB, finetune_argv, make_init, run_evaluate, run_train,
                            write_sst2, write_task_vocab)
 
 
@@ -176,8 +176,7 @@ def test_pack_rows_and_predict_in_batches_handle_empty_and_dicts():
     from model.tasks.base import pack_rows, predict_in_batches
     from model.wordpiece import WordPieceTokenizer
 
-    tokenizer = WordPieceTokenizer(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                "fixtures", "bert-base-uncased-vocab.txt"))
+    tokenizer = WordPieceTokenizer(BERT_VOCAB)
     empty = pack_rows(tokenizer, [], None, 8)
     assert empty["token_ids"].shape == (0, 8)
     x = {"a": np.arange(10).reshape(5, 2), "padding_mask": np.ones((5, 2), np.int32)}
