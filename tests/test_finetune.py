@@ -239,40 +239,6 @@ def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
     assert np.all(out[1, 16:] == PADDED_LOGIT)  # length 3: computed in a 16-wide batch
 
 
-# === Resuming after kill -9 ===
-
-def test_killed_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, capsys):
-    """A fine-tuning run killed after a checkpoint, restarted with the same
-    command, ends with the uninterrupted run's weights and dev history (same
-    data order, grouped by length, and the same dropout), and leaves no
-    checkpoints behind once finished."""
-    from tests.helpers import assert_same_weights, kill_when_exists
-
-    data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
-    init = make_init(tmp_path)
-
-    def argv(output):  # 12 steps an epoch, 2 epochs, a checkpoint every 5 steps
-        return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, seq_len=40,
-                             extra=["--dropout", "0.1", "--checkpoint-every", "5",
-                                    "--group-by-length", "--strategy", "cpu"])
-
-    straight = tmp_path / "straight"
-    assert run_train(argv(straight)) == 0
-    output = tmp_path / "killed"
-    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005")
-    assert not (output / "metrics.json").exists(), "killed too late"
-    capsys.readouterr()
-    assert run_train(argv(output)) == 0
-    out = capsys.readouterr().out
-    assert "resuming from step" in out, out
-    assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")
-    history = [json.loads((d / "metrics.json").read_text())["history"] for d in (straight, output)]
-    assert [r["step"] for r in history[1]] == [12, 24]
-    for first_run, resumed in zip(*history):
-        assert resumed["accuracy"] == pytest.approx(first_run["accuracy"])
-    assert not (output / "checkpoints").exists() and not (straight / "checkpoints").exists()
-
-
 # === Task defaults, the best epoch's predictions, the unused pooler ===
 
 def test_unset_flags_take_the_task_default_then_the_papers():

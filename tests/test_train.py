@@ -29,7 +29,7 @@ from model.checkpointing import ResumableCheckpoint
 from model.encoder import BertEncoder
 from model.optimizer import WarmupLinearDecay, bert_adamw
 from model.pretrainer import BertPretrainer
-from tests.helpers import (assert_same_weights, kill_when_exists, make_records, pretrain_argv, random_encoder_inputs,
+from tests.helpers import (assert_same_weights, make_records, pretrain_argv, random_encoder_inputs,
                            weights_of, write_corpus, write_vocab)
 
 # 40 steps of 4, a checkpoint every 10, the tiny preset's dropout of 0.1 (so
@@ -111,38 +111,7 @@ def test_no_weight_decay_on_layer_norm_and_biases():
 
 
 # === Checkpoints ===
-
-def test_killed_and_resumed_run_matches_an_uninterrupted_one(records, uninterrupted, tmp_path,
-                                                              capsys):
-    output = str(tmp_path / "run")
-    argv = pretrain_argv(records, output, **RUN)
-    first = os.path.join(output, "checkpoints", "ckpt-00000010")
-    kill_when_exists(argv, first)
-    assert not os.path.exists(os.path.join(output, "model.weights.h5")), "killed too late"
-    # What a kill in the middle of a save leaves: a temporary directory of a
-    # later step with a truncated weights file. It must be ignored and removed.
-    partial = os.path.join(output, "checkpoints", ".ckpt-00000039.tmp-k1ll3d")
-    os.makedirs(partial)
-    with open(os.path.join(partial, "model.weights.h5"), "wb") as f:
-        f.write(b"\x89HDF\r\n\x1a\n truncated")
-    with open(os.path.join(partial, "state.json"), "w") as f:
-        f.write('{"step": 39}')
-
-    # The same command again (in this process: a second TensorFlow start-up
-    # would add ~10 s and test nothing more).
-    assert train.main(argv) == 0
-    resumed = re.search(r"resuming from step (\d+)", capsys.readouterr().out)
-    assert resumed and 10 <= int(resumed.group(1)) < RUN["steps"]
-    assert not os.path.exists(partial)
-    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
-        assert json.load(f)["steps"] == RUN["steps"]
-    assert_same_weights(os.path.join(uninterrupted, "model.weights.h5"),
-                        os.path.join(output, "model.weights.h5"))
-    # The optimizer state too: the last checkpoints of both runs are alike.
-    assert_same_weights(os.path.join(uninterrupted, "checkpoints", "ckpt-00000040",
-                                     "model.weights.h5"),
-                        os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"))
-
+# Killed with SIGKILL and resumed: tests/test_faults.py (three kills, mid-save too).
 
 def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_one(
         records, uninterrupted, tmp_path, capsys):
