@@ -48,7 +48,8 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
                for step, _, argv in commands]
     assert modules == [
         ("convert", "model.convert"),
-        ("mlm", "model.data"), ("mlm", "model.train pretrain"), ("mlm", "model.evaluate"),
+        ("mlm", "model.data"), ("mlm", "model.train pretrain"), ("mlm", "model.train pretrain"),
+        ("mlm", "model.evaluate"),
         ("mlm", "export"), ("mlm", "model.evaluate"),
         ("sst2", "model.train finetune"), ("sst2", "export"), ("sst2", "model.evaluate"),
         ("conll2003", "model.train finetune"), ("conll2003", "export"),
@@ -60,26 +61,30 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
     assert argv["convert", 0][3:] == ["--from", "hf", str(tmp_path / "hf"), "--to", "keras",
                                       f"{w}/minilm", "--overwrite"]
     records = argv["mlm", 1]
-    assert flags(records, "--input") == [f"{d}/pretrain/enwiki-2015/AA/*.gz",
-                                         f"{d}/pretrain/gutenberg/books/00[0-3]?.txt.gz"]
+    assert flags(records, "--input") == f"{d}/pretrain/enwiki-2015/AA/*.gz"
     assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
     assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "16"
-    pretrain = argv["mlm", 2]
-    assert {k: flags(pretrain, k) for k in ("--config", "--data", "--init-checkpoint", "--steps",
-                                            "--batch-size", "--learning-rate", "--output",
-                                            "--checkpoint-every", "--mixed-precision")} == {
-        "--config": "minilm-l6", "--data": f"{w}/pretrain_records",
-        "--init-checkpoint": f"{w}/minilm", "--steps": "600", "--batch-size": "32",
-        "--learning-rate": "2e-4", "--output": f"{w}/mlm", "--checkpoint-every": "100",
-        "--mixed-precision": "mixed_bfloat16"}
-    sst2 = argv["sst2", 6]
+    keys = ("--config", "--data", "--init-checkpoint", "--steps", "--warmup-steps",
+            "--batch-size", "--learning-rate", "--mask-rate", "--max-predictions", "--dropout",
+            "--seed", "--output", "--checkpoint-every", "--mixed-precision")
+    common = {"--config": "minilm-l6", "--data": f"{w}/pretrain_records", "--batch-size": "32",
+              "--mask-rate": "0.2", "--max-predictions": "26", "--dropout": "0",
+              "--checkpoint-every": "200", "--mixed-precision": "mixed_bfloat16"}
+    # The second schedule starts from the first's model and writes the one that is exported.
+    assert {k: flags(argv["mlm", 2], k) for k in keys} == {
+        **common, "--init-checkpoint": f"{w}/minilm", "--output": f"{w}/mlm-stage1",
+        "--steps": "6200", "--warmup-steps": "150", "--learning-rate": "3e-4", "--seed": "12345"}
+    assert {k: flags(argv["mlm", 3], k) for k in keys} == {
+        **common, "--init-checkpoint": f"{w}/mlm-stage1", "--output": f"{w}/mlm",
+        "--steps": "5400", "--warmup-steps": "200", "--learning-rate": "2e-4", "--seed": "3"}
+    sst2 = argv["sst2", 7]
     assert sst2[3:] == ["finetune", "--task", "sst2", "--data", f"{d}/glue/SST-2", "--init",
                         f"{w}/minilm", "--output", f"{w}/sst2", "--group-by-length",
                         "--seq-len", "64", "--learning-rate", "5e-5", "--epochs", "2"]
-    conll = argv["conll2003", 9]
+    conll = argv["conll2003", 10]
     assert (flags(conll, "--data"), flags(conll, "--learning-rate"), flags(conll, "--epochs"),
             "--group-by-length" in conll) == (f"{d}/conll2003", "8e-5", "4", True)
-    squad = argv["squad1", 12]
+    squad = argv["squad1", 13]
     assert {k: flags(squad, k) for k in ("--data", "--learning-rate", "--epochs", "--batch-size",
                                          "--mixed-precision", "--checkpoint-every")} == {
         "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
@@ -127,7 +132,7 @@ def test_every_flag_exists_in_the_program_it_is_given_to(tmp_path, capsys):
 
 def test_only_selects_steps_in_recipe_order(tmp_path, capsys):
     commands, err = dry_run(tmp_path, capsys, "--only", "sst2, mlm")
-    assert [step for step, _, _ in commands] == ["mlm"] * 5 + ["sst2"] * 3
+    assert [step for step, _, _ in commands] == ["mlm"] * 6 + ["sst2"] * 3
     # They read WORK/minilm, which neither makes: a dry run says so, a real run refuses.
     assert "step mlm needs step convert's output" in err and "add convert to --only" in err
     rc = defaults.main(["--only", "sst2", "--work", str(tmp_path / "w"), "--assets",
@@ -248,5 +253,5 @@ def test_every_data_path_exists_in_the_shared_data(tmp_path, capsys):
     assert len(data) == 7
     for path in data:
         assert os.path.exists(path), path
+    assert defaults.PRETRAIN_INPUTS == ("pretrain/enwiki-2015/AA/*.gz",)
     assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[0]))) == 100
-    assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[1]))) == 40
