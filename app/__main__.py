@@ -39,26 +39,59 @@ def parse_args(argv=None) -> argparse.Namespace:
     from app.models import BACKENDS, DEFAULT_MODELS
 
     parser = argparse.ArgumentParser(
-        prog="python -m app", description="The BERT demo app (masked words, attention, "
-        "sentiment, question answering, named entities) on local models.")
-    parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help="folder whose sub-folders hold the models (default: %(default)s)")
-    parser.add_argument("--backend", choices=BACKENDS, default="litert",
-                        help="litert: bundles of `python -m export` (no TensorFlow); keras: "
-                             "model directories (default: %(default)s)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default: %(default)s; 0.0.0.0 for the network)")
+        prog="python -m app",
+        description="The BERT demo app (masked words, attention, "
+        "sentiment, question answering, named entities) on local models.",
+    )
+    parser.add_argument(
+        "--models",
+        default=DEFAULT_MODELS,
+        help="folder whose sub-folders hold the models (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="litert",
+        help="litert: bundles of `python -m export` (no TensorFlow); keras: "
+        "model directories (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default: %(default)s; 0.0.0.0 for the network)",
+    )
     parser.add_argument("--port", type=int, default=7860, help="default: %(default)s")
     parser.add_argument("--share", action="store_true", help="also ask Gradio for a public link")
-    parser.add_argument("--max-input-chars", type=positive_int, default=10_000,
-                        help="longest text accepted in one box (default: %(default)s)")
-    parser.add_argument("--concurrency", type=positive_int, default=2,
-                        help="predictions running at once, all views together "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-queue", type=positive_int, default=64,
-                        help="requests allowed to wait; more are refused (default: %(default)s)")
-    parser.add_argument("--threads", type=positive_int, default=None,
-                        help="CPU threads of each LiteRT interpreter (default: the runtime's)")
+    parser.add_argument(
+        "--max-input-chars",
+        type=positive_int,
+        default=10_000,
+        help="longest text accepted in one box (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=2,
+        help="predictions running at once, all views together (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=positive_int,
+        default=64,
+        help="requests allowed to wait; more are refused (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads of each LiteRT interpreter (default: the runtime's)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,7 +100,6 @@ def offline_environment() -> None:
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def share_problem(url: str = SHARE_SERVER, timeout: float = 3.0) -> str | None:
@@ -91,20 +123,29 @@ def start(slots: dict, args: argparse.Namespace):
     from app.predict import Limits
 
     demo = ui.build(slots, Limits(max_chars=args.max_input_chars))
-    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue,
-               api_open=False)
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue, api_open=False)
     share = args.share
     if share:
         problem = share_problem()
         if problem:
             log.info("--share: no public link: %s. Serving locally only.", problem)
             share = False
-    demo.launch(server_name=args.host, server_port=args.port, share=share, css=ui.CSS,
-                prevent_thread_lock=True, quiet=True, ssr_mode=False, show_error=False,
-                footer_links=["api"])
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=share,
+        css=ui.CSS,
+        prevent_thread_lock=True,
+        quiet=True,
+        ssr_mode=False,
+        show_error=False,
+        footer_links=["api"],
+    )
     if share and not demo.share_url:
-        log.info("--share: Gradio could not open a public link (its message is above). "
-                 "Serving locally only.")
+        log.info(
+            "--share: Gradio could not open a public link (its message is above). "
+            "Serving locally only."
+        )
     elif demo.share_url:
         log.info("Public link: %s", demo.share_url)
     return demo
@@ -114,6 +155,10 @@ def main(argv=None) -> int:
     began = time.perf_counter()
     args = parse_args(argv)
     offline_environment()
+    if args.backend == "keras":  # LiteRT bundles need no TensorFlow
+        from model.io.native_logs import import_tensorflow_quietly
+
+        import_tensorflow_quietly(args.verbose)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in ("httpx", "gradio"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -129,9 +174,13 @@ def main(argv=None) -> int:
     except Exception as e:  # port taken, address not available: say so, no traceback
         log.error("cannot serve on %s:%s: %s: %s", args.host, args.port, type(e).__name__, e)
         return 1
-    log.info("Running on %s (backend %s; started in %.1f s; tensorflow imported: %s)",
-             demo.local_url, args.backend, time.perf_counter() - began,
-             "yes" if "tensorflow" in sys.modules else "no")
+    log.info(
+        "Running on %s (backend %s; started in %.1f s; tensorflow imported: %s)",
+        demo.local_url,
+        args.backend,
+        time.perf_counter() - began,
+        "yes" if "tensorflow" in sys.modules else "no",
+    )
     try:
         demo.block_thread()
     except KeyboardInterrupt:

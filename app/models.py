@@ -13,7 +13,7 @@ share one loaded model. A view with no model, or whose model fails to load or to
 sentence, gets a message saying what is missing and how to make it; the app starts anyway.
 
 The LiteRT path imports only `export.runtime` (numpy + ai_edge_litert): no TensorFlow. The Keras
-path loads `model.model_dir` and `model.tokenizer` and wraps the Keras model in a `predict`
+path loads `model.checkpoints.model_dir` and `model.text.tokenizer` and wraps the Keras model in a `predict`
 callable that returns what a bundle's model returns, so both backends answer through the same
 `runtime.EdgeModel` methods.
 """
@@ -45,36 +45,71 @@ KERAS_DEFAULT_SEQ_LEN = 128
 @dataclass(frozen=True)
 class View:
     """One tab of the app: its API name, title and the model it needs."""
-    key: str                    # the endpoint's api_name
+
+    key: str  # the endpoint's api_name
     title: str
-    task: str                   # the bundle/config "task" it needs
-    folder: str                 # the planned folder name under assets/models
-    finetuned: tuple = ()       # preferred "finetuned_task" values
-    what: str = ""              # the model, in words
-    train_hint: str = ""        # how to make a model directory for it
-    method: str = ""            # the runtime.EdgeModel method the view calls
-    fallback: tuple = ()        # other tasks whose models may serve `method` (see the docstring)
+    task: str  # the bundle/config "task" it needs
+    folder: str  # the planned folder name under assets/models
+    finetuned: tuple = ()  # preferred "finetuned_task" values
+    what: str = ""  # the model, in words
+    train_hint: str = ""  # how to make a model directory for it
+    method: str = ""  # the runtime.EdgeModel method the view calls
+    fallback: tuple = ()  # other tasks whose models may serve `method` (see the docstring)
 
 
 VIEWS = (
-    View("fill_mask", "Masked words", "pretraining", "mlm", (),
-         "a masked-language model (task \"pretraining\")",
-         "python -m model.train pretrain ... (or python -m model.convert a BERT checkpoint)",
-         "fill_mask"),
-    View("attention", "Attention", "encoder", "encoder", (),
-         "an encoder (task \"encoder\") or a masked-language model with its encoder (a "
-         "pretraining bundle with an \"encoder\" signature, which python -m export adds)",
-         "python -m model.convert CHECKPOINT --task encoder ...",
-         "attention", ("pretraining",)),
-    View("sentiment", "Sentiment", "classifier", "sst2", ("sst2",),
-         "a sentence classifier (task \"classifier\", e.g. fine-tuned on SST-2)",
-         "python -m model.train finetune --task sst2 ...", "classify"),
-    View("answer", "Question answering", "question_answerer", "squad", ("squad1", "squad2"),
-         "a question answerer (task \"question_answerer\", fine-tuned on SQuAD)",
-         "python -m model.train finetune --task squad1 ...", "answer"),
-    View("entities", "Named entities", "token_classifier", "conll2003", ("conll2003",),
-         "a token classifier (task \"token_classifier\", fine-tuned on CoNLL-2003)",
-         "python -m model.train finetune --task conll2003 ...", "tag"),
+    View(
+        "fill_mask",
+        "Masked words",
+        "pretraining",
+        "mlm",
+        (),
+        'a masked-language model (task "pretraining")',
+        "python -m model.train pretrain ... (or python -m model.convert a BERT checkpoint)",
+        "fill_mask",
+    ),
+    View(
+        "attention",
+        "Attention",
+        "encoder",
+        "encoder",
+        (),
+        'an encoder (task "encoder") or a masked-language model with its encoder (a '
+        'pretraining bundle with an "encoder" signature, which python -m export adds)',
+        "python -m model.convert CHECKPOINT --task encoder ...",
+        "attention",
+        ("pretraining",),
+    ),
+    View(
+        "sentiment",
+        "Sentiment",
+        "classifier",
+        "sst2",
+        ("sst2",),
+        'a sentence classifier (task "classifier", e.g. fine-tuned on SST-2)',
+        "python -m model.train finetune --task sst2 ...",
+        "classify",
+    ),
+    View(
+        "answer",
+        "Question answering",
+        "question_answerer",
+        "squad",
+        ("squad1", "squad2"),
+        'a question answerer (task "question_answerer", fine-tuned on SQuAD)',
+        "python -m model.train finetune --task squad1 ...",
+        "answer",
+    ),
+    View(
+        "entities",
+        "Named entities",
+        "token_classifier",
+        "conll2003",
+        ("conll2003",),
+        'a token classifier (task "token_classifier", fine-tuned on CoNLL-2003)',
+        "python -m model.train finetune --task conll2003 ...",
+        "tag",
+    ),
 )
 VIEW = {v.key: v for v in VIEWS}
 
@@ -82,13 +117,14 @@ VIEW = {v.key: v for v in VIEWS}
 @dataclass
 class Slot:
     """What one view runs on: a loaded model, or the reason there is none."""
+
     view: View
-    model: object | None = None          # a runtime.EdgeModel
+    model: object | None = None  # a runtime.EdgeModel
     path: str | None = None
     info: dict = field(default_factory=dict)
-    problem: str | None = None           # user-facing: why there is no model, how to get one
+    problem: str | None = None  # user-facing: why there is no model, how to get one
     load_seconds: float = 0.0
-    layers_heads: tuple | None = None    # attention view: (num_layers, num_heads)
+    layers_heads: tuple | None = None  # attention view: (num_layers, num_heads)
     # A LiteRT interpreter must not run two calls at once: requests for one model take turns
     # (different views' models still run in parallel, up to --concurrency jobs).
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -116,6 +152,7 @@ class Slot:
 
 
 # === Discovery ===
+
 
 def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
     """({task: [(folder path, info dict)]}, problems) for every model folder of `models_dir`."""
@@ -152,8 +189,7 @@ def offers(info: dict, method: str, backend: str) -> bool:
 
     task = info.get("task")
     if backend == "keras":
-        return method in methods_of(task) + (methods_of("encoder") if task == "pretraining"
-                                             else [])
+        return method in methods_of(task) + (methods_of("encoder") if task == "pretraining" else [])
     methods = info.get("methods")
     return method in (methods if isinstance(methods, list) else methods_of(task))
 
@@ -166,47 +202,72 @@ def candidates_for(view: View, found: dict, backend: str) -> list:
     if own:
         return own
     owners = {v.task: v for v in VIEWS}
-    return [c for task in view.fallback for c in choose(owners[task], found.get(task, []))
-            if offers(c[1], view.method, backend)]
+    return [
+        c
+        for task in view.fallback
+        for c in choose(owners[task], found.get(task, []))
+        if offers(c[1], view.method, backend)
+    ]
 
 
 def choose(view: View, candidates: list) -> list:
     """`candidates` ordered best first for `view` (planned folder name, fine-tuned task, name)."""
-    return sorted(candidates, key=lambda c: (os.path.basename(c[0]) != view.folder,
-                                             bool(view.finetuned)
-                                             and c[1].get("finetuned_task") not in view.finetuned,
-                                             os.path.basename(c[0])))
+    return sorted(
+        candidates,
+        key=lambda c: (
+            os.path.basename(c[0]) != view.folder,
+            bool(view.finetuned) and c[1].get("finetuned_task") not in view.finetuned,
+            os.path.basename(c[0]),
+        ),
+    )
 
 
 def missing_message(view: View, models_dir: str, backend: str) -> str:
     """What the view lacks and the command that makes it."""
     target = os.path.join(models_dir, view.folder)
-    where = (f"`{models_dir}` does not exist" if not os.path.isdir(models_dir)
-             else f"`{models_dir}` has no {MARKER[backend]} folder with task \"{view.task}\"")
+    where = (
+        f"`{models_dir}` does not exist"
+        if not os.path.isdir(models_dir)
+        else f'`{models_dir}` has no {MARKER[backend]} folder with task "{view.task}"'
+    )
     if backend == "litert":
-        how = (f"Export one with `python -m export --model MODEL_DIR --quantize dynamic "
-               f"--out {target}` "
-               f"(MODEL_DIR: a \"{view.task}\" model directory, made with `{view.train_hint}`), "
-               f"or start the app with `--models` pointing at a folder of bundles.")
+        how = (
+            f"Export one with `python -m export --model MODEL_DIR --quantize dynamic "
+            f"--out {target}` "
+            f'(MODEL_DIR: a "{view.task}" model directory, made with `{view.train_hint}`), '
+            f"or start the app with `--models` pointing at a folder of bundles."
+        )
         other = discover(models_dir, "keras")[0].get(view.task)
         if other:
             how += f" `--backend keras` would load the Keras model `{other[0][0]}`."
     else:
-        how = (f"Put a model directory (config.json, vocab.txt, model.weights.h5) in `{target}`, "
-               f"e.g. from `{view.train_hint}`.")
-    unable = [path for task in view.fallback for path, info in
-              discover(models_dir, backend)[0].get(task, [])
-              if not offers(info, view.method, backend)]
+        how = (
+            f"Put a model directory (config.json, vocab.txt, model.weights.h5) in `{target}`, "
+            f"e.g. from `{view.train_hint}`."
+        )
+    unable = [
+        path
+        for task in view.fallback
+        for path, info in discover(models_dir, backend)[0].get(task, [])
+        if not offers(info, view.method, backend)
+    ]
     if unable:
-        how += (f" (`{unable[0]}` cannot serve it: a {view.fallback[0]} bundle exported without "
-                f"an \"encoder\" signature; export it again with `python -m export`.)")
+        how += (
+            f" (`{unable[0]}` cannot serve it: a {view.fallback[0]} bundle exported without "
+            f'an "encoder" signature; export it again with `python -m export`.)'
+        )
     return f"This view needs {view.what}: {where}. {how}"
 
 
 # === Loading ===
 
-def load_all(models_dir: str = DEFAULT_MODELS, backend: str = "litert",
-             num_threads: int | None = None, warm_up: bool = True) -> dict[str, Slot]:
+
+def load_all(
+    models_dir: str = DEFAULT_MODELS,
+    backend: str = "litert",
+    num_threads: int | None = None,
+    warm_up: bool = True,
+) -> dict[str, Slot]:
     """{view key: Slot} for every view; never raises for a missing or broken model."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
@@ -237,8 +298,10 @@ def load_all(models_dir: str = DEFAULT_MODELS, backend: str = "litert",
             except Exception as e:  # a broken model must not stop the other views
                 log.warning("%s: cannot serve %s: %s: %s", path, view.key, type(e).__name__, e)
                 slot.model = None
-                slot.problem = (f"`{path}` could not be loaded or failed on a test sentence "
-                                f"({type(e).__name__}: {e}).")
+                slot.problem = (
+                    f"`{path}` could not be loaded or failed on a test sentence "
+                    f"({type(e).__name__}: {e})."
+                )
             slot.load_seconds = time.perf_counter() - start
         slots[view.key] = slot
     return slots
@@ -277,34 +340,47 @@ def warm(view: View, model) -> tuple | None:
 
 # === Keras backend ===
 
+
 def load_keras(directory: str):
     """A Keras model directory as a runtime.EdgeModel (imports TensorFlow)."""
     from export import runtime
-    from model import model_dir
-    from model.tokenizer import WordPieceTokenizer
+    from model.checkpoints import model_dir
+    from model.text.tokenizer import WordPieceTokenizer
 
     config = model_dir.read_info(directory)
     keras_model = model_dir.load(directory)
     task = config.get("task", "encoder")
     lowercase = config.get("lowercase", config["encoder"].get("lowercase", True))
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
-    seq_len = min(config.get("max_seq_length") or KERAS_DEFAULT_SEQ_LEN,
-                  config["encoder"].get("max_sequence_length", 512))
-    info = {"format": 1, "task": task, "finetuned_task": config.get("finetuned_task"),
-            "max_seq_length": seq_len, "lowercase": lowercase, "quantization": None,
-            "id2label": config.get("id2label"), "null_threshold": config.get("null_threshold"),
-            "top_k": KERAS_TOP_K if task == "pretraining" else None,
-            "source": {"model_dir": directory, "config": config}, "backend": "keras"}
+    seq_len = min(
+        config.get("max_seq_length") or KERAS_DEFAULT_SEQ_LEN,
+        config["encoder"].get("max_sequence_length", 512),
+    )
+    info = {
+        "format": 1,
+        "task": task,
+        "finetuned_task": config.get("finetuned_task"),
+        "max_seq_length": seq_len,
+        "lowercase": lowercase,
+        "quantization": None,
+        "id2label": config.get("id2label"),
+        "null_threshold": config.get("null_threshold"),
+        "top_k": KERAS_TOP_K if task == "pretraining" else None,
+        "source": {"model_dir": directory, "config": config},
+        "backend": "keras",
+    }
     next_sentence = bool(config.get("next_sentence", True))
     predict = keras_predict(keras_model, task, next_sentence=next_sentence)
     # A pre-trainer's encoder, as a pre-training bundle's "encoder" signature serves it.
-    signatures = ({"encoder": keras_predict(keras_model.encoder, "encoder")}
-                  if task == "pretraining" else None)
+    signatures = (
+        {"encoder": keras_predict(keras_model.encoder, "encoder")}
+        if task == "pretraining"
+        else None
+    )
     return runtime.EdgeModel(predict, tokenizer, info, signatures)
 
 
-def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K,
-                  next_sentence: bool = False):
+def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K, next_sentence: bool = False):
     """A `predict(inputs) -> {name: np.ndarray}` with a bundle's outputs for `task`: the export's
     own serving function (`export.convert.serving`: top-k probabilities at the masks for
     pre-training, attention probabilities for an encoder, logits otherwise), run eagerly."""
@@ -316,9 +392,11 @@ def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K,
 
 # === CLI ===
 
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.models",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m app.models", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("models", nargs="?", default=DEFAULT_MODELS)
     parser.add_argument("--backend", choices=BACKENDS, default="litert")
     args = parser.parse_args(argv)

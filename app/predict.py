@@ -30,9 +30,10 @@ log = logging.getLogger("app")
 @dataclass(frozen=True)
 class Limits:
     """Input limits; each is a flag of `python -m app`."""
-    max_chars: int = 10_000     # per text box; longer input is refused with a message
-    max_top_k: int = 10         # predictions per [MASK]
-    max_n_best: int = 20        # answers in the n-best list
+
+    max_chars: int = 10_000  # per text box; longer input is refused with a message
+    max_top_k: int = 10  # predictions per [MASK]
+    max_n_best: int = 20  # answers in the n-best list
 
 
 class InputError(ValueError):
@@ -69,11 +70,16 @@ def view_output(view: str, extra: tuple = ()):
                 return error_result(view, str(e), extra)
             except Exception as e:
                 log.exception("%s failed", view)
-                return error_result(view, f"The model could not answer this input "
-                                          f"({type(e).__name__}); the server log has the details.",
-                                    extra)
+                return error_result(
+                    view,
+                    f"The model could not answer this input "
+                    f"({type(e).__name__}); the server log has the details.",
+                    extra,
+                )
             return {name: result.get(name, _EMPTY.get(name)) for name in names}
+
         return wrapper
+
     return decorate
 
 
@@ -103,15 +109,19 @@ def check_text(value, name: str, limits: Limits, required: bool = True) -> str:
         raise InputError(f"The {name} must be text, not {type(value).__name__}.")
     text = _SURROGATE.sub("\ufffd", value)
     if len(text) > limits.max_chars:
-        raise InputError(f"The {name} is {len(text):,} characters long; this app takes at most "
-                         f"{limits.max_chars:,} (see --max-input-chars).")
+        raise InputError(
+            f"The {name} is {len(text):,} characters long; this app takes at most "
+            f"{limits.max_chars:,} (see --max-input-chars)."
+        )
     if not text.strip():
         if required:
             raise InputError(f"The {name} is empty: type or pick an example first.")
         return ""
     if all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text):
-        raise InputError(f"The {name} has no visible characters (only spaces, control or "
-                         f"formatting characters), so there is nothing to read.")
+        raise InputError(
+            f"The {name} has no visible characters (only spaces, control or "
+            f"formatting characters), so there is nothing to read."
+        )
     return text
 
 
@@ -134,27 +144,32 @@ def truncation_note(model, text: str, text_pair: str | None = None) -> str:
     limit = model.max_seq_length
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        return (f"The input is longer than the model's {limit} tokens: only its beginning "
-                f"was read.")
+        return f"The input is longer than the model's {limit} tokens: only its beginning was read."
     a = tokenizer.encode([text])[0]
     if text_pair is None:
         kept = max(limit - 2, 0)
         if len(a) <= kept:
             return f"The input is longer than the model's {limit} tokens and was cut."
-        last = tokenizer.decode(a[max(0, kept - 6):kept])
-        return (f"The text is {len(a)} WordPieces; the model reads {kept} (+ [CLS] and [SEP]), "
-                f"so the {len(a) - kept} after “…{last}” were not read.")
+        last = tokenizer.decode(a[max(0, kept - 6) : kept])
+        return (
+            f"The text is {len(a)} WordPieces; the model reads {kept} (+ [CLS] and [SEP]), "
+            f"so the {len(a) - kept} after “…{last}” were not read."
+        )
     b = tokenizer.encode([text_pair])[0]
-    return (f"The two texts are {len(a)} + {len(b)} WordPieces; the model reads {limit - 3} "
-            f"(+ [CLS] and two [SEP]), so the longer was cut at its end.")
+    return (
+        f"The two texts are {len(a)} + {len(b)} WordPieces; the model reads {limit - 3} "
+        f"(+ [CLS] and two [SEP]), so the longer was cut at its end."
+    )
 
 
 def unknown_note(tokens: list[str]) -> str | None:
     unknown = sum(t == "[UNK]" for t in tokens)
     if not unknown:
         return None
-    return (f"{unknown} WordPiece{'s are' if unknown > 1 else ' is'} [UNK]: the vocabulary has "
-            f"no pieces for some characters (emoji, rare scripts or symbols).")
+    return (
+        f"{unknown} WordPiece{'s are' if unknown > 1 else ' is'} [UNK]: the vocabulary has "
+        f"no pieces for some characters (emoji, rare scripts or symbols)."
+    )
 
 
 def unknown_text_note(model, text: str) -> str | None:
@@ -183,8 +198,10 @@ def fill_mask(slot, text, top_k=5, limits: Limits = Limits()) -> dict:
     text = _MASK.sub(MASK, check_text(text, "text", limits))
     wanted = text.count(MASK)
     if not wanted:
-        raise InputError("The text has no [MASK]. Write [MASK] where a word is missing, "
-                         "e.g. “The cat sat on the [MASK].”")
+        raise InputError(
+            "The text has no [MASK]. Write [MASK] where a word is missing, "
+            "e.g. “The cat sat on the [MASK].”"
+        )
     k = clamp_int(top_k, 1, min(limits.max_top_k, (slot.info or {}).get("top_k") or 10), "top-k")
     result = call(slot, "fill_mask", text, top_k=k)
     masks = result["masks"]
@@ -193,17 +210,29 @@ def fill_mask(slot, text, top_k=5, limits: Limits = Limits()) -> dict:
         # The runtime reads a window of the text around the masks.
         tokens = result.get("tokens", [])
         head, tail = " ".join(tokens[1:4]), " ".join(tokens[-4:-1])
-        notes.append(f"The text is longer than the model's {model.max_seq_length} tokens: it "
-                     f"read only the window “{head} … {tail}” around the [MASK]s.")
+        notes.append(
+            f"The text is longer than the model's {model.max_seq_length} tokens: it "
+            f"read only the window “{head} … {tail}” around the [MASK]s."
+        )
     if len(masks) < wanted:
-        notes.append(f"Only the first {len(masks)} of the {wanted} [MASK]s fit in that window; "
-                     f"the rest are left unfilled.")
+        notes.append(
+            f"Only the first {len(masks)} of the {wanted} [MASK]s fit in that window; "
+            f"the rest are left unfilled."
+        )
     notes.append(unknown_note(result.get("tokens", [])))
     best = [m["predictions"][0] for m in masks if m["predictions"]]
-    headline = (f"Filled {len(masks)} [MASK]{'s' if len(masks) != 1 else ''} with the most "
-                f"likely WordPiece (top {k} below)." if best else "No predictions.")
-    return {"status": status_line(headline, notes), "filled": filled_spans(text, masks),
-            "bars": bars_html(masks), "raw": jsonable(result)}
+    headline = (
+        f"Filled {len(masks)} [MASK]{'s' if len(masks) != 1 else ''} with the most "
+        f"likely WordPiece (top {k} below)."
+        if best
+        else "No predictions."
+    )
+    return {
+        "status": status_line(headline, notes),
+        "filled": filled_spans(text, masks),
+        "bars": bars_html(masks),
+        "raw": jsonable(result),
+    }
 
 
 def filled_spans(text: str, masks: list[dict]) -> list[tuple]:
@@ -241,13 +270,17 @@ def bars_html(masks: list[dict]) -> str:
             f'<div class="bar-row"><span class="bar-token">{html.escape(p["token"])}</span>'
             f'<span class="bar"><span class="bar-fill" style="width:{100 * p["score"]:.1f}%">'
             f'</span></span><span class="bar-value">{p["score"]:.1%}</span></div>'
-            for p in m["predictions"])
-        cards.append(f'<div class="mask-card"><div class="mask-title">[MASK] {i + 1} '
-                     f'<small>(token {m["position"]})</small></div>{rows}</div>')
+            for p in m["predictions"]
+        )
+        cards.append(
+            f'<div class="mask-card"><div class="mask-title">[MASK] {i + 1} '
+            f"<small>(token {m['position']})</small></div>{rows}</div>"
+        )
     return f'<div class="bert-bars">{"".join(cards)}</div>'
 
 
 # === Attention ===
+
 
 def attention_state(slot, text, text_pair=None, limits: Limits = Limits()) -> dict:
     """Runs the model: {"tokens", "segment_ids", "attention" (layers, heads, T, T), "notes"}."""
@@ -255,17 +288,23 @@ def attention_state(slot, text, text_pair=None, limits: Limits = Limits()) -> di
     text = check_text(text, "sentence", limits)
     pair = check_text(text_pair, "second sentence", limits, required=False) or None
     result = call(slot, "attention", text, pair)
-    notes = [truncation_note(model, text, pair) if result.get("truncated") else None,
-             unknown_note(result["tokens"])]
-    return {"tokens": list(result["tokens"]),
-            "segment_ids": [int(s) for s in result["segment_ids"]],
-            "attention": np.asarray(result["attention"], dtype=np.float32),
-            "truncated": bool(result.get("truncated")), "notes": [n for n in notes if n]}
+    notes = [
+        truncation_note(model, text, pair) if result.get("truncated") else None,
+        unknown_note(result["tokens"]),
+    ]
+    return {
+        "tokens": list(result["tokens"]),
+        "segment_ids": [int(s) for s in result["segment_ids"]],
+        "attention": np.asarray(result["attention"], dtype=np.float32),
+        "truncated": bool(result.get("truncated")),
+        "notes": [n for n in notes if n],
+    }
 
 
 @view_output("attention", extra=("state",))
-def attention(slot, text, text_pair=None, layer=1, head=1, token=None,
-              limits: Limits = Limits()) -> dict:
+def attention(
+    slot, text, text_pair=None, layer=1, head=1, token=None, limits: Limits = Limits()
+) -> dict:
     """The attention endpoint: runs the model, then `render_attention`; also returns the
     model's answer as "state" (None on error), so that choosing another head or token
     re-renders without running the model again. A `token` past the new text's end falls back
@@ -296,26 +335,44 @@ def render_attention(state: dict | None, layer=1, head=1, token=None) -> dict:
     num_layers, num_heads, length = attention.shape[0], attention.shape[1], attention.shape[2]
     layer = clamp_int(layer, 1, num_layers, "layer")
     head = clamp_int(head, 1, num_heads, "head")
-    token = default_token(tokens) if token in (None, "") else clamp_int(token, 0, length - 1,
-                                                                         "token")
+    token = (
+        default_token(tokens) if token in (None, "") else clamp_int(token, 0, length - 1, "token")
+    )
     matrix = attention[layer - 1, head - 1]  # (T, T): row = attending token, column = attended
     average = attention[layer - 1].mean(axis=0)  # (T, T)
     row = matrix[token]
     top = np.argsort(-row, kind="stable")[:3]
     targets = ", ".join(f"“{tokens[j]}” ({row[j]:.2f})" for j in top)
-    headline = (f"Layer {layer}, head {head}: “{tokens[token]}” (token {token}) attends most "
-                f"to {targets}.")
-    raw = {"tokens": tokens, "segment_ids": state["segment_ids"], "truncated": state["truncated"],
-           "num_layers": num_layers, "num_heads": num_heads, "layer": layer, "head": head,
-           "token": token, "attention": np.round(matrix.astype(float), 4).tolist()}
-    return {"status": status_line(headline, state.get("notes", ())),
-            "attends_to": attends_to_spans(tokens, row),
-            "head_map": heatmap_html(matrix, tokens, state["segment_ids"], token,
-                                     f"Layer {layer}, head {head}"),
-            "average_map": heatmap_html(average, tokens, state["segment_ids"], token,
-                                        f"Layer {layer}, average of {num_heads} heads"),
-            "grid": heads_grid_html(attention[layer - 1], head, layer),
-            "raw": raw}
+    headline = (
+        f"Layer {layer}, head {head}: “{tokens[token]}” (token {token}) attends most to {targets}."
+    )
+    raw = {
+        "tokens": tokens,
+        "segment_ids": state["segment_ids"],
+        "truncated": state["truncated"],
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "layer": layer,
+        "head": head,
+        "token": token,
+        "attention": np.round(matrix.astype(float), 4).tolist(),
+    }
+    return {
+        "status": status_line(headline, state.get("notes", ())),
+        "attends_to": attends_to_spans(tokens, row),
+        "head_map": heatmap_html(
+            matrix, tokens, state["segment_ids"], token, f"Layer {layer}, head {head}"
+        ),
+        "average_map": heatmap_html(
+            average,
+            tokens,
+            state["segment_ids"],
+            token,
+            f"Layer {layer}, average of {num_heads} heads",
+        ),
+        "grid": heads_grid_html(attention[layer - 1], head, layer),
+        "raw": raw,
+    }
 
 
 # The re-render event of the attention view (another layer, head or token; no model call).
@@ -348,33 +405,43 @@ _CELLS = [f'<td class="q{q}"></td>' for q in range(_LEVELS + 1)]
 TOOLTIP_TOKENS = 48
 
 
-def heatmap_html(matrix: np.ndarray, tokens: list[str], segment_ids: list[int], selected: int,
-                 caption: str) -> str:
+def heatmap_html(
+    matrix: np.ndarray, tokens: list[str], segment_ids: list[int], selected: int, caption: str
+) -> str:
     """A token-by-token table: row i = what token i attends to; each cell's colour is the
     `shade` of its weight (its tooltip the weight itself, up to TOOLTIP_TOKENS tokens). Row and
     column headers carry data-token (clicking one selects that token)."""
     levels = np.rint(shade(matrix) * _LEVELS).astype(int).tolist()
     names = [html.escape(t) for t in tokens]
-    kinds = ["special" if t in ("[CLS]", "[SEP]", "[PAD]") else f"seg{s}"
-             for t, s in zip(tokens, segment_ids)]
-    head = "".join(f'<th class="col {k}" data-token="{j}"><span>{n}</span></th>'
-                   for j, (n, k) in enumerate(zip(names, kinds)))
+    kinds = [
+        "special" if t in ("[CLS]", "[SEP]", "[PAD]") else f"seg{s}"
+        for t, s in zip(tokens, segment_ids)
+    ]
+    head = "".join(
+        f'<th class="col {k}" data-token="{j}"><span>{n}</span></th>'
+        for j, (n, k) in enumerate(zip(names, kinds))
+    )
     tooltips = len(tokens) <= TOOLTIP_TOKENS
     rows = []
     for i, (name, kind) in enumerate(zip(names, kinds)):
         if tooltips:
-            cells = "".join(f'<td class="q{q}" title="{w:.3f}"></td>'
-                            for q, w in zip(levels[i], matrix[i].tolist()))
+            cells = "".join(
+                f'<td class="q{q}" title="{w:.3f}"></td>'
+                for q, w in zip(levels[i], matrix[i].tolist())
+            )
         else:
             cells = "".join([_CELLS[q] for q in levels[i]])
-        sel = ' sel' if i == selected else ''
-        rows.append(f'<tr class="r{sel}"><th class="row {kind}" data-token="{i}">{name}</th>'
-                    f'{cells}</tr>')
+        sel = " sel" if i == selected else ""
+        rows.append(
+            f'<tr class="r{sel}"><th class="row {kind}" data-token="{i}">{name}</th>{cells}</tr>'
+        )
     hover = "; hover: weight" if tooltips else ""
-    return (f'<div class="attn-wrap"><table class="attn"><caption>{html.escape(caption)} '
-            f'<small>rows attend to columns (colour: √weight{hover}); click a token to select '
-            f'it</small></caption>'
-            f'<thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<div class="attn-wrap"><table class="attn"><caption>{html.escape(caption)} '
+        f"<small>rows attend to columns (colour: √weight{hover}); click a token to select "
+        f"it</small></caption>"
+        f"<thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def heads_grid_html(layer_attention: np.ndarray, selected_head: int, layer: int) -> str:
@@ -383,9 +450,11 @@ def heads_grid_html(layer_attention: np.ndarray, selected_head: int, layer: int)
     figures = []
     for h, image in enumerate(levels, start=1):
         sel = " sel" if h == selected_head else ""
-        figures.append(f'<figure class="head{sel}" data-head="{h}"><img alt="layer {layer} head '
-                       f'{h}" src="data:image/png;base64,{png_base64(image)}">'
-                       f'<figcaption>head {h}</figcaption></figure>')
+        figures.append(
+            f'<figure class="head{sel}" data-head="{h}"><img alt="layer {layer} head '
+            f'{h}" src="data:image/png;base64,{png_base64(image)}">'
+            f"<figcaption>head {h}</figcaption></figure>"
+        )
     return f'<div class="heads-grid">{"".join(figures)}</div>'
 
 
@@ -415,11 +484,15 @@ def sentiment(slot, text, limits: Limits = Limits()) -> dict:
     model = require(slot)
     text = check_text(text, "text", limits)
     result = call(slot, "classify", text)
-    notes = [truncation_note(model, text) if result.get("truncated") else None,
-             unknown_text_note(model, text)]
+    notes = [
+        truncation_note(model, text) if result.get("truncated") else None,
+        unknown_text_note(model, text),
+    ]
     if result.get("value") is not None and not result.get("scores"):
-        return {"status": status_line(f"Score: **{result['value']:.3f}**", notes),
-                "raw": jsonable(result)}
+        return {
+            "status": status_line(f"Score: **{result['value']:.3f}**", notes),
+            "raw": jsonable(result),
+        }
     names = LABEL_NAMES.get((slot.info or {}).get("finetuned_task"), {})
     scores = {names.get(str(k), str(k)): round(float(v), 6) for k, v in result["scores"].items()}
     label = names.get(str(result["label"]), str(result["label"]))
@@ -431,6 +504,7 @@ def sentiment(slot, text, limits: Limits = Limits()) -> dict:
 
 NO_ANSWER = "(no answer)"
 
+
 @view_output("answer")
 def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict:
     model = require(slot)
@@ -439,14 +513,26 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
     n = clamp_int(n_best, 1, limits.max_n_best, "n-best")
     result = call(slot, "answer", question, context, n_best=n)
     nbest = result.get("nbest") or []
-    rows = [[i + 1, a["text"] if a["start"] >= 0 else NO_ANSWER, round(float(a["score"]), 3),
-             round(float(a["probability"]), 4)] for i, a in enumerate(nbest[:n])]
+    rows = [
+        [
+            i + 1,
+            a["text"] if a["start"] >= 0 else NO_ANSWER,
+            round(float(a["score"]), 3),
+            round(float(a["probability"]), 4),
+        ]
+        for i, a in enumerate(nbest[:n])
+    ]
     windows = result.get("windows", 1)
-    notes = [f"The context is longer than the model's {model.max_seq_length} tokens: it was read "
-             f"in {windows} overlapping windows." if windows and windows > 1 else None,
-             "The question is long: only its first WordPieces were read (SQuAD's limit)."
-             if result.get("truncated") else None,
-             unknown_text_note(model, question + " " + context)]
+    notes = [
+        f"The context is longer than the model's {model.max_seq_length} tokens: it was read "
+        f"in {windows} overlapping windows."
+        if windows and windows > 1
+        else None,
+        "The question is long: only its first WordPieces were read (SQuAD's limit)."
+        if result.get("truncated")
+        else None,
+        unknown_text_note(model, question + " " + context),
+    ]
     if result.get("no_answer") or result.get("start", -1) < 0:
         best = next((a for a in nbest if a["start"] >= 0), None)
         null = result.get("null_score")
@@ -459,16 +545,28 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
             if threshold is not None:
                 headline += f", threshold {threshold:.3f}"
         spans = {"text": context, "entities": []}
-        return {"status": status_line(headline + ".", notes), "context": spans, "nbest": rows,
-                "raw": jsonable(result)}
+        return {
+            "status": status_line(headline + ".", notes),
+            "context": spans,
+            "nbest": rows,
+            "raw": jsonable(result),
+        }
     score = f"score {result['score']:.3f}"
     if result.get("null_score") is not None:
         score += f", null score {result['null_score']:.3f}"
     headline = f"**{result['text']}** ({score})"
-    spans = {"text": context, "entities": [{"entity": "answer", "start": int(result["start"]),
-                                            "end": int(result["end"])}]}
-    return {"status": status_line(headline, notes), "context": spans, "nbest": rows,
-            "raw": jsonable(result)}
+    spans = {
+        "text": context,
+        "entities": [
+            {"entity": "answer", "start": int(result["start"]), "end": int(result["end"])}
+        ],
+    }
+    return {
+        "status": status_line(headline, notes),
+        "context": spans,
+        "nbest": rows,
+        "raw": jsonable(result),
+    }
 
 
 # === Named entities ===
@@ -486,22 +584,39 @@ def entities(slot, text, limits: Limits = Limits()) -> dict:
     notes = [unknown_text_note(model, text)]
     if result.get("truncated"):
         end = max((w["end"] for w in words), default=0)
-        notes.append(f"The text is longer than the model's {model.max_seq_length} tokens: "
-                     f"only its first {len(words)} words were tagged; the text after character "
-                     f"{end} (“{text[end:end + 30].strip()}…”) was not.")
+        notes.append(
+            f"The text is longer than the model's {model.max_seq_length} tokens: "
+            f"only its first {len(words)} words were tagged; the text after character "
+            f"{end} (“{text[end : end + 30].strip()}…”) was not."
+        )
     kinds = sorted({e["type"] for e in found})
-    headline = (f"{len(found)} entit{'y' if len(found) == 1 else 'ies'}"
-                + (f" ({', '.join(kinds)})" if kinds else "") + f" in {len(words)} words.")
-    spans = {"text": text, "entities": [{"entity": e["type"], "start": int(e["start"]),
-                                         "end": int(e["end"])} for e in found]}
-    entity_rows = [[e["text"], e["type"], round(float(e["score"]), 4), int(e["start"]),
-                    int(e["end"])] for e in found]
+    headline = (
+        f"{len(found)} entit{'y' if len(found) == 1 else 'ies'}"
+        + (f" ({', '.join(kinds)})" if kinds else "")
+        + f" in {len(words)} words."
+    )
+    spans = {
+        "text": text,
+        "entities": [
+            {"entity": e["type"], "start": int(e["start"]), "end": int(e["end"])} for e in found
+        ],
+    }
+    entity_rows = [
+        [e["text"], e["type"], round(float(e["score"]), 4), int(e["start"]), int(e["end"])]
+        for e in found
+    ]
     word_rows = [[w["word"], w["tag"], round(float(w["score"]), 4)] for w in words]
-    return {"status": status_line(headline, notes), "spans": spans, "entities": entity_rows,
-            "words": word_rows, "raw": jsonable(result)}
+    return {
+        "status": status_line(headline, notes),
+        "spans": spans,
+        "entities": entity_rows,
+        "words": word_rows,
+        "raw": jsonable(result),
+    }
 
 
 # === Helpers ===
+
 
 def clamp_int(value, low: int, high: int, name: str) -> int:
     """`value` as an int in [low, high], or InputError."""

@@ -15,37 +15,56 @@ from app.models import VIEW
 TITLE = "BERT on the edge"
 
 EXAMPLES = {
-    "fill_mask": [["The capital of France is [MASK]."],
-                  ["The man went to the [MASK] to buy a gallon of [MASK]."],
-                  ["She played the [MASK] beautifully at the concert."]],
-    "attention": [["The cat sat on the mat.", ""],
-                  ["The animal didn't cross the street because it was too tired.", ""],
-                  ["Where is the cat?", "The cat sat on the mat."]],
-    "sentiment": [["A gripping, beautifully acted film."],
-                  ["The plot is thin and the jokes fall flat."],
-                  ["An uneven but often charming debut."]],
-    "answer": [["Which team won Super Bowl 50?",
-                "Super Bowl 50 was an American football game to determine the champion of the "
-                "National Football League (NFL) for the 2015 season. The American Football "
-                "Conference (AFC) champion Denver Broncos defeated the National Football "
-                "Conference (NFC) champion Carolina Panthers 24–10 to earn their third Super "
-                "Bowl title."],
-               ["Where was the game played?",
-                "The game was played on February 7, 2016, at Levi's Stadium in the San Francisco "
-                "Bay Area at Santa Clara, California."],
-               ["Who wrote the novel?",
-                "The game was played on February 7, 2016, at Levi's Stadium in Santa Clara."]],
-    "entities": [["George Washington went to Washington to meet officials of the United Nations."],
-                 ["Angela Merkel visited the BMW plant in Munich on Tuesday."],
-                 ["EU rejects German call to boycott British lamb."]],
+    "fill_mask": [
+        ["The capital of France is [MASK]."],
+        ["The man went to the [MASK] to buy a gallon of [MASK]."],
+        ["She played the [MASK] beautifully at the concert."],
+    ],
+    "attention": [
+        ["The cat sat on the mat.", ""],
+        ["The animal didn't cross the street because it was too tired.", ""],
+        ["Where is the cat?", "The cat sat on the mat."],
+    ],
+    "sentiment": [
+        ["A gripping, beautifully acted film."],
+        ["The plot is thin and the jokes fall flat."],
+        ["An uneven but often charming debut."],
+    ],
+    "answer": [
+        [
+            "Which team won Super Bowl 50?",
+            "Super Bowl 50 was an American football game to determine the champion of the "
+            "National Football League (NFL) for the 2015 season. The American Football "
+            "Conference (AFC) champion Denver Broncos defeated the National Football "
+            "Conference (NFC) champion Carolina Panthers 24–10 to earn their third Super "
+            "Bowl title.",
+        ],
+        [
+            "Where was the game played?",
+            "The game was played on February 7, 2016, at Levi's Stadium in the San Francisco "
+            "Bay Area at Santa Clara, California.",
+        ],
+        [
+            "Who wrote the novel?",
+            "The game was played on February 7, 2016, at Levi's Stadium in Santa Clara.",
+        ],
+    ],
+    "entities": [
+        ["George Washington went to Washington to meet officials of the United Nations."],
+        ["Angela Merkel visited the BMW plant in Munich on Tuesday."],
+        ["EU rejects German call to boycott British lamb."],
+    ],
 }
 
 # Heatmap cell shades q0 (white) .. q20 (deep blue), see predict.heatmap_html.
 _SHADES = "\n".join(
     f".attn td.q{q} {{ background: rgb({255 - round(q / 20 * 226)}, {255 - round(q / 20 * 177)}, "
-    f"{255 - round(q / 20 * 39)}); }}" for q in range(21))
+    f"{255 - round(q / 20 * 39)}); }}"
+    for q in range(21)
+)
 
-CSS = """
+CSS = (
+    """
 .bert-bars { display: flex; flex-wrap: wrap; gap: 12px; }
 .mask-card { min-width: 220px; padding: 8px 10px; border: 1px solid var(--border-color-primary);
              border-radius: 8px; }
@@ -72,13 +91,19 @@ CSS = """
 .heads-grid img { width: 96px; height: 96px; image-rendering: pixelated;
                   border: 2px solid transparent; }
 .heads-grid figure.sel img { border-color: #f59e0b; }
-""" + _SHADES
+"""
+    + _SHADES
+)
 
 # Clicks inside the heatmaps and the grid become events carrying the token or head clicked.
-_CLICK_TOKEN = ("element.addEventListener('click', (e) => { const t = e.target.closest("
-                "'[data-token]'); if (t) trigger('click', {token: Number(t.dataset.token)}); });")
-_CLICK_HEAD = ("element.addEventListener('click', (e) => { const f = e.target.closest("
-               "'[data-head]'); if (f) trigger('click', {head: Number(f.dataset.head)}); });")
+_CLICK_TOKEN = (
+    "element.addEventListener('click', (e) => { const t = e.target.closest("
+    "'[data-token]'); if (t) trigger('click', {token: Number(t.dataset.token)}); });"
+)
+_CLICK_HEAD = (
+    "element.addEventListener('click', (e) => { const f = e.target.closest("
+    "'[data-head]'); if (f) trigger('click', {head: Number(f.dataset.head)}); });"
+)
 
 
 # All events share one queue, so `queue(default_concurrency_limit=N)` (--concurrency) bounds the
@@ -91,8 +116,10 @@ def build(slots: dict, limits: predict.Limits = predict.Limits()):
     import gradio as gr
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
-        gr.Markdown(f"# {TITLE}\nBERT models answering on this machine's CPU "
-                    f"(input up to {limits.max_chars:,} characters a box).")
+        gr.Markdown(
+            f"# {TITLE}\nBERT models answering on this machine's CPU "
+            f"(input up to {limits.max_chars:,} characters a box)."
+        )
         with gr.Tabs():
             with gr.Tab(VIEW["fill_mask"].title, id="fill_mask"):
                 _fill_mask_view(gr, slots["fill_mask"], limits)
@@ -137,8 +164,14 @@ def _fill_mask_view(gr, slot, limits):
     def run(text, top_k):
         return _outputs(predict.fill_mask(slot, text, top_k, limits), "fill_mask")
 
-    gr.on([button.click, text.submit], run, [text, top_k], [status, filled, bars, raw],
-          api_name="fill_mask", **SHARED)
+    gr.on(
+        [button.click, text.submit],
+        run,
+        [text, top_k],
+        [status, filled, bars, raw],
+        api_name="fill_mask",
+        **SHARED,
+    )
 
 
 def _attention_view(gr, slot, limits):
@@ -146,20 +179,28 @@ def _attention_view(gr, slot, limits):
     layers, heads = slot.layers_heads or (1, 1)
     with gr.Row():
         text = gr.Textbox(label="Sentence", lines=2, elem_id="attention-text")
-        pair = gr.Textbox(label="Second sentence (optional; shown after [SEP])", lines=2,
-                          elem_id="attention-pair")
+        pair = gr.Textbox(
+            label="Second sentence (optional; shown after [SEP])", lines=2, elem_id="attention-pair"
+        )
     button = gr.Button("Show attention", variant="primary", elem_id="attention-run")
     with gr.Row():
-        layer = gr.Radio(list(range(1, layers + 1)), value=1, label="Layer",
-                         elem_id="attention-layer")
-        head = gr.Radio(list(range(1, heads + 1)), value=1, label="Head",
-                        elem_id="attention-head")
-        token = gr.Dropdown(choices=[], value=None, label="Attending token",
-                            allow_custom_value=True, elem_id="attention-token")
+        layer = gr.Radio(
+            list(range(1, layers + 1)), value=1, label="Layer", elem_id="attention-layer"
+        )
+        head = gr.Radio(list(range(1, heads + 1)), value=1, label="Head", elem_id="attention-head")
+        token = gr.Dropdown(
+            choices=[],
+            value=None,
+            label="Attending token",
+            allow_custom_value=True,
+            elem_id="attention-token",
+        )
     status = gr.Markdown(elem_id="attention-status")
-    attends_to = gr.HighlightedText(label="What the chosen token attends to (click a token to "
-                                          "choose it)", show_legend=False,
-                                    elem_id="attention-attends")
+    attends_to = gr.HighlightedText(
+        label="What the chosen token attends to (click a token to choose it)",
+        show_legend=False,
+        elem_id="attention-attends",
+    )
     with gr.Row():
         head_map = gr.HTML(elem_id="attention-head-map", js_on_load=_CLICK_TOKEN)
         average_map = gr.HTML(elem_id="attention-average-map", js_on_load=_CLICK_TOKEN)
@@ -190,18 +231,32 @@ def _attention_view(gr, slot, limits):
         h = _event_value(evt, "head")
         return (h,) + rerender(st, layer, h, token)
 
-    gr.on([button.click, text.submit, pair.submit], run, [text, pair, layer, head, token],
-          views + [state], api_name="attention", **SHARED).then(
-        choices, [state, raw], [token], api_visibility="private", **SHARED)
-    gr.on([layer.input, head.input, token.input], rerender, [state, layer, head, token], views,
-          api_visibility="private", **SHARED)
-    attends_to.select(choose_token, [state, layer, head], [token] + views,
-                      api_visibility="private", **SHARED)
+    gr.on(
+        [button.click, text.submit, pair.submit],
+        run,
+        [text, pair, layer, head, token],
+        views + [state],
+        api_name="attention",
+        **SHARED,
+    ).then(choices, [state, raw], [token], api_visibility="private", **SHARED)
+    gr.on(
+        [layer.input, head.input, token.input],
+        rerender,
+        [state, layer, head, token],
+        views,
+        api_visibility="private",
+        **SHARED,
+    )
+    attends_to.select(
+        choose_token, [state, layer, head], [token] + views, api_visibility="private", **SHARED
+    )
     for heatmap in (head_map, average_map):
-        heatmap.click(choose_token, [state, layer, head], [token] + views,
-                      api_visibility="private", **SHARED)
-    grid.click(choose_head, [state, layer, token], [head] + views, api_visibility="private",
-               **SHARED)
+        heatmap.click(
+            choose_token, [state, layer, head], [token] + views, api_visibility="private", **SHARED
+        )
+    grid.click(
+        choose_head, [state, layer, token], [head] + views, api_visibility="private", **SHARED
+    )
 
 
 def _event_value(evt, *names):
@@ -223,8 +278,14 @@ def _sentiment_view(gr, slot, limits):
     def run(text):
         return _outputs(predict.sentiment(slot, text, limits), "sentiment")
 
-    gr.on([button.click, text.submit], run, [text], [status, label, raw], api_name="sentiment",
-          **SHARED)
+    gr.on(
+        [button.click, text.submit],
+        run,
+        [text],
+        [status, label, raw],
+        api_name="sentiment",
+        **SHARED,
+    )
 
 
 def _answer_view(gr, slot, limits):
@@ -232,23 +293,41 @@ def _answer_view(gr, slot, limits):
     question = gr.Textbox(label="Question", elem_id="answer-question")
     context = gr.Textbox(label="Context", lines=6, elem_id="answer-context")
     with gr.Row():
-        n_best = gr.Slider(1, limits.max_n_best, value=min(5, limits.max_n_best), step=1,
-                           label="Answers in the n-best list")
+        n_best = gr.Slider(
+            1,
+            limits.max_n_best,
+            value=min(5, limits.max_n_best),
+            step=1,
+            label="Answers in the n-best list",
+        )
         button = gr.Button("Answer", variant="primary", elem_id="answer-run")
     status = gr.Markdown(elem_id="answer-status")
-    spans = gr.HighlightedText(label="The answer in its context", color_map={"answer": "#22c55e"},
-                               elem_id="answer-context-view")
-    nbest = gr.Dataframe(headers=["rank", "answer", "score", "probability"],
-                         datatype=["number", "str", "number", "number"], interactive=False,
-                         label="n-best", elem_id="answer-nbest")
+    spans = gr.HighlightedText(
+        label="The answer in its context",
+        color_map={"answer": "#22c55e"},
+        elem_id="answer-context-view",
+    )
+    nbest = gr.Dataframe(
+        headers=["rank", "answer", "score", "probability"],
+        datatype=["number", "str", "number", "number"],
+        interactive=False,
+        label="n-best",
+        elem_id="answer-nbest",
+    )
     raw = _raw(gr)
     gr.Examples(EXAMPLES["answer"], inputs=[question, context], cache_examples=False)
 
     def run(question, context, n_best):
         return _outputs(predict.answer(slot, question, context, n_best, limits), "answer")
 
-    gr.on([button.click, question.submit], run, [question, context, n_best],
-          [status, spans, nbest, raw], api_name="answer", **SHARED)
+    gr.on(
+        [button.click, question.submit],
+        run,
+        [question, context, n_best],
+        [status, spans, nbest, raw],
+        api_name="answer",
+        **SHARED,
+    )
 
 
 def _entities_view(gr, slot, limits):
@@ -256,20 +335,38 @@ def _entities_view(gr, slot, limits):
     text = gr.Textbox(label="Text", lines=3, elem_id="entities-text")
     button = gr.Button("Find entities", variant="primary", elem_id="entities-run")
     status = gr.Markdown(elem_id="entities-status")
-    spans = gr.HighlightedText(label="Entities", color_map=predict.ENTITY_COLORS, show_legend=True,
-                               elem_id="entities-spans")
-    table = gr.Dataframe(headers=["entity", "type", "confidence", "start", "end"],
-                         datatype=["str", "str", "number", "number", "number"], interactive=False,
-                         label="Entities with confidences", elem_id="entities-table")
+    spans = gr.HighlightedText(
+        label="Entities",
+        color_map=predict.ENTITY_COLORS,
+        show_legend=True,
+        elem_id="entities-spans",
+    )
+    table = gr.Dataframe(
+        headers=["entity", "type", "confidence", "start", "end"],
+        datatype=["str", "str", "number", "number", "number"],
+        interactive=False,
+        label="Entities with confidences",
+        elem_id="entities-table",
+    )
     with gr.Accordion("Word-level tags", open=False):
-        words = gr.Dataframe(headers=["word", "tag", "confidence"],
-                             datatype=["str", "str", "number"], interactive=False,
-                             show_label=False, elem_id="entities-words")
+        words = gr.Dataframe(
+            headers=["word", "tag", "confidence"],
+            datatype=["str", "str", "number"],
+            interactive=False,
+            show_label=False,
+            elem_id="entities-words",
+        )
     raw = _raw(gr)
     gr.Examples(EXAMPLES["entities"], inputs=[text], cache_examples=False)
 
     def run(text):
         return _outputs(predict.entities(slot, text, limits), "entities")
 
-    gr.on([button.click, text.submit], run, [text], [status, spans, table, words, raw],
-          api_name="entities", **SHARED)
+    gr.on(
+        [button.click, text.submit],
+        run,
+        [text],
+        [status, spans, table, words, raw],
+        api_name="entities",
+        **SHARED,
+    )

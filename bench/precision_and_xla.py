@@ -1,6 +1,6 @@
 """Throughput and loss curve of `mini` pre-training under each precision, with and without XLA.
 
-    PYTHONPATH=. python bench/precision_and_xla.py --data /work/pretrain_data/wiki_gut_128 \\
+    PYTHONPATH=. python bench/precision_and_xla.py --data data/wiki_gut_128 \\
         --steps 300 --batch-size 32 --every 50
 
 Runs `python -m model.train pretrain` once per combination of
@@ -29,12 +29,35 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 def run(args, precision: str, jit: bool, output: str) -> dict:
     """One training run; its train_summary.json plus the wall time of the process."""
-    argv = [sys.executable, "-m", "model.train", "pretrain", "--config", args.config,
-            "--data", args.data, "--output", output, "--steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--checkpoint-every", str(args.every),
-            "--keep-checkpoints", "1", "--log-every", str(10 ** 9),
-            "--learning-rate", str(args.learning_rate), "--strategy", args.strategy,
-            "--mixed-precision", precision, *(["--jit"] if jit else [])]
+    argv = [
+        sys.executable,
+        "-m",
+        "model.train",
+        "pretrain",
+        "--config",
+        args.config,
+        "--data",
+        args.data,
+        "--output",
+        output,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--checkpoint-every",
+        str(args.every),
+        "--keep-checkpoints",
+        "1",
+        "--log-every",
+        str(10**9),
+        "--learning-rate",
+        str(args.learning_rate),
+        "--strategy",
+        args.strategy,
+        "--mixed-precision",
+        precision,
+        *(["--jit"] if jit else []),
+    ]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     start = time.time()
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
@@ -48,8 +71,7 @@ def run(args, precision: str, jit: bool, output: str) -> dict:
 
 def table(args, results) -> str:
     marks = [min((i + 1) * args.every, args.steps) for i in range(-(-args.steps // args.every))]
-    head = (["precision", "jit", "steps/s", "tokens/s", "process s"]
-            + [f"loss @{m}" for m in marks])
+    head = ["precision", "jit", "steps/s", "tokens/s", "process s"] + [f"loss @{m}" for m in marks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (precision, jit), r in results:
         if "error" in r:
@@ -57,15 +79,27 @@ def table(args, results) -> str:
             continue
         steps_per_s = r["steps_this_run"] / r["seconds_this_run"] if r["seconds_this_run"] else 0
         losses = [f"{v:.3f}" for v in r["interval_losses"]]
-        lines.append("| " + " | ".join([precision, "on" if jit else "off", f"{steps_per_s:.2f}",
-                                        f"{r['tokens_per_second'] or 0:.0f}",
-                                        f"{r['wall_seconds']:.0f}", *losses]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    precision,
+                    "on" if jit else "off",
+                    f"{steps_per_s:.2f}",
+                    f"{r['tokens_per_second'] or 0:.0f}",
+                    f"{r['wall_seconds']:.0f}",
+                    *losses,
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data", required=True, help="pre-training records (seq 128 for the README)")
     p.add_argument("--config", default="mini")
     p.add_argument("--steps", type=int, default=300)
@@ -87,9 +121,11 @@ def main(argv=None) -> int:
                 output = os.path.join(root, f"{precision}{'-jit' if jit else ''}")
                 results.append(((precision, jit), run(args, precision, jit, output)))
                 print(table(args, results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-    print(f"`{args.config}`, batch {args.batch_size}, {args.steps} steps, "
-          f"strategy {args.strategy}; loss @N: mean training loss of steps "
-          f"N-{args.every}+1..N\n")
+    print(
+        f"`{args.config}`, batch {args.batch_size}, {args.steps} steps, "
+        f"strategy {args.strategy}; loss @N: mean training loss of steps "
+        f"N-{args.every}+1..N\n"
+    )
     print(table(args, results))
     return 0
 

@@ -47,8 +47,18 @@ VARIANTS = {  # name: (Keras dtype policy, dropout override or None)
     "fp32": ("float32", None),
     "fp32-no-dropout": ("float32", 0.0),
 }
-GROUPS = ("vocabulary projection", "MLM loss + accuracy", "dropout", "attention matmuls",
-          "dense matmuls", "GELU", "layer norm", "optimizer", "other", "idle")
+GROUPS = (
+    "vocabulary projection",
+    "MLM loss + accuracy",
+    "dropout",
+    "attention matmuls",
+    "dense matmuls",
+    "GELU",
+    "layer norm",
+    "optimizer",
+    "other",
+    "idle",
+)
 
 
 def group_of(op_type: str, name: str) -> str:
@@ -56,8 +66,9 @@ def group_of(op_type: str, name: str) -> str:
     lowered = name.lower()
     if op_type == "IDLE":
         return "idle"
-    if "token_embedding" in lowered and ("matmul" in op_type.lower() or "transpose" in
-                                         op_type.lower() or "einsum" in op_type.lower()):
+    if "token_embedding" in lowered and (
+        "matmul" in op_type.lower() or "transpose" in op_type.lower() or "einsum" in op_type.lower()
+    ):
         return "vocabulary projection"
     if op_type in ("SparseSoftmaxCrossEntropyWithLogits", "ArgMax"):
         return "MLM loss + accuracy"
@@ -90,8 +101,13 @@ def op_rows(trace_dir: str) -> list[dict]:
     rows = []
     for row in table["rows"]:
         values = dict(zip(ids, [cell.get("v") if cell else None for cell in row["c"]]))
-        rows.append({"type": values["type"], "operation": values["operation"],
-                     "total_self_time": float(values["total_self_time"] or 0.0)})
+        rows.append(
+            {
+                "type": values["type"],
+                "operation": values["operation"],
+                "total_self_time": float(values["total_self_time"] or 0.0),
+            }
+        )
     return rows
 
 
@@ -103,10 +119,10 @@ def grouped(rows: list[dict], steps: int) -> dict[str, float]:
     return {g: out.get(g, 0.0) for g in GROUPS}
 
 
-def profile_variant(config, arrays, precision: str, steps: int, repeats: int, warmup: int,
-                    trace_dir: str) -> tuple[common.Timing, dict[str, float]]:
+def profile_variant(
+    config, arrays, precision: str, steps: int, repeats: int, warmup: int, trace_dir: str
+) -> tuple[common.Timing, dict[str, float]]:
     import tensorflow as tf
-
     from pretrain_step import project_step, reset_policy
 
     try:
@@ -124,17 +140,32 @@ def profile_variant(config, arrays, precision: str, steps: int, repeats: int, wa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/pretrain_profile.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default=None, help="model/config.py preset (default "
-                        "minilm-l6, the shape of the default masked-LM model; --quick tiny)")
+    parser = argparse.ArgumentParser(
+        prog="python bench/pretrain_profile.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="model/config.py preset (default "
+        "minilm-l6, the shape of the default masked-LM model; --quick tiny)",
+    )
     parser.add_argument("--batch", type=int, default=None, help="default 32 (--quick 4)")
     parser.add_argument("--seq-len", type=int, default=None, help="default 128 (--quick 32)")
-    parser.add_argument("--masked", type=int, default=None,
-                        help="masked positions per sequence (default 26, as the default "
-                             "masked-LM model was trained; --quick 5)")
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS),
-                        default=["bf16", "bf16-no-dropout", "fp32"])
+    parser.add_argument(
+        "--masked",
+        type=int,
+        default=None,
+        help="masked positions per sequence (default 26, as the default "
+        "masked-LM model was trained; --quick 5)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=sorted(VARIANTS),
+        default=["bf16", "bf16-no-dropout", "fp32"],
+    )
     parser.add_argument("--profile-steps", type=int, default=2)
     parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
     parser.add_argument("--data", default=common.DATA_DIR)
@@ -142,9 +173,10 @@ def main(argv=None) -> int:
     if not common.installed("xprof"):
         parser.error("needs xprof: pip install -r bench/requirements.txt")
     common.tensorflow_threads(args.threads)
-    from model.config import BertConfig
-    from model.wordpiece import WordPieceTokenizer
     from pretrain_step import pretraining_batch
+
+    from model.config import BertConfig
+    from model.text.wordpiece import WordPieceTokenizer
 
     preset = args.preset or ("tiny" if args.quick else "minilm-l6")
     batch = args.batch or (4 if args.quick else 32)
@@ -162,13 +194,22 @@ def main(argv=None) -> int:
             config = base if dropout is None else dataclasses.replace(base, dropout=dropout)
             print(f"{preset}: {name}", file=sys.stderr, flush=True)
             started = time.perf_counter()
-            results[name] = profile_variant(config, arrays, precision, args.profile_steps,
-                                            args.repeats, args.warmup, os.path.join(tmp, name))
+            results[name] = profile_variant(
+                config,
+                arrays,
+                precision,
+                args.profile_steps,
+                args.repeats,
+                args.warmup,
+                os.path.join(tmp, name),
+            )
             print(f"  {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     names = list(results)
-    rows = [["step wall ms (min-max)", *[common.ms_cell(results[n][0]) for n in names]],
-            ["model GFLOP/s", *[common.fmt(flops / results[n][0].median / 1e9) for n in names]]]
+    rows = [
+        ["step wall ms (min-max)", *[common.ms_cell(results[n][0]) for n in names]],
+        ["model GFLOP/s", *[common.fmt(flops / results[n][0].median / 1e9) for n in names]],
+    ]
     for g in GROUPS:
         cells = []
         for n in names:
@@ -176,15 +217,18 @@ def main(argv=None) -> int:
             total = sum(groups.values())
             cells.append(f"{groups[g]:.0f} ({100 * groups[g] / total:.0f} %)" if total else "-")
         rows.append([g, *cells])
-    rows.append(["sum (thread ms per step)",
-                 *[f"{sum(results[n][1].values()):.0f}" for n in names]])
-    body = (f"Preset `{preset}` ({base.num_layers} layers, hidden {base.hidden_dim}, vocabulary "
-            f"{base.vocabulary_size}), batch {batch} x {seq_len} tokens, {masked} masked positions, "
-            f"{args.threads} threads, no XLA: {flops / 1e9:.1f} model GFLOP per step. Wall time: "
-            f"median of {args.repeats} steps after {args.warmup} warm-up steps. Groups: thread "
-            f"milliseconds per step (self time summed over {args.profile_steps} profiled steps "
-            "by the TensorFlow profiler, divided by the steps) and their share of the sum.\n\n"
-            + common.table(["", *names], rows))
+    rows.append(
+        ["sum (thread ms per step)", *[f"{sum(results[n][1].values()):.0f}" for n in names]]
+    )
+    body = (
+        f"Preset `{preset}` ({base.num_layers} layers, hidden {base.hidden_dim}, vocabulary "
+        f"{base.vocabulary_size}), batch {batch} x {seq_len} tokens, {masked} masked positions, "
+        f"{args.threads} threads, no XLA: {flops / 1e9:.1f} model GFLOP per step. Wall time: "
+        f"median of {args.repeats} steps after {args.warmup} warm-up steps. Groups: thread "
+        f"milliseconds per step (self time summed over {args.profile_steps} profiled steps "
+        "by the TensorFlow profiler, divided by the steps) and their share of the sum.\n\n"
+        + common.table(["", *names], rows)
+    )
     common.publish(args, "Pre-training step: where the time goes", body)
     return 0
 

@@ -29,8 +29,16 @@ import time
 
 import common
 
-SCRIPTS = ("ceiling", "encoder_inference", "encoder_breakdown", "tokenization", "pretrain_step",
-           "finetune_throughput", "scaling", "app_latency")
+SCRIPTS = (
+    "ceiling",
+    "encoder_inference",
+    "encoder_breakdown",
+    "tokenization",
+    "pretrain_step",
+    "finetune_throughput",
+    "scaling",
+    "app_latency",
+)
 DEFAULT_MODELS = os.path.join(common.REPO_ROOT, "assets", "models")
 
 
@@ -38,8 +46,11 @@ def has_models(directory: str) -> bool:
     """Whether `directory` has a sub-folder the app would load (bundle.json or config.json)."""
     if not os.path.isdir(directory):
         return False
-    return any(os.path.isfile(os.path.join(directory, d, name))
-               for d in os.listdir(directory) for name in ("bundle.json", "config.json"))
+    return any(
+        os.path.isfile(os.path.join(directory, d, name))
+        for d in os.listdir(directory)
+        for name in ("bundle.json", "config.json")
+    )
 
 
 def run(argv: list[str], capture: bool = False) -> tuple[int, float, str]:
@@ -47,18 +58,29 @@ def run(argv: list[str], capture: bool = False) -> tuple[int, float, str]:
     env = dict(os.environ, PYTHONPATH=common.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     start = time.time()
     print(f"\n$ {' '.join(argv)}", file=sys.stderr, flush=True)
-    done = subprocess.run([sys.executable, *argv], cwd=common.REPO_ROOT, env=env,
-                          stdout=subprocess.PIPE if capture else None, text=True)
+    done = subprocess.run(
+        [sys.executable, *argv],
+        cwd=common.REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE if capture else None,
+        text=True,
+    )
     return done.returncode, time.time() - start, done.stdout or ""
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/run_all.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python bench/run_all.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--only", nargs="+", choices=SCRIPTS, default=None)
     parser.add_argument("--skip", nargs="+", choices=SCRIPTS, default=[])
-    parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help="the app's models for app_latency.py (default assets/models)")
+    parser.add_argument(
+        "--models",
+        default=DEFAULT_MODELS,
+        help="the app's models for app_latency.py (default assets/models)",
+    )
     args = common.parse(parser, argv)
     if args.no_write:
         parser.error("run_all exists to write the results file; run a script alone to print")
@@ -83,22 +105,28 @@ def main(argv=None) -> int:
                 flags = ["--models", args.models, "--backend", "litert"]
                 if args.quick:
                     flags += ["--requests", "5", "--warmup", "1"]
-                status, seconds, out = run([os.path.join(bench, "app_latency.py"), *flags],
-                                           capture=True)
+                status, seconds, out = run(
+                    [os.path.join(bench, "app_latency.py"), *flags], capture=True
+                )
                 print(out)
                 if status == 0:
                     common.append_section(
-                        args.results, "End-to-end app latency",
-                        f"`python {bench}/app_latency.py {' '.join(flags)}`\n\n{out}")
-                summary.append([name, "ok" if status == 0 else f"exit {status}",
-                                f"{seconds:.0f} s"])
+                        args.results,
+                        "End-to-end app latency",
+                        f"`python {bench}/app_latency.py {' '.join(flags)}`\n\n{out}",
+                    )
+                summary.append(
+                    [name, "ok" if status == 0 else f"exit {status}", f"{seconds:.0f} s"]
+                )
                 continue
             flags = list(common_flags)
             if name == "ceiling":
                 ceiling_json = os.path.join(tmp, "ceiling.json")
                 flags += ["--json", ceiling_json]
-            elif (name in ("encoder_inference", "encoder_breakdown")
-                  and "--ceiling-gflops" in ceilings):
+            elif (
+                name in ("encoder_inference", "encoder_breakdown")
+                and "--ceiling-gflops" in ceilings
+            ):
                 flags += ["--ceiling-gflops", ceilings["--ceiling-gflops"]]
             elif name == "pretrain_step":
                 flags += [item for pair in ceilings.items() for item in pair]
@@ -107,13 +135,17 @@ def main(argv=None) -> int:
             if name == "ceiling" and status == 0:
                 with open(ceiling_json, encoding="utf-8") as f:
                     figures = json.load(f)
-                for dtype, flag in (("float32", "--ceiling-gflops"),
-                                    ("bfloat16", "--ceiling-bf16-gflops")):
+                for dtype, flag in (
+                    ("float32", "--ceiling-gflops"),
+                    ("bfloat16", "--ceiling-bf16-gflops"),
+                ):
                     if figures.get(dtype, {}).get("gflops"):
                         ceilings[flag] = f"{figures[dtype]['gflops']:.1f}"
-    common.append_section(args.results, "Run summary",
-                          f"`{common.command()}`\n\n"
-                          + common.table(["script", "status", "wall time"], summary))
+    common.append_section(
+        args.results,
+        "Run summary",
+        f"`{common.command()}`\n\n" + common.table(["script", "status", "wall time"], summary),
+    )
     print("\n" + common.table(["script", "status", "wall time"], summary))
     print(f"\nresults: {args.results}")
     return 0 if all(row[1] in ("ok", "skipped") for row in summary) else 1

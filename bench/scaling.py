@@ -1,6 +1,6 @@
 """Scaling with work: inference latency and training step time vs sequence length and batch size.
 
-    PYTHONPATH=. python bench/scaling.py [--model /work/runs/minilm] [--seq-lens 64 128 256 512] \\
+    PYTHONPATH=. python bench/scaling.py [--model runs/minilm] [--seq-lens 64 128 256 512] \\
         [--batches 1 4 16 64]
     PYTHONPATH=. python bench/scaling.py --quick     # tiny random encoder, seconds
 
@@ -60,7 +60,7 @@ def plot(path: str, title: str, xlabel: str, series: dict[str, list[tuple]]) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from model.io import atomic_path
+    from model.io.files import atomic_path
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, points in series.items():
@@ -88,44 +88,59 @@ def plot(path: str, title: str, xlabel: str, series: dict[str, list[tuple]]) -> 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/scaling.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help=f"our model directory (default {common.MINILM_DIR}; --quick: a "
-                             "tiny random encoder)")
-    parser.add_argument("--seq-lens", type=int, nargs="+", default=None,
-                        help="default 64 128 256 512 (--quick 16 32)")
-    parser.add_argument("--batches", type=int, nargs="+", default=None,
-                        help="default 1 4 16 64 (--quick 1 2)")
+    parser = argparse.ArgumentParser(
+        prog="python bench/scaling.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"our model directory (default {common.MINILM_DIR}; --quick: a tiny random encoder)",
+    )
+    parser.add_argument(
+        "--seq-lens",
+        type=int,
+        nargs="+",
+        default=None,
+        help="default 64 128 256 512 (--quick 16 32)",
+    )
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=None, help="default 1 4 16 64 (--quick 1 2)"
+    )
     parser.add_argument("--batch-for-seq", type=int, default=None, help="default 8 (--quick 2)")
-    parser.add_argument("--seq-for-batch", type=int, default=None,
-                        help="default 128 (--quick 32)")
+    parser.add_argument("--seq-for-batch", type=int, default=None, help="default 128 (--quick 32)")
     parser.add_argument("--no-train", action="store_true", help="inference only")
     parser.add_argument("--no-train-jit", action="store_true", help="train without XLA")
     parser.add_argument("--data", default=common.DATA_DIR)
     args = common.parse(parser, argv)
     common.tensorflow_threads(args.threads)
     import pretrain_step
-    from model import model_dir as model_dirs
+
+    from model.checkpoints import model_dir as model_dirs
     from model.config import BertConfig
-    from model.wordpiece import WordPieceTokenizer
+    from model.text.wordpiece import WordPieceTokenizer
 
     quick = args.quick
-    model_dir = args.model or (common.tiny_model_dir(
-        "/tmp/bench-scaling/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt"))
-        if quick else common.MINILM_DIR)
+    model_dir = args.model or (
+        common.tiny_model_dir(
+            "/tmp/bench-scaling/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+        )
+        if quick
+        else common.MINILM_DIR
+    )
     seq_lens = args.seq_lens or ([16, 32] if quick else [64, 128, 256, 512])
     batches = args.batches or ([1, 2] if quick else [1, 4, 16, 64])
     batch_for_seq = args.batch_for_seq or (2 if quick else 8)
     seq_for_batch = args.seq_for_batch or (32 if quick else 128)
     config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
-    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"),
-                                   lowercase=config.lowercase)
+    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"), lowercase=config.lowercase)
     encoder = model_dirs.load(model_dir)
     encoder.compile(jit_compile=True)
 
-    points = ([("seq", batch_for_seq, t) for t in seq_lens]
-              + [("batch", b, seq_for_batch) for b in batches])
+    points = [("seq", batch_for_seq, t) for t in seq_lens] + [
+        ("batch", b, seq_for_batch) for b in batches
+    ]
     results = []
     for sweep, batch, tokens in points:
         print(f"{sweep} sweep: batch {batch} x {tokens}", file=sys.stderr, flush=True)
@@ -134,14 +149,16 @@ def main(argv=None) -> int:
         features = {k: v for k, v in x.items() if k != "mask_positions"}
         row = {"sweep": sweep, "batch": batch, "tokens": tokens}
         try:
-            row["infer"] = common.time_repeats(lambda: encoder.predict_on_batch(features),
-                                               args.repeats, max(args.warmup, 1))
+            row["infer"] = common.time_repeats(
+                lambda: encoder.predict_on_batch(features), args.repeats, max(args.warmup, 1)
+            )
         except Exception as e:
             row["infer_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         if not args.no_train:
             try:
-                step = pretrain_step.project_step(config, "float32", not args.no_train_jit,
-                                                  (x, y, sw), 10_000)
+                step = pretrain_step.project_step(
+                    config, "float32", not args.no_train_jit, (x, y, sw), 10_000
+                )
                 row["train"] = common.time_repeats(step, args.repeats, max(args.warmup, 1))
             except Exception as e:
                 row["train_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -151,7 +168,8 @@ def main(argv=None) -> int:
                 encoder.compile(jit_compile=True)
         row["infer_flops"] = common.encoder_flops(config, batch, tokens)
         row["train_flops"] = common.training_flops(
-            common.pretraining_forward_flops(config, batch, tokens, masked))
+            common.pretraining_forward_flops(config, batch, tokens, masked)
+        )
         results.append(row)
 
     def rate(row, kind):
@@ -163,46 +181,90 @@ def main(argv=None) -> int:
         cells = [r["sweep"], r["batch"], r["tokens"]]
         for kind in ("infer", "train"):
             t = r.get(kind)
-            cells += ([common.ms_cell(t), common.fmt(rate(r, kind)),
-                       f"{t.median / (r['batch'] * r['tokens']) * 1e6:.1f}"] if t else
-                      [r.get(f"{kind}_error", "-"), "-", "-"])
+            cells += (
+                [
+                    common.ms_cell(t),
+                    common.fmt(rate(r, kind)),
+                    f"{t.median / (r['batch'] * r['tokens']) * 1e6:.1f}",
+                ]
+                if t
+                else [r.get(f"{kind}_error", "-"), "-", "-"]
+            )
         cells.append(f"{100 * attention_share(config, r['tokens']):.0f} %")
         table_rows.append(cells)
-    text = [f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}); "
-            f"inference: Keras encoder, XLA; training: pre-training step, AdamW, "
-            f"{'no XLA' if args.no_train_jit else 'XLA'}, float32. Median of {args.repeats} "
-            f"calls (min-max).", "",
-            common.table(["sweep", "batch", "seq_len", "inference ms (min-max)",
-                          "inference GFLOP/s", "inference µs/token", "train ms (min-max)",
-                          "train GFLOP/s", "train µs/token", "attention share of layer FLOPs"],
-                         table_rows), ""]
+    text = [
+        f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}); "
+        f"inference: Keras encoder, XLA; training: pre-training step, AdamW, "
+        f"{'no XLA' if args.no_train_jit else 'XLA'}, float32. Median of {args.repeats} "
+        f"calls (min-max).",
+        "",
+        common.table(
+            [
+                "sweep",
+                "batch",
+                "seq_len",
+                "inference ms (min-max)",
+                "inference GFLOP/s",
+                "inference µs/token",
+                "train ms (min-max)",
+                "train GFLOP/s",
+                "train µs/token",
+                "attention share of layer FLOPs",
+            ],
+            table_rows,
+        ),
+        "",
+    ]
     base = os.path.splitext(args.results)[0]
-    for sweep, axis, label in (("seq", "tokens", f"sequence length (batch {batch_for_seq})"),
-                               ("batch", "batch", f"batch size ({seq_for_batch} tokens)")):
+    for sweep, axis, label in (
+        ("seq", "tokens", f"sequence length (batch {batch_for_seq})"),
+        ("batch", "batch", f"batch size ({seq_for_batch} tokens)"),
+    ):
         rows = [r for r in results if r["sweep"] == sweep]
-        series = {kind_label: [(r[axis], r[kind].median * 1e3 if r.get(kind) else None,
-                                rate(r, kind)) for r in rows]
-                  for kind, kind_label in (("infer", "inference"), ("train", "training step"))}
+        series = {
+            kind_label: [
+                (r[axis], r[kind].median * 1e3 if r.get(kind) else None, rate(r, kind))
+                for r in rows
+            ]
+            for kind, kind_label in (("infer", "inference"), ("train", "training step"))
+        }
         for kind, kind_label in (("infer", "inference"), ("train", "training")):
             bend = knee([(r[axis], rate(r, kind)) for r in rows])
             if bend is not None:
-                per_token = [(r[axis], r[kind].median / (r["batch"] * r["tokens"]) * 1e6)
-                             for r in rows if r.get(kind)]
-                text.append(f"- {kind_label} vs {label}: GFLOP/s reaches 90 % of its best at "
-                            f"{axis} {bend}; time per token {per_token[0][1]:.1f} µs at "
-                            f"{per_token[0][0]} -> {per_token[-1][1]:.1f} µs at "
-                            f"{per_token[-1][0]}")
+                per_token = [
+                    (r[axis], r[kind].median / (r["batch"] * r["tokens"]) * 1e6)
+                    for r in rows
+                    if r.get(kind)
+                ]
+                text.append(
+                    f"- {kind_label} vs {label}: GFLOP/s reaches 90 % of its best at "
+                    f"{axis} {bend}; time per token {per_token[0][1]:.1f} µs at "
+                    f"{per_token[0][0]} -> {per_token[-1][1]:.1f} µs at "
+                    f"{per_token[-1][0]}"
+                )
         path = None
         if not args.no_write:
-            path = plot(f"{base}-scaling-{sweep}.png", f"{os.path.basename(model_dir)}: "
-                        f"time and throughput vs {label}", label, series)
-        text.append(f"- plot: {os.path.relpath(path, os.path.dirname(args.results))}" if path
-                    else "- plot: not written (" + ("--no-write" if args.no_write
-                                                   else "matplotlib not installed") + ")")
-    text.append(f"- attention's share of a layer's matmul FLOPs: "
-                + ", ".join(f"{100 * attention_share(config, t):.0f} % at T={t}"
-                            for t in sorted(set(seq_lens + [seq_for_batch])))
-                + " (2*2*T*T*H of 2*T*(4*H*H + 2*H*I) + 2*2*T*T*H).")
+            path = plot(
+                f"{base}-scaling-{sweep}.png",
+                f"{os.path.basename(model_dir)}: time and throughput vs {label}",
+                label,
+                series,
+            )
+        text.append(
+            f"- plot: {os.path.relpath(path, os.path.dirname(args.results))}"
+            if path
+            else "- plot: not written ("
+            + ("--no-write" if args.no_write else "matplotlib not installed")
+            + ")"
+        )
+    text.append(
+        "- attention's share of a layer's matmul FLOPs: "
+        + ", ".join(
+            f"{100 * attention_share(config, t):.0f} % at T={t}"
+            for t in sorted(set(seq_lens + [seq_for_batch]))
+        )
+        + " (2*2*T*T*H of 2*T*(4*H*H + 2*H*I) + 2*2*T*T*H)."
+    )
     common.publish(args, "Scaling with sequence length and batch size", "\n".join(text))
     return 0
 

@@ -1,6 +1,6 @@
 """Tokenization to model inputs on 20 MB of real Wikipedia: the project's tokenizers vs HF's.
 
-    PYTHONPATH=. python bench/tokenization.py [--megabytes 20] [--vocab /work/runs/minilm/vocab.txt]
+    PYTHONPATH=. python bench/tokenization.py [--megabytes 20] [--vocab runs/minilm/vocab.txt]
     PYTHONPATH=. python bench/tokenization.py --quick          # 0.2 MB, seconds
 
 Text: the paragraphs of pretrain/enwiki-2015/AA/wiki_*.gz (WikiExtractor output; the <doc ...>
@@ -8,13 +8,13 @@ and </doc> lines and empty lines dropped), in file order, until --megabytes MB o
 paragraph becomes one row of model inputs: `[CLS] ... [SEP]`, truncated to --seq-len (128)
 tokens, padded; (rows, seq_len) int32 token_ids, segment_ids and padding_mask.
 
-    project-tf       model.tokenizer.WordPieceTokenizer (tensorflow-text), the path of GLUE
+    project-tf       model.text.tokenizer.WordPieceTokenizer (tensorflow-text), the path of GLUE
                      training and evaluation: tokenizer.encode_flat (one graph call, one
                      shard per thread; ids in one array, no Python lists), then
                      model.tasks.base.pack_rows (tokenizer.pack_batch, numpy)
     project-tf-ids   model.tasks.base.encode_texts alone (4,096 texts per call): ids as Python
                      lists without [CLS]/[SEP], truncation or padding (the list API's cost)
-    project-py       model.wordpiece.WordPieceTokenizer (pure Python, the edge runtime's), the
+    project-py       model.text.wordpiece.WordPieceTokenizer (pure Python, the edge runtime's), the
                      same encode_flat + pack_rows
     hf-tokenizers    Hugging Face `tokenizers` (Rust): BertWordPieceTokenizer(vocab, lowercase,
                      strip_accents, clean_text, handle_chinese_chars) with truncation and
@@ -36,21 +36,21 @@ import argparse
 import os
 import sys
 
+import common
 import numpy as np
 
-import common
-
 TOKENIZERS = ("project-tf", "project-tf-ids", "project-py", "hf-tokenizers", "transformers")
-WARMUP_BYTES = 2 ** 20
+WARMUP_BYTES = 2**20
 
 
 # === The tokenizers: setup() -> tokenizer, run(tokenizer, texts) -> outputs ===
 
+
 def project_setup(kind: str, vocab: str, lowercase: bool):
     if kind == "tf":
-        from model.tokenizer import WordPieceTokenizer
+        from model.text.tokenizer import WordPieceTokenizer
     else:
-        from model.wordpiece import WordPieceTokenizer
+        from model.text.wordpiece import WordPieceTokenizer
     return lambda: WordPieceTokenizer(vocab, lowercase=lowercase)
 
 
@@ -61,6 +61,7 @@ def project_run(seq_len: int, ids_only: bool = False):
         if ids_only:
             return {"ids": encode_texts(tokenizer, texts)}
         return pack_rows(tokenizer, tokenizer.encode_flat(texts), None, seq_len)
+
     return run
 
 
@@ -68,25 +69,33 @@ def hf_tokenizers_setup(vocab: str, lowercase: bool, seq_len: int):
     from tokenizers import BertWordPieceTokenizer
 
     def setup():
-        tok = BertWordPieceTokenizer(vocab, lowercase=lowercase, strip_accents=lowercase,
-                                     clean_text=True, handle_chinese_chars=True)
+        tok = BertWordPieceTokenizer(
+            vocab,
+            lowercase=lowercase,
+            strip_accents=lowercase,
+            clean_text=True,
+            handle_chinese_chars=True,
+        )
         tok.enable_truncation(seq_len)
         tok.enable_padding(length=seq_len)
         return tok
+
     return setup
 
 
 def hf_tokenizers_run(tokenizer, texts):
     encodings = tokenizer.encode_batch(texts)
-    return {"token_ids": np.array([e.ids for e in encodings], np.int32),
-            "segment_ids": np.array([e.type_ids for e in encodings], np.int32),
-            "padding_mask": np.array([e.attention_mask for e in encodings], np.int32)}
+    return {
+        "token_ids": np.array([e.ids for e in encodings], np.int32),
+        "segment_ids": np.array([e.type_ids for e in encodings], np.int32),
+        "padding_mask": np.array([e.attention_mask for e in encodings], np.int32),
+    }
 
 
 def transformers_setup(vocab: str, lowercase: bool):
     from transformers import BertTokenizer
 
-    from model.wordpiece import load_vocabulary
+    from model.text.wordpiece import load_vocabulary
 
     tokens = load_vocabulary(vocab)
 
@@ -95,20 +104,26 @@ def transformers_setup(vocab: str, lowercase: bool):
         if len(tok.get_vocab()) != len(tokens):
             raise RuntimeError(f"transformers' BertTokenizer did not take {vocab}")
         return tok
+
     return setup
 
 
 def transformers_run(seq_len: int):
     def run(tokenizer, texts):
-        out = tokenizer(texts, padding="max_length", truncation=True, max_length=seq_len,
-                        return_tensors="np")
-        return {"token_ids": out["input_ids"].astype(np.int32),
-                "segment_ids": out["token_type_ids"].astype(np.int32),
-                "padding_mask": out["attention_mask"].astype(np.int32)}
+        out = tokenizer(
+            texts, padding="max_length", truncation=True, max_length=seq_len, return_tensors="np"
+        )
+        return {
+            "token_ids": out["input_ids"].astype(np.int32),
+            "segment_ids": out["token_type_ids"].astype(np.int32),
+            "padding_mask": out["attention_mask"].astype(np.int32),
+        }
+
     return run
 
 
 # === Measuring ===
+
 
 def agreement(out: dict, reference: dict) -> float | None:
     """Share of rows whose token_ids equal the reference's (None without token_ids)."""
@@ -127,10 +142,17 @@ def count_tokens(out: dict) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/tokenization.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--megabytes", type=float, default=None,
-                        help="MB of Wikipedia text (default 20; --quick 0.2)")
+    parser = argparse.ArgumentParser(
+        prog="python bench/tokenization.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--megabytes",
+        type=float,
+        default=None,
+        help="MB of Wikipedia text (default 20; --quick 0.2)",
+    )
     parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
     parser.add_argument("--cased", action="store_true", help="a cased vocabulary")
     parser.add_argument("--seq-len", type=int, default=128)
@@ -156,23 +178,43 @@ def main(argv=None) -> int:
 
     plans = {}
     if "project-tf" in args.tokenizers:
-        plans["project-tf"] = (project_setup("tf", args.vocab, lowercase),
-                               project_run(args.seq_len), "tensorflow-text, encode + pack")
+        plans["project-tf"] = (
+            project_setup("tf", args.vocab, lowercase),
+            project_run(args.seq_len),
+            "tensorflow-text, encode + pack",
+        )
     if "project-tf-ids" in args.tokenizers:
-        plans["project-tf-ids"] = (project_setup("tf", args.vocab, lowercase),
-                                   project_run(args.seq_len, ids_only=True),
-                                   "tensorflow-text, ids only")
+        plans["project-tf-ids"] = (
+            project_setup("tf", args.vocab, lowercase),
+            project_run(args.seq_len, ids_only=True),
+            "tensorflow-text, ids only",
+        )
     if "project-py" in args.tokenizers:
-        plans["project-py"] = (project_setup("py", args.vocab, lowercase),
-                               project_run(args.seq_len), "pure Python (edge), encode + pack")
+        plans["project-py"] = (
+            project_setup("py", args.vocab, lowercase),
+            project_run(args.seq_len),
+            "pure Python (edge), encode + pack",
+        )
     if "hf-tokenizers" in args.tokenizers:
-        plans["hf-tokenizers"] = ((hf_tokenizers_setup(args.vocab, lowercase, args.seq_len),
-                                   hf_tokenizers_run, "HF tokenizers (Rust)")
-                                  if common.installed("tokenizers") else None)
+        plans["hf-tokenizers"] = (
+            (
+                hf_tokenizers_setup(args.vocab, lowercase, args.seq_len),
+                hf_tokenizers_run,
+                "HF tokenizers (Rust)",
+            )
+            if common.installed("tokenizers")
+            else None
+        )
     if "transformers" in args.tokenizers:
-        plans["transformers"] = ((transformers_setup(args.vocab, lowercase),
-                                  transformers_run(args.seq_len), "transformers BertTokenizer")
-                                 if common.installed("transformers") else None)
+        plans["transformers"] = (
+            (
+                transformers_setup(args.vocab, lowercase),
+                transformers_run(args.seq_len),
+                "transformers BertTokenizer",
+            )
+            if common.installed("transformers")
+            else None
+        )
 
     results = {}
     for name, plan in plans.items():
@@ -188,14 +230,18 @@ def main(argv=None) -> int:
 
             def once(tokenizer):
                 holder["out"] = run(tokenizer, texts)
+
             timing = common.time_repeats(once, args.repeats, warmup=0, setup=setup)
             results[name] = {"label": label, "timing": timing, "out": holder["out"]}
         except Exception as e:
             results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
 
     reference = results.get("hf-tokenizers", {}).get("out")
-    hf_time = (results["hf-tokenizers"]["timing"].median
-               if "timing" in results.get("hf-tokenizers", {}) else None)
+    hf_time = (
+        results["hf-tokenizers"]["timing"].median
+        if "timing" in results.get("hf-tokenizers", {})
+        else None
+    )
     rows = []
     for name, r in results.items():
         if "error" in r:
@@ -203,30 +249,62 @@ def main(argv=None) -> int:
             continue
         t, out = r["timing"], r["out"]
         same = agreement(out, reference)
-        rows.append([name, r["label"], f"{t.median:.2f} ({t.spread(1, 2)})",
-                     f"{size / 1e6 / t.median:.2f}", common.fmt(count_tokens(out) / t.median),
-                     f"{len(texts) / t.median:,.0f}",
-                     f"{common.ratio(hf_time, t.median):.2f}x" if hf_time else "-",
-                     f"{100 * same:.3f} %" if same is not None else "-"])
-    body = [f"{len(texts):,} paragraphs, {size / 1e6:.1f} MB of English Wikipedia "
-            f"(enwiki-2015/AA), vocabulary {args.vocab}, seq_len {args.seq_len}; median of "
-            f"{args.repeats} repeats after {args.warmup} warm-up run(s) on the first "
-            f"{sum(len(t.encode('utf-8')) for t in warm) / 1e6:.1f} MB.", "",
-            common.table(["tokenizer", "what", "seconds (min-max)", "MB/s", "tokens/s",
-                          "lines/s", "speed vs hf-tokenizers", "rows identical to hf-tokenizers"],
-                         rows), ""]
+        rows.append(
+            [
+                name,
+                r["label"],
+                f"{t.median:.2f} ({t.spread(1, 2)})",
+                f"{size / 1e6 / t.median:.2f}",
+                common.fmt(count_tokens(out) / t.median),
+                f"{len(texts) / t.median:,.0f}",
+                f"{common.ratio(hf_time, t.median):.2f}x" if hf_time else "-",
+                f"{100 * same:.3f} %" if same is not None else "-",
+            ]
+        )
+    body = [
+        f"{len(texts):,} paragraphs, {size / 1e6:.1f} MB of English Wikipedia "
+        f"(enwiki-2015/AA), vocabulary {args.vocab}, seq_len {args.seq_len}; median of "
+        f"{args.repeats} repeats after {args.warmup} warm-up run(s) on the first "
+        f"{sum(len(t.encode('utf-8')) for t in warm) / 1e6:.1f} MB.",
+        "",
+        common.table(
+            [
+                "tokenizer",
+                "what",
+                "seconds (min-max)",
+                "MB/s",
+                "tokens/s",
+                "lines/s",
+                "speed vs hf-tokenizers",
+                "rows identical to hf-tokenizers",
+            ],
+            rows,
+        ),
+        "",
+    ]
     project = results.get("project-tf", {})
     speed = common.ratio(hf_time, project["timing"].median) if "timing" in project else None
-    body.append(common.goal_line("project tokenizer (project-tf) speed vs HF tokenizers",
-                                 speed, 10, "x"))
+    body.append(
+        common.goal_line("project tokenizer (project-tf) speed vs HF tokenizers", speed, 10, "x")
+    )
     same = agreement(project.get("out", {}), reference) if "out" in project else None
-    body.append(common.goal_line("project tokenizer rows identical to HF tokenizers",
-                                 100 * same if same is not None else None, 99.9, "%"))
-    python_same = (agreement(results["project-py"]["out"], reference)
-                   if "out" in results.get("project-py", {}) else None)
+    body.append(
+        common.goal_line(
+            "project tokenizer rows identical to HF tokenizers",
+            100 * same if same is not None else None,
+            99.9,
+            "%",
+        )
+    )
+    python_same = (
+        agreement(results["project-py"]["out"], reference)
+        if "out" in results.get("project-py", {})
+        else None
+    )
     if python_same is not None:
-        body.append(f"- project-py (edge) rows identical to HF tokenizers: "
-                    f"{100 * python_same:.3f} %")
+        body.append(
+            f"- project-py (edge) rows identical to HF tokenizers: {100 * python_same:.3f} %"
+        )
     common.publish(args, "Tokenization to model inputs", "\n".join(body))
     return 0
 

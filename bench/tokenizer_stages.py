@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/tokenizer_stages.py [--megabytes 20] [--vocab VOCAB_TXT]
 
-The stages of `model.tokenizer.clean_text` (in its order, each on the previous one's output)
+The stages of `model.text.tokenizer.clean_text` (in its order, each on the previous one's output)
 and tensorflow-text's FastBertTokenizer, on the same Wikipedia text as `tokenization.py`;
 then the whole `encode_tf`, and turning its ragged result into numpy. Fastest of 3 calls after
 one warm-up, printed (not written to the results file: it is a profile, not a comparison).
@@ -22,21 +22,26 @@ def fastest(fn, repeats: int = 3) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python bench/tokenizer_stages.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python bench/tokenizer_stages.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--megabytes", type=float, default=20)
     parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
     args = parser.parse_args(argv)
     common.tensorflow_threads(1)
     import tensorflow as tf
 
-    from model import tokenizer as tok_module
+    from model.text import tokenizer as tok_module
 
     texts = common.wikipedia_lines(int(args.megabytes * 1e6))
     tok = tok_module.WordPieceTokenizer(args.vocab)
     x = tf.constant(texts)
-    stages = [*tok_module.cleaning_stages(lowercase=True),
-              ("FastBertTokenizer", tok._fast.tokenize)]
+    stages = [
+        *tok_module.cleaning_stages(lowercase=True),
+        ("FastBertTokenizer", tok._fast.tokenize),
+    ]
     rows, cleaning = [], 0.0
     for name, op in stages:
         seconds = fastest(lambda: op(x))
@@ -46,16 +51,23 @@ def main(argv=None) -> int:
         x = op(x)
     rows.append(["clean_text, sum of the stages above it", f"{cleaning:.3f}"])
     whole = tf.constant(texts)
-    rows.append(["encode_tf (clean_text + FastBertTokenizer)",
-                 f"{fastest(lambda: tok.encode_tf(whole)):.3f}"])
+    rows.append(
+        [
+            "encode_tf (clean_text + FastBertTokenizer)",
+            f"{fastest(lambda: tok.encode_tf(whole)):.3f}",
+        ]
+    )
     ragged = tok.encode_tf(whole)
     to_numpy = fastest(lambda: (ragged.flat_values.numpy(), ragged.row_lengths().numpy()))
     rows.append(["ragged -> numpy (flat values, row lengths)", f"{to_numpy:.3f}"])
-    ascii_share = float(tf.reduce_mean(tf.cast(
-        tf.strings.regex_full_match(whole, "[\\x00-\\x7f]*"), tf.float32)))
-    print(f"{len(texts):,} paragraphs, {sum(len(t.encode()) for t in texts) / 1e6:.1f} MB of "
-          f"English Wikipedia, one thread, fastest of 3 calls; {100 * ascii_share:.0f} % of the "
-          f"paragraphs are pure ASCII.\n")
+    ascii_share = float(
+        tf.reduce_mean(tf.cast(tf.strings.regex_full_match(whole, "[\\x00-\\x7f]*"), tf.float32))
+    )
+    print(
+        f"{len(texts):,} paragraphs, {sum(len(t.encode()) for t in texts) / 1e6:.1f} MB of "
+        f"English Wikipedia, one thread, fastest of 3 calls; {100 * ascii_share:.0f} % of the "
+        f"paragraphs are pure ASCII.\n"
+    )
     print(common.table(["stage", "seconds"], rows))
     return 0
 

@@ -40,6 +40,7 @@ import sys
 import time
 
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
 DEFAULT_VERIFY_EXAMPLES = 64
@@ -48,33 +49,66 @@ CALIBRATION_BATCH = 8
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory (config.json, vocab.txt, "
-                   "model.weights.h5)")
+    p = argparse.ArgumentParser(
+        prog="python -m export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model", required=True, help="model directory (config.json, vocab.txt, model.weights.h5)"
+    )
     p.add_argument("--quantize", default="float32", choices=QUANTIZATIONS)
     p.add_argument("--out", required=True, help="bundle directory to write")
-    p.add_argument("--data", default=None,
-                   help="examples to verify and calibrate on: a file in the fine-tuned task's "
-                        "format, or raw text (one text per line) for other models")
-    p.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES,
-                   help="int8: real examples the activation ranges are calibrated on")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="examples to verify and calibrate on: a file in the fine-tuned task's "
+        "format, or raw text (one text per line) for other models",
+    )
+    p.add_argument(
+        "--calibration-examples",
+        type=int,
+        default=DEFAULT_CALIBRATION_EXAMPLES,
+        help="int8: real examples the activation ranges are calibrated on",
+    )
     p.add_argument("--verify-examples", type=int, default=DEFAULT_VERIFY_EXAMPLES)
-    p.add_argument("--seq-len", type=int, default=None,
-                   help="the bundle's max_seq_length (default: the model's fine-tuning length, "
-                        f"else {DEFAULT_SEQ_LEN})")
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
-                   help="pretraining: predictions kept per [MASK]")
-    p.add_argument("--mask-value", type=float, default=DEFAULT_MASK_VALUE,
-                   help="masked attention score traced into the file (Keras' own is -1e9; "
-                        "see export/convert.py)")
-    p.add_argument("--int8-float-layernorm", action="store_true",
-                   help="int8: keep LayerNorm's ops (and the residual adds) in float; full "
-                        "integer int8 is too coarse for most trained BERTs (export/convert.py)")
-    p.add_argument("--encoder-signature", action=argparse.BooleanOptionalAction, default=None,
-                   help="pretraining: also write the encoder's outputs (attention probabilities, "
-                        "features) as a second signature, \"encoder\" (default: on)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="the bundle's max_seq_length (default: the model's fine-tuning length, "
+        f"else {DEFAULT_SEQ_LEN})",
+    )
+    p.add_argument(
+        "--top-k", type=int, default=DEFAULT_TOP_K, help="pretraining: predictions kept per [MASK]"
+    )
+    p.add_argument(
+        "--mask-value",
+        type=float,
+        default=DEFAULT_MASK_VALUE,
+        help="masked attention score traced into the file (Keras' own is -1e9; "
+        "see export/convert.py)",
+    )
+    p.add_argument(
+        "--int8-float-layernorm",
+        action="store_true",
+        help="int8: keep LayerNorm's ops (and the residual adds) in float; full "
+        "integer int8 is too coarse for most trained BERTs (export/convert.py)",
+    )
+    p.add_argument(
+        "--encoder-signature",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pretraining: also write the encoder's outputs (attention probabilities, "
+        'features) as a second signature, "encoder" (default: on)',
+    )
     p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     args = p.parse_args(argv)
     for name in ("calibration_examples", "verify_examples", "top_k", "threads"):
         if getattr(args, name) < 1:
@@ -86,12 +120,22 @@ def parse_args(argv):
     return args
 
 
-def export_bundle(model_dir: str, out: str, quantization: str = "float32",
-                  data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
-                  verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
-                  top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
-                  threads: int = 2, loaded=None, log=None, float_ops=(),
-                  encoder_signature: bool | None = None) -> dict:
+def export_bundle(
+    model_dir: str,
+    out: str,
+    quantization: str = "float32",
+    data: str | None = None,
+    calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
+    verify_examples: int = DEFAULT_VERIFY_EXAMPLES,
+    seq_len: int | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    mask_value: float = DEFAULT_MASK_VALUE,
+    threads: int = 2,
+    loaded=None,
+    log=None,
+    float_ops=(),
+    encoder_signature: bool | None = None,
+) -> dict:
     """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
 
     loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
@@ -102,19 +146,42 @@ def export_bundle(model_dir: str, out: str, quantization: str = "float32",
     from export import bundle
 
     with bundle.staging(out) as tmp:
-        result = build(model_dir, tmp, quantization, data, calibration_examples, verify_examples,
-                       seq_len, top_k, mask_value, threads, loaded, log, float_ops,
-                       encoder_signature)
+        result = build(
+            model_dir,
+            tmp,
+            quantization,
+            data,
+            calibration_examples,
+            verify_examples,
+            seq_len,
+            top_k,
+            mask_value,
+            threads,
+            loaded,
+            log,
+            float_ops,
+            encoder_signature,
+        )
         bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
     return result
 
 
-def build(model_dir: str, directory: str, quantization: str = "float32",
-          data: str | None = None, calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
-          verify_examples: int = DEFAULT_VERIFY_EXAMPLES, seq_len: int | None = None,
-          top_k: int = DEFAULT_TOP_K, mask_value: float = DEFAULT_MASK_VALUE,
-          threads: int = 2, loaded=None, log=None, float_ops=(),
-          encoder_signature: bool | None = None) -> dict:
+def build(
+    model_dir: str,
+    directory: str,
+    quantization: str = "float32",
+    data: str | None = None,
+    calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
+    verify_examples: int = DEFAULT_VERIFY_EXAMPLES,
+    seq_len: int | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    mask_value: float = DEFAULT_MASK_VALUE,
+    threads: int = 2,
+    loaded=None,
+    log=None,
+    float_ops=(),
+    encoder_signature: bool | None = None,
+) -> dict:
     """Writes `directory`/model.tflite, verifies it and returns the bundle.json
     it would get. On a failed verification the file stays there (the report
     scores refused variants too) and VerificationError is raised."""
@@ -128,26 +195,37 @@ def build(model_dir: str, directory: str, quantization: str = "float32",
     if encoder_signature is None:
         encoder_signature = task == "pretraining"
     if encoder_signature and task != "pretraining":
-        raise ValueError(f"--encoder-signature: only pretraining bundles have one, not {task} "
-                         f"bundles")
+        raise ValueError(
+            f"--encoder-signature: only pretraining bundles have one, not {task} bundles"
+        )
     seq_len = check_seq_len(seq_len or info.get("max_seq_length") or DEFAULT_SEQ_LEN, info)
     needed = verify_examples + (calibration_examples if quantization == "int8" else 0)
     inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
     checked = inputs.take(range(min(verify_examples, len(inputs))))
-    calibration = inputs.take(calibration_rows(len(inputs), verify_examples,
-                                               calibration_examples))
+    calibration = inputs.take(calibration_rows(len(inputs), verify_examples, calibration_examples))
     next_sentence = task == "pretraining" and info.get("next_sentence", True)
     kwargs = dict(top_k=top_k, next_sentence=next_sentence)
     if encoder_signature:  # only when on: a `convert.to_tflite` stand-in may not know it
         kwargs["encoder_signature"] = True
 
-    log(f"converting {model_dir} ({task}) to {quantization}"
-        + (f", calibrating on {len(calibration)} examples of {calibration.source}"
-           if quantization == "int8" else ""))
+    log(
+        f"converting {model_dir} ({task}) to {quantization}"
+        + (
+            f", calibrating on {len(calibration)} examples of {calibration.source}"
+            if quantization == "int8"
+            else ""
+        )
+    )
     start = time.time()
     tflite = convert.to_tflite(
-        model, task, quantization, mask_value=mask_value, float_ops=float_ops,
-        representative=lambda: (x for _, x in calibration.batches(CALIBRATION_BATCH)), **kwargs)
+        model,
+        task,
+        quantization,
+        mask_value=mask_value,
+        float_ops=float_ops,
+        representative=lambda: (x for _, x in calibration.batches(CALIBRATION_BATCH)),
+        **kwargs,
+    )
     seconds = time.time() - start
     path = os.path.join(directory, bundle.MODEL)
     with open(path, "wb") as f:
@@ -156,35 +234,48 @@ def build(model_dir: str, directory: str, quantization: str = "float32",
     log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
     functions = convert.signatures(model, task, **kwargs)
     fn = functions[bundle.DEFAULT_SIGNATURE][0]
-    report = verify.verify(lite.predict, lambda x: convert.keras_outputs(fn, x), checked,
-                           task, quantization)
+    report = verify.verify(
+        lite.predict, lambda x: convert.keras_outputs(fn, x), checked, task, quantization
+    )
     reports = {}
     if encoder_signature:
         # The texts the default signature was verified on, without their [MASK]s.
-        plain = examples.load({**info, "task": "encoder"}, tokenizer, seq_len, verify_examples,
-                              data, model_dir)
+        plain = examples.load(
+            {**info, "task": "encoder"}, tokenizer, seq_len, verify_examples, data, model_dir
+        )
         encoder_fn = functions[bundle.ENCODER_SIGNATURE][0]
         try:
             reports[bundle.ENCODER_SIGNATURE] = verify.verify(
                 lite.signature(bundle.ENCODER_SIGNATURE).predict,
-                lambda x: convert.keras_outputs(encoder_fn, x), plain, "encoder", quantization)
+                lambda x: convert.keras_outputs(encoder_fn, x),
+                plain,
+                "encoder",
+                quantization,
+            )
         except VerificationError as e:
-            raise VerificationError(f"signature {bundle.ENCODER_SIGNATURE!r}: {e}",
-                                    {"signature": bundle.ENCODER_SIGNATURE, **e.report}) from None
+            raise VerificationError(
+                f"signature {bundle.ENCODER_SIGNATURE!r}: {e}",
+                {"signature": bundle.ENCODER_SIGNATURE, **e.report},
+            ) from None
     result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report, reports)
     result["conversion"] = {
-        "attention_mask_value": mask_value, "seconds": round(seconds, 1),
+        "attention_mask_value": mask_value,
+        "seconds": round(seconds, 1),
         "size_bytes": len(tflite),
-        "calibration": ({"examples": len(calibration), "data": calibration.source}
-                        if quantization == "int8" else None),
-        "float_ops": list(float_ops) if quantization == "int8" else None}
+        "calibration": (
+            {"examples": len(calibration), "data": calibration.source}
+            if quantization == "int8"
+            else None
+        ),
+        "float_ops": list(float_ops) if quantization == "int8" else None,
+    }
     return result
 
 
 def load(model_dir: str):
     """(Keras model, config.json info, tokenizer) of a model directory."""
-    from model import model_dir as model_dirs
-    from model.tokenizer import WordPieceTokenizer
+    from model.checkpoints import model_dir as model_dirs
+    from model.text.tokenizer import WordPieceTokenizer
 
     info = model_dirs.read_info(model_dir)
     model = model_dirs.load(model_dir)
@@ -196,8 +287,9 @@ def load(model_dir: str):
 def check_seq_len(seq_len: int, info: dict) -> int:
     limit = info["encoder"].get("max_sequence_length", 512)
     if seq_len > limit:
-        raise ValueError(f"--seq-len {seq_len} is longer than the model's {limit} position "
-                         f"embeddings")
+        raise ValueError(
+            f"--seq-len {seq_len} is longer than the model's {limit} position embeddings"
+        )
     return seq_len
 
 
@@ -208,8 +300,16 @@ def calibration_rows(available: int, verified: int, wanted: int) -> range:
     return range(max(0, available - wanted), available)
 
 
-def bundle_info(info: dict, model_dir: str, lite, quantization: str, seq_len: int, top_k: int,
-                report: dict, signature_reports: dict | None = None) -> dict:
+def bundle_info(
+    info: dict,
+    model_dir: str,
+    lite,
+    quantization: str,
+    seq_len: int,
+    top_k: int,
+    report: dict,
+    signature_reports: dict | None = None,
+) -> dict:
     """bundle.json (the contract in export/README.md). `report` is the default
     signature's verification, `signature_reports` {key: report} the others'."""
     from export import bundle
@@ -218,46 +318,65 @@ def bundle_info(info: dict, model_dir: str, lite, quantization: str, seq_len: in
     task = info.get("task", "encoder")
     shape = lambda d: [int(n) for n in d["shape_signature"]]  # noqa: E731
     signatures = {}
-    for key in [bundle.DEFAULT_SIGNATURE] + [k for k in lite.signatures
-                                             if k != bundle.DEFAULT_SIGNATURE]:
+    for key in [bundle.DEFAULT_SIGNATURE] + [
+        k for k in lite.signatures if k != bundle.DEFAULT_SIGNATURE
+    ]:
         runner = lite.signature(key)
         # Every other signature is named after the task whose outputs it has.
         signature_task = task if key == bundle.DEFAULT_SIGNATURE else key
         signatures[key] = {
-            "task": signature_task, "methods": methods_of(signature_task),
+            "task": signature_task,
+            "methods": methods_of(signature_task),
             "inputs": {n: shape(d) for n, d in sorted(runner.input_details.items())},
-            "outputs": {n: shape(runner.output_details[n]) for n in runner.output_names}}
+            "outputs": {n: shape(runner.output_details[n]) for n in runner.output_names},
+        }
         if key != bundle.DEFAULT_SIGNATURE:
             signatures[key]["verification"] = (signature_reports or {}).get(key)
     result = {
-        "format": bundle.FORMAT, "task": task, "finetuned_task": info.get("finetuned_task"),
-        "max_seq_length": seq_len, "lowercase": bool(info["encoder"].get("lowercase", True)),
-        "quantization": quantization, "id2label": info.get("id2label"),
+        "format": bundle.FORMAT,
+        "task": task,
+        "finetuned_task": info.get("finetuned_task"),
+        "max_seq_length": seq_len,
+        "lowercase": bool(info["encoder"].get("lowercase", True)),
+        "quantization": quantization,
+        "id2label": info.get("id2label"),
         "null_threshold": info.get("null_threshold"),
     }
     if task == "pretraining":
         result["top_k"] = top_k
-    result.update({
-        "methods": list(dict.fromkeys(m for s in signatures.values() for m in s["methods"])),
-        "inputs": signatures[bundle.DEFAULT_SIGNATURE]["inputs"],
-        "outputs": signatures[bundle.DEFAULT_SIGNATURE]["outputs"],
-        "signatures": signatures,
-        "verification": report,
-        "source": {"model_dir": os.path.abspath(model_dir), "config": info},
-    })
+    result.update(
+        {
+            "methods": list(dict.fromkeys(m for s in signatures.values() for m in s["methods"])),
+            "inputs": signatures[bundle.DEFAULT_SIGNATURE]["inputs"],
+            "outputs": signatures[bundle.DEFAULT_SIGNATURE]["outputs"],
+            "signatures": signatures,
+            "verification": report,
+            "source": {"model_dir": os.path.normpath(model_dir), "config": info},  # as given
+        }
+    )
     return result
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import_tensorflow_quietly(args.verbose)
     from export.verify import VerificationError
 
     try:
-        info = export_bundle(args.model, args.out, args.quantize, args.data,
-                             args.calibration_examples, args.verify_examples, args.seq_len,
-                             args.top_k, args.mask_value, args.threads,
-                             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
-                             encoder_signature=args.encoder_signature)
+        info = export_bundle(
+            args.model,
+            args.out,
+            args.quantize,
+            args.data,
+            args.calibration_examples,
+            args.verify_examples,
+            args.seq_len,
+            args.top_k,
+            args.mask_value,
+            args.threads,
+            float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
+            encoder_signature=args.encoder_signature,
+        )
     except VerificationError as e:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)
         print(json.dumps(e.report, indent=2), file=sys.stderr)
@@ -268,19 +387,23 @@ def main(argv=None) -> int:
     v = info["verification"]
     errors = ", ".join(f"{n} {o['relative_error']:.2g}" for n, o in v["outputs"].items())
     agreement = "n/a" if v["agreement"] is None else f"{v['agreement']:.4f}"
-    print(f"wrote {args.out} ({info['task']}, {args.quantize}, "
-          f"{info['conversion']['size_bytes'] / 1e6:.1f} MB): verified on {v['examples']} "
-          f"examples, agreement {agreement}, relative error {errors}")
+    print(
+        f"wrote {args.out} ({info['task']}, {args.quantize}, "
+        f"{info['conversion']['size_bytes'] / 1e6:.1f} MB): verified on {v['examples']} "
+        f"examples, agreement {agreement}, relative error {errors}"
+    )
     for key, signature in info["signatures"].items():
         report = signature.get("verification")
         if report:
-            errors = ", ".join(f"{n} {o['relative_error']:.2g}"
-                               for n, o in report["outputs"].items())
-            print(f"  signature {key!r} ({', '.join(signature['methods'])}): verified on "
-                  f"{report['examples']} examples, relative error {errors}")
+            errors = ", ".join(
+                f"{n} {o['relative_error']:.2g}" for n, o in report["outputs"].items()
+            )
+            print(
+                f"  signature {key!r} ({', '.join(signature['methods'])}): verified on "
+                f"{report['examples']} examples, relative error {errors}"
+            )
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

@@ -14,7 +14,7 @@ temporary directory beside its final name and renamed into place only when
 complete and verified (`staging`): a failed or interrupted export leaves
 either the previous bundle or none, never a half-written one.
 
-Imports only the standard library and `model.io` (the edge runtime may use it).
+Imports only the standard library and `model.io.files` (the edge runtime may use it).
 
     python -c "from export import bundle; print(bundle.read_info('bundles/sst2'))"
 """
@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 
-from model.io import read_json_object, write_json
+from model.io.files import read_json_object, write_json
 
 FORMAT = 1
 MODEL = "model.tflite"
@@ -34,10 +34,16 @@ VOCAB = "vocab.txt"
 INFO = "bundle.json"
 LABEL_MAP = "label_map.json"
 
-# model.model_dir.TASKS, repeated here: importing model_dir would import Keras,
+# model.checkpoints.model_dir.TASKS, repeated here: importing model_dir would import Keras,
 # and the edge runtime reads bundles without it.
-TASKS = ("encoder", "pretraining", "classifier", "token_classifier", "question_answerer",
-         "multiple_choice")
+TASKS = (
+    "encoder",
+    "pretraining",
+    "classifier",
+    "token_classifier",
+    "question_answerer",
+    "multiple_choice",
+)
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "inputs", "outputs")
 # The signature with the bundle's own task's outputs (the one `model.evaluate` and
@@ -54,14 +60,16 @@ def is_bundle(directory: str) -> bool:
 def read_info(directory: str) -> dict:
     """bundle.json of `directory`, checked: format, task, quantization, and the files it needs."""
     path = os.path.join(directory, INFO)
-    info = read_json_object(path, "bundle", f"; is {directory!r} a bundle written by "
-                            f"python -m export?")
+    info = read_json_object(
+        path, "bundle", f"; is {directory!r} a bundle written by python -m export?"
+    )
     missing = [k for k in REQUIRED if k not in info]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}")
     if info["format"] != FORMAT:
-        raise ValueError(f"{path}: bundle format {info['format']!r}; this code reads "
-                         f"format {FORMAT}")
+        raise ValueError(
+            f"{path}: bundle format {info['format']!r}; this code reads format {FORMAT}"
+        )
     if info["task"] not in TASKS:
         raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
     if info["quantization"] not in QUANTIZATIONS:
@@ -71,8 +79,10 @@ def read_info(directory: str) -> dict:
             raise FileNotFoundError(f"{os.path.join(directory, name)}: missing from the bundle")
     for key, signature in signatures(info, path).items():
         if not isinstance(signature, dict) or signature.get("task") not in TASKS:
-            raise ValueError(f"{path}: signature {key!r} names no known task (expected "
-                             f"{{\"task\": one of {TASKS}, ...}}, got {str(signature)[:200]})")
+            raise ValueError(
+                f"{path}: signature {key!r} names no known task (expected "
+                f'{{"task": one of {TASKS}, ...}}, got {str(signature)[:200]})'
+            )
     return info
 
 
@@ -81,11 +91,17 @@ def signatures(info: dict, where: str = INFO) -> dict:
     Bundles written before signatures were recorded have one: the default, of their task."""
     listed = info.get("signatures")
     if listed is None:
-        return {DEFAULT_SIGNATURE: {"task": info.get("task"), "inputs": info.get("inputs"),
-                                    "outputs": info.get("outputs")}}
+        return {
+            DEFAULT_SIGNATURE: {
+                "task": info.get("task"),
+                "inputs": info.get("inputs"),
+                "outputs": info.get("outputs"),
+            }
+        }
     if not isinstance(listed, dict) or DEFAULT_SIGNATURE not in listed:
-        raise ValueError(f"{where}: \"signatures\" must be an object with "
-                         f"{DEFAULT_SIGNATURE!r}, got {listed!r}")
+        raise ValueError(
+            f'{where}: "signatures" must be an object with {DEFAULT_SIGNATURE!r}, got {listed!r}'
+        )
     return listed
 
 
@@ -124,8 +140,9 @@ def publish(tmp: str, directory: str) -> None:
         if not os.path.isdir(directory):
             raise FileExistsError(f"{directory}: exists and is not a directory")
         if os.listdir(directory) and not is_bundle(directory):
-            raise FileExistsError(f"{directory}: exists and is not a bundle; refusing to "
-                                  f"replace it")
+            raise FileExistsError(
+                f"{directory}: exists and is not a bundle; refusing to replace it"
+            )
         parent, name = os.path.split(directory)
         old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
         os.rmdir(old)

@@ -80,6 +80,7 @@ DEFAULT_TOP_K = 5
 
 # === Serving functions ===
 
+
 def serving(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = False):
     """(fn, input_signature, model to track): `fn(x)` returns the contract's
     outputs for the Keras `model` of `task`; the signature is a dict of
@@ -113,14 +114,16 @@ def serving(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = 
                 result["nsp_probs"] = ops.softmax(out["nsp"], axis=-1)  # (batch, 2)
             return result
     elif task == "question_answerer":
+
         def fn(x):
             out = model(x, training=False)
             return {"start_logits": out["start_logits"], "end_logits": out["end_logits"]}
     elif task in ("classifier", "token_classifier", "multiple_choice"):
         if task == "multiple_choice":
             # (batch, choices, length); a fixed number of choices when the model has one.
-            signature = {name: spec(name, [None, model.num_choices, None])
-                         for name in SEQUENCE_INPUTS}
+            signature = {
+                name: spec(name, [None, model.num_choices, None]) for name in SEQUENCE_INPUTS
+            }
 
         def fn(x):
             return {"logits": model(x, training=False)}
@@ -129,16 +132,22 @@ def serving(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = 
     return fn, signature, tracked
 
 
-def signatures(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = False,
-               encoder_signature: bool = False) -> dict:
+def signatures(
+    model,
+    task: str,
+    top_k: int = DEFAULT_TOP_K,
+    next_sentence: bool = False,
+    encoder_signature: bool = False,
+) -> dict:
     """{signature key: `serving(...)`'s triple}: the task's own under "serving_default"
     and, with `encoder_signature` (pretraining models), the model's encoder's (the
     encoder contract) under "encoder"."""
     result = {DEFAULT_SIGNATURE: serving(model, task, top_k, next_sentence)}
     if encoder_signature:
         if task != "pretraining":
-            raise ValueError(f"an {ENCODER_SIGNATURE!r} signature is for pretraining models, "
-                             f"not {task!r} ones")
+            raise ValueError(
+                f"an {ENCODER_SIGNATURE!r} signature is for pretraining models, not {task!r} ones"
+            )
         result[ENCODER_SIGNATURE] = serving(model.encoder, "encoder")
     return result
 
@@ -158,16 +167,16 @@ def _as_int32(v):
 
 # === The attention mask value ===
 
+
 @contextlib.contextmanager
 def attention_mask_value(value: float):
     """While active, Keras' masked softmax (and its fused dot-product
     attention, used when attention dropout is 0) fill masked scores with
     `value` instead of -1e9 / -2.4e38. Only for tracing an export: both
     functions are module globals read at call time."""
+    import tensorflow as tf
     from keras.src.backend.tensorflow import nn as tf_nn
     from keras.src.layers.activations import softmax
-
-    import tensorflow as tf
 
     saved = softmax._large_negative_number, tf_nn._get_large_negative
     softmax._large_negative_number = lambda dtype: value
@@ -180,10 +189,18 @@ def attention_mask_value(value: float):
 
 # === Conversion ===
 
-def to_tflite(model, task: str, quantization: str = "float32", representative=None,
-              top_k: int = DEFAULT_TOP_K, next_sentence: bool = False,
-              mask_value: float | None = DEFAULT_MASK_VALUE, float_ops=(),
-              encoder_signature: bool = False) -> bytes:
+
+def to_tflite(
+    model,
+    task: str,
+    quantization: str = "float32",
+    representative=None,
+    top_k: int = DEFAULT_TOP_K,
+    next_sentence: bool = False,
+    mask_value: float | None = DEFAULT_MASK_VALUE,
+    float_ops=(),
+    encoder_signature: bool = False,
+) -> bytes:
     """The `.tflite` bytes of `model` (see the module docstring).
 
     Args:
@@ -222,7 +239,8 @@ def to_tflite(model, task: str, quantization: str = "float32", representative=No
             converter.target_spec.supported_types = [tf.float16]
         if quantization == "int8":
             converter.representative_dataset = lambda: _calibration_samples(
-                representative, functions)
+                representative, functions
+            )
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         with warnings.catch_warnings():
             # int8 calibration runs TensorFlow's own (deprecated) tf.lite.Interpreter.
@@ -251,9 +269,13 @@ def _selective_int8(converter, float_ops: list[str]) -> bytes:
     its debug dataset is only read by `run()`, which is not called)."""
     import tensorflow as tf
 
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
-                                           tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+        tf.lite.OpsSet.TFLITE_BUILTINS,
+    ]
     debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=converter, debug_dataset=converter.representative_dataset,
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=float_ops))
+        converter=converter,
+        debug_dataset=converter.representative_dataset,
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=float_ops),
+    )
     return debugger.get_nondebug_quantized_model()

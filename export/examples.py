@@ -82,7 +82,7 @@ class Inputs:
     def __len__(self) -> int:
         return len(self.x["token_ids"])
 
-    def take(self, rows) -> "Inputs":
+    def take(self, rows) -> Inputs:
         rows = np.asarray(rows, dtype=np.int64)
         weights = self.mask_weights[rows] if self.mask_weights is not None else None
         return Inputs({k: v[rows] for k, v in self.x.items()}, self.source, weights)
@@ -94,20 +94,27 @@ class Inputs:
         for start in range(0, len(self), batch_size):
             rows = np.arange(start, min(start + batch_size, len(self)))
             length = trimmed_length(self.x["padding_mask"][rows], multiple=1)
-            yield rows, {k: v[rows][..., :length] if k != "mask_positions" else v[rows]
-                         for k, v in self.x.items()}
+            yield (
+                rows,
+                {
+                    k: v[rows][..., :length] if k != "mask_positions" else v[rows]
+                    for k, v in self.x.items()
+                },
+            )
 
     def row(self, i: int) -> dict[str, np.ndarray]:
         """Row `i` alone at exactly its own length (no padding): the runtime's case."""
-        length = trimmed_length(self.x["padding_mask"][i:i + 1], multiple=1)
-        return {k: v[i:i + 1][..., :length] if k != "mask_positions" else v[i:i + 1]
-                for k, v in self.x.items()}
+        length = trimmed_length(self.x["padding_mask"][i : i + 1], multiple=1)
+        return {
+            k: v[i : i + 1][..., :length] if k != "mask_positions" else v[i : i + 1]
+            for k, v in self.x.items()
+        }
 
 
 def dev_file(model_dir: str) -> str | None:
     """The first dev file listed in `model_dir`/metrics.json (as given, or
     relative to the model directory)."""
-    from model.io import read_json_object
+    from model.io.files import read_json_object
 
     path = os.path.join(model_dir, "metrics.json")
     if not os.path.isfile(path):
@@ -122,8 +129,14 @@ def dev_file(model_dir: str) -> str | None:
     return None
 
 
-def load(info: dict, tokenizer, seq_len: int, count: int, data: str | None = None,
-         model_dir: str | None = None) -> Inputs:
+def load(
+    info: dict,
+    tokenizer,
+    seq_len: int,
+    count: int,
+    data: str | None = None,
+    model_dir: str | None = None,
+) -> Inputs:
     """Up to `count` real input rows for the model `info` (its config.json) describes."""
     task_name = info.get("finetuned_task")
     head = info.get("task", "encoder")
@@ -133,25 +146,28 @@ def load(info: dict, tokenizer, seq_len: int, count: int, data: str | None = Non
         task = tasks.get(task_name)
         path = data or (dev_file(model_dir) if model_dir else None)
         if path is None:
-            raise ValueError(f"{model_dir}: fine-tuned on {task_name}, but metrics.json names "
-                             f"no dev file: give --data FILE (a {task_name} file) to verify on")
+            raise ValueError(
+                f"{model_dir}: fine-tuned on {task_name}, but metrics.json names "
+                f"no dev file: give --data FILE (a {task_name} file) to verify on"
+            )
         examples = task.read(path)
         if not examples:
             raise ValueError(f"{path}: no examples")
         # Encode only what is needed (a SQuAD question can make several windows).
         x = task.encode(examples[:count], tokenizer, seq_len).x
         return Inputs({k: v[:count] for k, v in x.items()}, path)
-    texts, source = (read_texts(data), data) if data else (list(BUILTIN_SENTENCES),
-                                                          "built-in sentences")
+    texts, source = (
+        (read_texts(data), data) if data else (list(BUILTIN_SENTENCES), "built-in sentences")
+    )
     # A multiple-choice row is `n` consecutive texts (the model's number of choices, else 4).
     n = (info.get("num_choices") or 4) if head == "multiple_choice" else 1
-    texts = texts[:count * n]
+    texts = texts[: count * n]
     x = pack_texts(texts, tokenizer, seq_len)
     if head == "multiple_choice":
         rows = len(texts) // n
         if rows == 0:
             raise ValueError(f"{source}: a multiple-choice model needs at least {n} lines")
-        x = {k: v[:rows * n].reshape(rows, n, seq_len) for k, v in x.items()}
+        x = {k: v[: rows * n].reshape(rows, n, seq_len) for k, v in x.items()}
     if head == "pretraining":
         if tokenizer.mask_id is None:
             raise ValueError("the vocabulary has no [MASK] token for masked-LM inputs")
@@ -162,7 +178,7 @@ def load(info: dict, tokenizer, seq_len: int, count: int, data: str | None = Non
 
 def read_texts(path: str) -> list[str]:
     """The non-empty lines of a raw text file."""
-    from model.io import reading
+    from model.io.files import reading
 
     with reading(path):
         with open(path, encoding="utf-8") as f:
@@ -180,8 +196,9 @@ def pack_texts(texts: list[str], tokenizer, seq_len: int) -> dict[str, np.ndarra
     ids_a = encode_texts(tokenizer, [a for a, _ in pairs])
     seconds = [b for _, b in pairs if b is not None]
     ids_b = iter(encode_texts(tokenizer, seconds)) if seconds else iter(())
-    return pack_rows(tokenizer, ids_a, [next(ids_b) if b is not None else None
-                                        for _, b in pairs], seq_len)
+    return pack_rows(
+        tokenizer, ids_a, [next(ids_b) if b is not None else None for _, b in pairs], seq_len
+    )
 
 
 def mask_tokens(x: dict, tokenizer, rate: float = MASK_RATE, seed: int = SEED):
@@ -201,6 +218,6 @@ def mask_tokens(x: dict, tokenizer, rate: float = MASK_RATE, seed: int = SEED):
     positions = np.zeros((len(chosen), masks), np.int32)
     weights = np.zeros((len(chosen), masks), np.float32)
     for i, c in enumerate(chosen):
-        positions[i, :len(c)] = c
-        weights[i, :len(c)] = 1.0
+        positions[i, : len(c)] = c
+        weights[i, : len(c)] = 1.0
     return {**x, "token_ids": token_ids, "mask_positions": positions}, weights

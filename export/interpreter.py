@@ -53,8 +53,13 @@ class TFLiteModel:
         output_names: the output names, sorted.
     """
 
-    def __init__(self, path: str, num_threads: int = 2, max_seq_length: int | None = None,
-                 signature: str = SIGNATURE):
+    def __init__(
+        self,
+        path: str,
+        num_threads: int = 2,
+        max_seq_length: int | None = None,
+        signature: str = SIGNATURE,
+    ):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such .tflite file")
         self.path = path
@@ -69,7 +74,7 @@ class TFLiteModel:
         self._lock = threading.Lock()
         self._bind(signature)
 
-    def signature(self, key: str) -> "TFLiteModel":
+    def signature(self, key: str) -> TFLiteModel:
         """The same file's signature `key` (same interpreter and lock, same limits)."""
         other = copy.copy(self)
         other._bind(key)
@@ -83,8 +88,9 @@ class TFLiteModel:
         self.input_details = self._runner.get_input_details()
         self.output_details = self._runner.get_output_details()
         self.output_names = sorted(self.output_details)
-        reference = next((self.input_details[n] for n in SEQUENCE_INPUTS
-                          if n in self.input_details), None)
+        reference = next(
+            (self.input_details[n] for n in SEQUENCE_INPUTS if n in self.input_details), None
+        )
         shape = [int(d) for d in reference["shape_signature"]] if reference else []
         # A fixed token axis / batch axis (-1 is dynamic); None when dynamic.
         self.fixed_length = shape[-1] if shape and shape[-1] > 0 else None
@@ -103,12 +109,14 @@ class TFLiteModel:
         batch = len(next(iter(inputs.values())))
         length = next((inputs[n].shape[-1] for n in SEQUENCE_INPUTS if n in inputs), None)
         if self.fixed_length is not None and length != self.fixed_length:
-            inputs = {n: _pad_axis(v, -1, self.fixed_length) if n in SEQUENCE_INPUTS else v
-                      for n, v in inputs.items()}
+            inputs = {
+                n: _pad_axis(v, -1, self.fixed_length) if n in SEQUENCE_INPUTS else v
+                for n, v in inputs.items()
+            }
         step = self.fixed_batch or batch
         chunks = []
         for start in range(0, batch, step):
-            part = {n: v[start:start + step] for n, v in inputs.items()}
+            part = {n: v[start : start + step] for n, v in inputs.items()}
             if self.fixed_batch is not None:
                 part = {n: _pad_axis(v, 0, self.fixed_batch) for n, v in part.items()}
             with self._lock:
@@ -116,12 +124,15 @@ class TFLiteModel:
                     out = self._runner(**part)
                 except (ValueError, RuntimeError) as e:
                     shapes = {n: v.shape for n, v in part.items()}
-                    raise ValueError(f"{self.path}: inference failed for inputs {shapes}: "
-                                     f"{e}") from None
+                    raise ValueError(
+                        f"{self.path}: inference failed for inputs {shapes}: {e}"
+                    ) from None
             rows = min(step, batch - start)
             chunks.append({n: np.array(out[n][:rows]) for n in self.output_names})
-        outputs = {n: np.concatenate([c[n] for c in chunks]) if len(chunks) > 1 else chunks[0][n]
-                   for n in self.output_names}
+        outputs = {
+            n: np.concatenate([c[n] for c in chunks]) if len(chunks) > 1 else chunks[0][n]
+            for n in self.output_names
+        }
         if self.fixed_length is not None and length is not None and length != self.fixed_length:
             outputs = {n: _cut_axes(v, self.fixed_length, length) for n, v in outputs.items()}
         return outputs
@@ -138,8 +149,10 @@ class TFLiteModel:
         missing = sorted(set(self.input_details) - set(x))
         unknown = sorted(set(x) - set(self.input_details))
         if missing or unknown:
-            raise ValueError(f"{self.path}: inputs {sorted(x)} do not match the model's "
-                             f"{sorted(self.input_details)} (missing {missing}, unknown {unknown})")
+            raise ValueError(
+                f"{self.path}: inputs {sorted(x)} do not match the model's "
+                f"{sorted(self.input_details)} (missing {missing}, unknown {unknown})"
+            )
         inputs = {}
         rows = {name: len(np.asarray(x[name])) if np.ndim(x[name]) else 0 for name in x}
         if len(set(rows.values())) > 1:
@@ -148,13 +161,17 @@ class TFLiteModel:
             value = np.asarray(x[name])
             rank = len(detail["shape_signature"])
             if value.ndim != rank:
-                raise ValueError(f"{self.path}: input {name!r} has shape {value.shape}; the "
-                                 f"model takes rank {rank} ({_shape(detail)})")
+                raise ValueError(
+                    f"{self.path}: input {name!r} has shape {value.shape}; the "
+                    f"model takes rank {rank} ({_shape(detail)})"
+                )
             if name in SEQUENCE_INPUTS:
                 limit = self.fixed_length or self.max_seq_length
                 if limit is not None and value.shape[-1] > limit:
-                    raise ValueError(f"{self.path}: input {name!r} has {value.shape[-1]} tokens; "
-                                     f"this model takes at most {limit}")
+                    raise ValueError(
+                        f"{self.path}: input {name!r} has {value.shape[-1]} tokens; "
+                        f"this model takes at most {limit}"
+                    )
             inputs[name] = np.ascontiguousarray(value, dtype=detail["dtype"])
         if not next(iter(rows.values())):
             raise ValueError(f"{self.path}: an empty batch (0 rows) has no outputs")
@@ -178,8 +195,9 @@ def _pad_axis(a: np.ndarray, axis: int, size: int) -> np.ndarray:
 
 def _cut_axes(a: np.ndarray, padded: int, length: int) -> np.ndarray:
     """Every axis after the batch axis that is `padded` long, cut to `length`."""
-    index = tuple(slice(0, length) if i > 0 and n == padded else slice(None)
-                  for i, n in enumerate(a.shape))
+    index = tuple(
+        slice(0, length) if i > 0 and n == padded else slice(None) for i, n in enumerate(a.shape)
+    )
     return a[index]
 
 

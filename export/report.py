@@ -37,6 +37,8 @@ import time
 
 import numpy as np
 
+from model.io.native_logs import import_tensorflow_quietly
+
 DEFAULT_VARIANTS = "float32,float16,dynamic,int8,int8+float_ln,int8@-1e9"
 MIN_RUNS = 50
 
@@ -44,25 +46,47 @@ MIN_RUNS = 50
 def parse_args(argv):
     from export.__main__ import DEFAULT_CALIBRATION_EXAMPLES
 
-    p = argparse.ArgumentParser(prog="python -m export.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m export.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", required=True, help="a fine-tuned model directory")
     p.add_argument("--data", required=True, help="the labelled dev file to score on")
-    p.add_argument("--task", default=None,
-                   help="task whose reader and metric to use (default: the model's finetuned_task)")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="task whose reader and metric to use (default: the model's finetuned_task)",
+    )
     p.add_argument("--out", default=None, help="also write the markdown report here")
-    p.add_argument("--variants", default=DEFAULT_VARIANTS,
-                   help="comma-separated QUANTIZATION[@MASK_VALUE] (default %(default)s)")
-    p.add_argument("--max-examples", type=int, default=None,
-                   help="score only the first N dev examples (default: all)")
+    p.add_argument(
+        "--variants",
+        default=DEFAULT_VARIANTS,
+        help="comma-separated QUANTIZATION[@MASK_VALUE] (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-examples",
+        type=int,
+        default=None,
+        help="score only the first N dev examples (default: all)",
+    )
     p.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES)
     p.add_argument("--batch-size", type=int, default=32, help="evaluation batch size")
     p.add_argument("--latency-seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--runs", type=int, default=100)
-    p.add_argument("--bundles", default=None,
-                   help="also keep each verified variant as a bundle in DIR/<variant>")
+    p.add_argument(
+        "--bundles",
+        default=None,
+        help="also keep each verified variant as a bundle in DIR/<variant>",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     args = p.parse_args(argv)
     if args.runs < MIN_RUNS:
         p.error(f"--runs must be at least {MIN_RUNS}")
@@ -85,8 +109,9 @@ def parse_variants(text: str) -> list[tuple[str, str, float, tuple]]:
         try:
             value = float(mask) if mask else DEFAULT_MASK_VALUE
         except ValueError:
-            raise ValueError(f"--variants: mask value {mask!r} in {label!r} is not a number") \
-                from None
+            raise ValueError(
+                f"--variants: mask value {mask!r} in {label!r} is not a number"
+            ) from None
         variants.append((label, quantization, value, float_ops))
     return variants
 
@@ -110,8 +135,9 @@ def in_points(task, metrics: dict) -> tuple[str, float]:
     if name not in metrics:  # e.g. MNLI's "matched_accuracy" on one file is "accuracy"
         name = next((k for k in metrics if name.endswith(k)), None)
         if name is None:
-            raise ValueError(f"task {task.name}: metric {task.main_metric!r} not in "
-                             f"{sorted(metrics)}")
+            raise ValueError(
+                f"task {task.name}: metric {task.main_metric!r} not in {sorted(metrics)}"
+            )
     value = float(metrics[name])
     return name, value if task.name.startswith("squad") else 100.0 * value
 
@@ -132,34 +158,58 @@ def run(args, log=None) -> str:
         raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
     task = tasks.get(task_name)
     if info.get("task") != task.head:
-        raise ValueError(f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "
-                         f"{task.head!r} one")
+        raise ValueError(
+            f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "
+            f"{task.head!r} one"
+        )
     seq_len = info.get("max_seq_length") or task.default_seq_len
     examples = task.read(args.data)
     if args.max_examples:
-        examples = examples[:args.max_examples]
+        examples = examples[: args.max_examples]
     timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))
     timing_x = {k: v[:1] for k, v in task.encode(examples[:1], tokenizer, timing_len).x.items()}
 
     log(f"scoring the Keras model on {len(examples)} examples of {args.data}")
     start = time.time()
-    metric, keras_points = in_points(task, task.evaluate(
-        model.predict_on_batch, examples, tokenizer, seq_len, batch_size=args.batch_size))
+    metric, keras_points = in_points(
+        task,
+        task.evaluate(
+            model.predict_on_batch, examples, tokenizer, seq_len, batch_size=args.batch_size
+        ),
+    )
     keras_seconds = time.time() - start
     keras_latency = latency(model.predict_on_batch, timing_x, args.runs, args.warmup)
     weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
-    rows = [("Keras float32 (model.weights.h5)", weights, keras_points, None, keras_latency,
-             "reference", keras_seconds)]
+    rows = [
+        (
+            "Keras float32 (model.weights.h5)",
+            weights,
+            keras_points,
+            None,
+            keras_latency,
+            "reference",
+            keras_seconds,
+        )
+    ]
     notes = []
     float32_size = None
     for label, quantization, mask_value, float_ops in variants:
         with tempfile.TemporaryDirectory(prefix="export-report-") as tmp:
             status = "verified"
             try:
-                result = build(args.model, tmp, quantization, args.data,
-                               args.calibration_examples, seq_len=seq_len, mask_value=mask_value,
-                               threads=args.threads, loaded=(model, info, tokenizer), log=log,
-                               float_ops=float_ops)
+                result = build(
+                    args.model,
+                    tmp,
+                    quantization,
+                    args.data,
+                    args.calibration_examples,
+                    seq_len=seq_len,
+                    mask_value=mask_value,
+                    threads=args.threads,
+                    loaded=(model, info, tokenizer),
+                    log=log,
+                    float_ops=float_ops,
+                )
                 verification = result["verification"]
             except VerificationError as e:
                 status, verification, result = "refused", e.report, None
@@ -169,11 +219,13 @@ def run(args, log=None) -> str:
             if quantization == "float32" and float32_size is None:
                 float32_size = size
             log(f"scoring {label} ({size / 1e6:.1f} MB)")
-            lite = TFLiteModel(path, num_threads=args.threads, max_seq_length=max(seq_len,
-                                                                                   timing_len))
+            lite = TFLiteModel(
+                path, num_threads=args.threads, max_seq_length=max(seq_len, timing_len)
+            )
             start = time.time()
-            _, points = in_points(task, task.evaluate(lite, examples, tokenizer, seq_len,
-                                                      batch_size=args.batch_size))
+            _, points = in_points(
+                task, task.evaluate(lite, examples, tokenizer, seq_len, batch_size=args.batch_size)
+            )
             seconds = time.time() - start
             timing = latency(lite.predict, timing_x, args.runs, args.warmup)
             rows.append((label, size, points, verification, timing, status, seconds))
@@ -181,8 +233,9 @@ def run(args, log=None) -> str:
                 with bundle.staging(os.path.join(args.bundles, label.replace("@", "_mask"))) as d:
                     shutil.copyfile(path, bundle.model_path(d))
                     bundle.write_files(d, os.path.join(args.model, "vocab.txt"), result)
-    return markdown(args, task, metric, len(examples), seq_len, timing_len, rows, float32_size,
-                    notes)
+    return markdown(
+        args, task, metric, len(examples), seq_len, timing_len, rows, float32_size, notes
+    )
 
 
 def markdown(args, task, metric, count, seq_len, timing_len, rows, float32_size, notes) -> str:
@@ -201,14 +254,23 @@ def markdown(args, task, metric, count, seq_len, timing_len, rows, float32_size,
     for label, size, points, verification, (p50, p90), status, seconds in rows:
         fraction = f"{size / float32_size:.1%}" if float32_size and verification else "—"
         change = f"{points - keras_points:+.2f}" if verification else "—"
-        agreement = (f"{verification['agreement']:.4f}"
-                     if verification and verification.get("agreement") is not None else "—")
-        lines.append(f"| {label} | {size / 1e6:.1f} | {fraction} | {points:.2f} | {change} | "
-                     f"{p50:.1f} | {p90:.1f} | {agreement} | {status} | {seconds:.0f} |")
-    lines += ["", "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the "
-              "residual adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 "
-              "traced with Keras' own -1e9 attention mask instead of the export's clipped "
-              f"value ({variants_mask()}). See export/convert.py.", ""]
+        agreement = (
+            f"{verification['agreement']:.4f}"
+            if verification and verification.get("agreement") is not None
+            else "—"
+        )
+        lines.append(
+            f"| {label} | {size / 1e6:.1f} | {fraction} | {points:.2f} | {change} | "
+            f"{p50:.1f} | {p90:.1f} | {agreement} | {status} | {seconds:.0f} |"
+        )
+    lines += [
+        "",
+        "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the "
+        "residual adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 "
+        "traced with Keras' own -1e9 attention mask instead of the export's clipped "
+        f"value ({variants_mask()}). See export/convert.py.",
+        "",
+    ]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -221,6 +283,7 @@ def variants_mask() -> str:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import_tensorflow_quietly(args.verbose)
     try:
         text = run(args)
     except (FileNotFoundError, ValueError) as e:
@@ -228,7 +291,7 @@ def main(argv=None) -> int:
         return 1
     print(text)
     if args.out:
-        from model.io import atomic_open
+        from model.io.files import atomic_open
 
         with atomic_open(args.out) as f:
             f.write(text)
@@ -236,5 +299,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

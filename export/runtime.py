@@ -12,7 +12,7 @@
     python -m export.runtime BUNDLE attention|features "The cat sat." ["SECOND TEXT"]
 
 What this imports, directly or not: numpy, ai_edge_litert (`export.interpreter`,
-only in `load`), the pure-Python tokenizer `model.wordpiece` and the numpy-only
+only in `load`), the pure-Python tokenizer `model.text.wordpiece` and the numpy-only
 task code of `model.tasks` (never TensorFlow or Keras; `tests/test_runtime.py`
 runs it in a virtual environment of `export/requirements-edge.txt` alone).
 `export/README.md` is the contract; `EdgeModel(predict, tokenizer,
@@ -54,9 +54,9 @@ import sys
 
 import numpy as np
 
-from model import wordpiece
 from model.tasks import ner, squad
 from model.tasks.base import predict_in_batches
+from model.text import wordpiece
 
 TASK_METHODS = {
     "fill_mask": ("pretraining",),
@@ -71,25 +71,31 @@ BATCH_SIZE = 8
 _MASK = re.compile(r"\[mask\]", re.IGNORECASE)
 
 
-def load(bundle_dir: str, num_threads: int = 2) -> "EdgeModel":
+def load(bundle_dir: str, num_threads: int = 2) -> EdgeModel:
     """The `EdgeModel` of a bundle directory written by `python -m export`, with
     every signature its bundle.json lists (one interpreter for all of them)."""
     from export import bundle
     from export.interpreter import TFLiteModel
 
     info = bundle.read_info(bundle_dir)
-    model = TFLiteModel(bundle.model_path(bundle_dir), num_threads=num_threads,
-                        max_seq_length=info["max_seq_length"])
+    model = TFLiteModel(
+        bundle.model_path(bundle_dir),
+        num_threads=num_threads,
+        max_seq_length=info["max_seq_length"],
+    )
     others = {}
     for key in bundle.signatures(info):
         if key == bundle.DEFAULT_SIGNATURE:
             continue
         if key not in model.signatures:
-            raise ValueError(f"{bundle.model_path(bundle_dir)}: no {key!r} signature, which "
-                             f"bundle.json lists (found {model.signatures})")
+            raise ValueError(
+                f"{bundle.model_path(bundle_dir)}: no {key!r} signature, which "
+                f"bundle.json lists (found {model.signatures})"
+            )
         others[key] = model.signature(key).predict
-    tokenizer = wordpiece.WordPieceTokenizer(bundle.vocab_path(bundle_dir),
-                                             lowercase=bool(info.get("lowercase", True)))
+    tokenizer = wordpiece.WordPieceTokenizer(
+        bundle.vocab_path(bundle_dir), lowercase=bool(info.get("lowercase", True))
+    )
     edge = EdgeModel(model.predict, tokenizer, info, others)
     edge.path = bundle_dir
     return edge
@@ -110,7 +116,7 @@ class EdgeModel:
             `start_logits`/`end_logits`, `topk_ids`/`topk_probs` or the
             pre-trainer's raw `mlm` logits, `sequence_output`/`pooled_output`/
             `attention_probs`) or, for one-output heads, the array itself.
-        tokenizer: a `model.wordpiece.WordPieceTokenizer` (or the TensorFlow one).
+        tokenizer: a `model.text.wordpiece.WordPieceTokenizer` (or the TensorFlow one).
         info: bundle.json's fields; "task" and "max_seq_length" are required.
         signatures: {signature key: predict} of the model's other signatures,
             each with the outputs of the task `info["signatures"][key]["task"]`
@@ -140,9 +146,11 @@ class EdgeModel:
         # task always runs there.
         self._predicts = [(self.task, predict)] + [
             (str((listed.get(key) or {}).get("task", key)), fn)
-            for key, fn in (signatures or {}).items()]
-        self.methods = list(dict.fromkeys(m for task, _ in self._predicts
-                                          for m in methods_of(task)))
+            for key, fn in (signatures or {}).items()
+        ]
+        self.methods = list(
+            dict.fromkeys(m for task, _ in self._predicts for m in methods_of(task))
+        )
         self.max_seq_length = int(info["max_seq_length"])
         if self.max_seq_length < 8:
             raise ValueError(f"max_seq_length {self.max_seq_length} is too short for any text")
@@ -155,8 +163,9 @@ class EdgeModel:
         else:
             self.labels = None
         # SQuAD settings (the fine-tuning defaults, as evaluation uses them).
-        self.version_2 = (info.get("finetuned_task") == "squad2"
-                          or info.get("null_threshold") is not None)
+        self.version_2 = (
+            info.get("finetuned_task") == "squad2" or info.get("null_threshold") is not None
+        )
         self.null_threshold = float(info.get("null_threshold") or 0.0)
         self.doc_stride = squad.DOC_STRIDE
         self.max_query_length = min(squad.MAX_QUERY_LENGTH, self.max_seq_length // 2)
@@ -164,8 +173,10 @@ class EdgeModel:
 
     def __repr__(self) -> str:
         where = f" {self.path!r}" if self.path else ""
-        return (f"EdgeModel({self.task}{where}, finetuned_task={self.info.get('finetuned_task')!r}, "
-                f"max_seq_length={self.max_seq_length}, methods={self.methods})")
+        return (
+            f"EdgeModel({self.task}{where}, finetuned_task={self.info.get('finetuned_task')!r}, "
+            f"max_seq_length={self.max_seq_length}, methods={self.methods})"
+        )
 
     # === fill_mask ===
 
@@ -180,8 +191,10 @@ class EdgeModel:
             raise ValueError("this model's vocabulary has no [MASK] token")
         parts = _MASK.split(text)
         if len(parts) == 1:
-            raise ValueError("no [MASK] in the text: write [MASK] where a word is missing, "
-                             "e.g. \"The capital of France is [MASK].\"")
+            raise ValueError(
+                "no [MASK] in the text: write [MASK] where a word is missing, "
+                'e.g. "The capital of France is [MASK]."'
+            )
         ids, masks = [], []  # word-piece ids; the index in ids of each [MASK]
         for k, piece in enumerate(tok.encode(parts)):
             if k:
@@ -193,7 +206,7 @@ class EdgeModel:
         if truncated:  # a window of `budget` tokens centred on the masks, the first one in it
             centre = (masks[0] + masks[-1]) // 2
             start = max(0, min(centre - budget // 2, masks[0], len(ids) - budget))
-            ids = ids[start:start + budget]
+            ids = ids[start : start + budget]
         kept = [k for k, m in enumerate(masks) if start <= m < start + budget]
         positions = [1 + masks[k] - start for k in kept]  # after [CLS]
         token_ids = np.array([[tok.cls_id, *ids, tok.sep_id]], np.int32)
@@ -201,37 +214,50 @@ class EdgeModel:
 
         out_masks, fills = [], {}
         for k, position, pid, prob in zip(kept, positions, top_ids, top_probs):
-            predictions = [{"token": tok.vocabulary[int(i)], "token_id": int(i), "score": float(p)}
-                           for i, p in zip(pid, prob)]
+            predictions = [
+                {"token": tok.vocabulary[int(i)], "token_id": int(i), "score": float(p)}
+                for i, p in zip(pid, prob)
+            ]
             out_masks.append({"position": position, "predictions": predictions})
             fills[k] = _fill_word(predictions, set(tok.special_ids()))
         found = _MASK.findall(text)
-        filled = parts[0] + "".join(fills.get(k, found[k]) + parts[k + 1] for k in range(len(found)))
-        return {"tokens": [tok.vocabulary[int(i)] for i in token_ids[0]], "masks": out_masks,
-                "filled": filled, "truncated": truncated}
+        filled = parts[0] + "".join(
+            fills.get(k, found[k]) + parts[k + 1] for k in range(len(found))
+        )
+        return {
+            "tokens": [tok.vocabulary[int(i)] for i in token_ids[0]],
+            "masks": out_masks,
+            "filled": filled,
+            "truncated": truncated,
+        }
 
     def _masked_lm(self, token_ids: np.ndarray, positions: list[int], top_k: int):
         """(ids, probs), each (len(positions), k): the top-k at each position,
         in as many calls as the model's fixed number of mask positions asks."""
         per_call = _fixed_dim(self.info, "mask_positions", -1) or max(1, len(positions))
-        x = {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids),
-             "padding_mask": np.ones_like(token_ids)}
+        x = {
+            "token_ids": token_ids,
+            "segment_ids": np.zeros_like(token_ids),
+            "padding_mask": np.ones_like(token_ids),
+        }
         ids, probs = [], []
         for i in range(0, len(positions), per_call):
-            chunk = positions[i:i + per_call]
+            chunk = positions[i : i + per_call]
             mask_positions = np.zeros((1, per_call), np.int32)  # padded with [CLS], ignored
-            mask_positions[0, :len(chunk)] = chunk
+            mask_positions[0, : len(chunk)] = chunk
             out = _as_dict(self.predict({**x, "mask_positions": mask_positions}), "mlm")
             if "topk_ids" in out and "topk_probs" in out:
-                chunk_ids = np.asarray(out["topk_ids"])[0, :len(chunk), :top_k]
-                chunk_probs = np.asarray(out["topk_probs"], np.float64)[0, :len(chunk), :top_k]
+                chunk_ids = np.asarray(out["topk_ids"])[0, : len(chunk), :top_k]
+                chunk_probs = np.asarray(out["topk_probs"], np.float64)[0, : len(chunk), :top_k]
             elif "mlm" in out:  # a Keras pre-trainer: logits over the vocabulary
-                p = softmax(np.asarray(out["mlm"])[0, :len(chunk)])
+                p = softmax(np.asarray(out["mlm"])[0, : len(chunk)])
                 chunk_ids = np.argsort(-p, axis=-1, kind="stable")[:, :top_k]
                 chunk_probs = np.take_along_axis(p, chunk_ids, axis=-1)
             else:
-                raise ValueError(f"the model's outputs {sorted(out)} have no masked-LM "
-                                 f"predictions (topk_ids/topk_probs or mlm)")
+                raise ValueError(
+                    f"the model's outputs {sorted(out)} have no masked-LM "
+                    f"predictions (topk_ids/topk_probs or mlm)"
+                )
             ids.extend(chunk_ids)
             probs.extend(chunk_probs)
         return ids, probs
@@ -247,9 +273,12 @@ class EdgeModel:
             return {"label": None, "scores": {}, "value": float(logits[0]), "truncated": truncated}
         names = self._label_names(logits.size)
         probs = softmax(logits)
-        return {"label": names[int(np.argmax(probs))],
-                "scores": {name: float(p) for name, p in zip(names, probs)},
-                "value": None, "truncated": truncated}
+        return {
+            "label": names[int(np.argmax(probs))],
+            "scores": {name: float(p) for name, p in zip(names, probs)},
+            "value": None,
+            "truncated": truncated,
+        }
 
     # === answer ===
 
@@ -264,26 +293,47 @@ class EdgeModel:
         x, windows, truncated = self._qa_features(example)
         outputs = predict_in_batches(self.predict, x, BATCH_SIZE, sequence_outputs=True)
         start_logits, end_logits = squad.split_logits(outputs)
-        found = squad.postprocess([example], windows, x["token_ids"], start_logits, end_logits,
-                                  self.tokenizer.vocabulary, self.tokenizer.lowercase, n_best,
-                                  self.max_answer_length, self.version_2, self.null_threshold)
+        found = squad.postprocess(
+            [example],
+            windows,
+            x["token_ids"],
+            start_logits,
+            end_logits,
+            self.tokenizer.vocabulary,
+            self.tokenizer.lowercase,
+            n_best,
+            self.max_answer_length,
+            self.version_2,
+            self.null_threshold,
+        )
         nbest = []
         for entry in found.nbest["question"]:
             begin = entry.get("answer_start", -1)  # absent: the null answer (or no span at all)
-            nbest.append({"text": entry["text"] if begin >= 0 else "", "start": begin,
-                          "end": begin + len(entry["text"]) if begin >= 0 else -1,
-                          "score": entry["start_logit"] + entry["end_logit"],
-                          "probability": entry["probability"]})
+            nbest.append(
+                {
+                    "text": entry["text"] if begin >= 0 else "",
+                    "start": begin,
+                    "end": begin + len(entry["text"]) if begin >= 0 else -1,
+                    "score": entry["start_logit"] + entry["end_logit"],
+                    "probability": entry["probability"],
+                }
+            )
         null = next((e for e in nbest if e["start"] < 0), None)
         prediction = found.predictions["question"]
         best = next((e for e in nbest if e["start"] >= 0 and e["text"] == prediction), None)
         if best is None or (self.version_2 and prediction == ""):
             best = null or {"text": "", "start": -1, "end": -1, "score": 0.0}
-        return {"text": best["text"], "start": best["start"], "end": best["end"],
-                "score": float(best["score"]),
-                "null_score": float(null["score"]) if self.version_2 and null else None,
-                "no_answer": best["start"] < 0, "nbest": nbest, "windows": len(windows.example_index),
-                "truncated": truncated}
+        return {
+            "text": best["text"],
+            "start": best["start"],
+            "end": best["end"],
+            "score": float(best["score"]),
+            "null_score": float(null["score"]) if self.version_2 and null else None,
+            "no_answer": best["start"] < 0,
+            "nbest": nbest,
+            "windows": len(windows.example_index),
+            "truncated": truncated,
+        }
 
     def _qa_features(self, example: squad.SquadExample):
         """The windows of one question (`squad.encode_squad`, with this
@@ -295,8 +345,13 @@ class EdgeModel:
         if not any(self.tokenizer.encode(example.paragraph.words)):
             raise ValueError("the context has no words the model can read")
         query = min(len(question), self.max_query_length)
-        encoded = squad.encode_squad([example], self.tokenizer, self.max_seq_length,
-                                     self.qa_stride(query), self.max_query_length)
+        encoded = squad.encode_squad(
+            [example],
+            self.tokenizer,
+            self.max_seq_length,
+            self.qa_stride(query),
+            self.max_query_length,
+        )
         return encoded.x, encoded.meta, len(question) > query
 
     def qa_stride(self, query_tokens: int) -> int:
@@ -317,20 +372,30 @@ class EdgeModel:
             raise ValueError("the text has no words the model can read")
         words = [text[s:e] for s, e in spans]
         x, _, fmap = ner.encode_sentences([words], None, self.tokenizer, self.max_seq_length)
-        logits = predict_in_batches(lambda b: _output(self.predict(b), "logits"), x, BATCH_SIZE,
-                                    sequence_outputs=True)
+        logits = predict_in_batches(
+            lambda b: _output(self.predict(b), "logits"), x, BATCH_SIZE, sequence_outputs=True
+        )
         probs = fmap.to_words(softmax(np.asarray(logits, np.float64)), [len(words)])[0]
         names = self._label_names(probs.shape[-1])
         best = probs.argmax(-1)
         tags = [names[i] for i in best]
         scores = probs[np.arange(len(words)), best]
-        out_words = [{"word": w, "start": s, "end": e, "tag": t, "score": float(p)}
-                     for w, (s, e), t, p in zip(words, spans, tags, scores)]
+        out_words = [
+            {"word": w, "start": s, "end": e, "tag": t, "score": float(p)}
+            for w, (s, e), t, p in zip(words, spans, tags, scores)
+        ]
         entities = []
         for first, last, kind in sorted(ner.chunks(tags)):
             begin, end = spans[first][0], spans[last][1]
-            entities.append({"type": kind, "text": text[begin:end], "start": begin, "end": end,
-                             "score": float(np.mean(scores[first:last + 1]))})
+            entities.append(
+                {
+                    "type": kind,
+                    "text": text[begin:end],
+                    "start": begin,
+                    "end": end,
+                    "score": float(np.mean(scores[first : last + 1])),
+                }
+            )
         return {"words": out_words, "entities": entities, "truncated": False}
 
     def tag_words(self, text: str) -> list[tuple[int, int]]:
@@ -349,8 +414,11 @@ class EdgeModel:
             while j > i and punct[j - 1]:
                 j -= 1
             # An abbreviation keeps its final period ("U.S.", "a.m.").
-            if i < j < len(chunk) and chunk[j].text == "." and any(
-                    w.text == "." for w in chunk[i:j]):
+            if (
+                i < j < len(chunk)
+                and chunk[j].text == "."
+                and any(w.text == "." for w in chunk[i:j])
+            ):
                 j += 1
             # A possessive "'s" is a word of its own, as in CoNLL ("Germany 's").
             split = j
@@ -375,8 +443,12 @@ class EdgeModel:
         if "attention_probs" not in out:
             raise ValueError(f"the model's outputs {sorted(out)} have no attention_probs")
         attention = np.asarray(out["attention_probs"], np.float32)[0, :, :, :n, :n]
-        return {"tokens": self._tokens(x, n), "segment_ids": x["segment_ids"][0, :n].tolist(),
-                "attention": attention, "truncated": truncated}
+        return {
+            "tokens": self._tokens(x, n),
+            "segment_ids": x["segment_ids"][0, :n].tolist(),
+            "attention": attention,
+            "truncated": truncated,
+        }
 
     def features(self, text: str, text_pair: str | None = None) -> dict:
         """The encoder's final hidden states and its pooled [CLS] vector."""
@@ -386,10 +458,12 @@ class EdgeModel:
         missing = [k for k in ("sequence_output", "pooled_output") if k not in out]
         if missing:
             raise ValueError(f"the model's outputs {sorted(out)} lack {missing}")
-        return {"tokens": self._tokens(x, n),
-                "sequence_output": np.asarray(out["sequence_output"], np.float32)[0, :n],
-                "pooled_output": np.asarray(out["pooled_output"], np.float32)[0],
-                "truncated": truncated}
+        return {
+            "tokens": self._tokens(x, n),
+            "sequence_output": np.asarray(out["sequence_output"], np.float32)[0, :n],
+            "pooled_output": np.asarray(out["pooled_output"], np.float32)[0],
+            "truncated": truncated,
+        }
 
     # === Helpers ===
 
@@ -401,9 +475,12 @@ class EdgeModel:
                 return predict
         needs = " or ".join(_a(t) for t in tasks) + " bundle"
         if "encoder" in tasks:  # attention, features
-            needs += " (or a pretraining bundle with an \"encoder\" signature"
-            needs += (": this one was exported without it; export it again with python -m "
-                      "export)" if self.task == "pretraining" else ")")
+            needs += ' (or a pretraining bundle with an "encoder" signature'
+            needs += (
+                ": this one was exported without it; export it again with python -m export)"
+                if self.task == "pretraining"
+                else ")"
+            )
         raise ValueError(f"this bundle is {_a(self.task)}; {method}() needs {needs}")
 
     def _pack(self, text: str, text_pair: str | None):
@@ -421,8 +498,11 @@ class EdgeModel:
         needed = len(first) + 2 + (len(second) + 1 if second is not None else 0)
         ids, segments, mask = self.tokenizer.pack(first, second, self.max_seq_length)
         n = int(mask.sum())
-        x = {"token_ids": ids[None, :n], "segment_ids": segments[None, :n],
-             "padding_mask": mask[None, :n]}
+        x = {
+            "token_ids": ids[None, :n],
+            "segment_ids": segments[None, :n],
+            "padding_mask": mask[None, :n],
+        }
         return x, n, needed > self.max_seq_length
 
     def _tokens(self, x: dict, n: int) -> list[str]:
@@ -435,6 +515,7 @@ class EdgeModel:
 
 
 # === Functions ===
+
 
 def softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, in float64."""
@@ -492,8 +573,11 @@ def _fill_word(predictions: list[dict], special: set[int]) -> str:
 
 def _jsonable(value):
     if isinstance(value, np.ndarray):
-        return {"shape": list(value.shape), "dtype": str(value.dtype),
-                "first": value.reshape(-1)[:8].round(4).tolist()}
+        return {
+            "shape": list(value.shape),
+            "dtype": str(value.dtype),
+            "first": value.reshape(-1)[:8].round(4).tolist(),
+        }
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list):

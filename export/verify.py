@@ -63,8 +63,15 @@ class VerificationError(ValueError):
         self.report = report
 
 
-def verify(predict, reference, inputs, task: str, quantization: str,
-           batch_size: int = BATCH_SIZE, single_rows: int = SINGLE_ROWS) -> dict:
+def verify(
+    predict,
+    reference,
+    inputs,
+    task: str,
+    quantization: str,
+    batch_size: int = BATCH_SIZE,
+    single_rows: int = SINGLE_ROWS,
+) -> dict:
     """The verification report of `predict` (LiteRT: inputs -> {name: array})
     against `reference` (Keras, same contract) on `inputs` (`examples.Inputs`).
 
@@ -79,17 +86,23 @@ def verify(predict, reference, inputs, task: str, quantization: str,
         weights = inputs.mask_weights[rows] if inputs.mask_weights is not None else None
         stats.add(reference(x), predict(x), x, weights)
     for i in range(min(single_rows, len(inputs))):
-        weights = inputs.mask_weights[i:i + 1] if inputs.mask_weights is not None else None
+        weights = inputs.mask_weights[i : i + 1] if inputs.mask_weights is not None else None
         x = inputs.row(i)
         stats.add(reference(x), predict(x), x, weights)
     report = stats.report(THRESHOLDS[quantization])
-    report = {"quantization": quantization, "examples": len(inputs),
-              "single_row_checks": min(single_rows, len(inputs)), "data": inputs.source,
-              **report}
+    report = {
+        "quantization": quantization,
+        "examples": len(inputs),
+        "single_row_checks": min(single_rows, len(inputs)),
+        "data": inputs.source,
+        **report,
+    }
     if not report["passed"]:
         raise VerificationError(
             f"the {quantization} export does not match the Keras model on {len(inputs)} "
-            f"examples of {inputs.source}: " + "; ".join(report["problems"]), report)
+            f"examples of {inputs.source}: " + "; ".join(report["problems"]),
+            report,
+        )
     return report
 
 
@@ -140,18 +153,23 @@ class _Stats:
             finite = self.finite[name]
             with np.errstate(invalid="ignore", over="ignore"):
                 max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-                scale = float(np.sqrt(np.mean(ref ** 2))) if ref.size else 0.0
-                rms = float(np.sqrt(np.mean(diff ** 2))) if diff.size else 0.0
+                scale = float(np.sqrt(np.mean(ref**2))) if ref.size else 0.0
+                rms = float(np.sqrt(np.mean(diff**2))) if diff.size else 0.0
             relative = rms / scale if scale > 0 else rms
             constant = self._constant(name)
-            outputs[name] = {"max_abs_diff": max_abs if finite else None,
-                             "relative_error": relative if finite else None,
-                             "finite": finite, "constant": constant}
+            outputs[name] = {
+                "max_abs_diff": max_abs if finite else None,
+                "relative_error": relative if finite else None,
+                "finite": finite,
+                "constant": constant,
+            }
             if not finite:
                 problems.append(f"output {name!r} has NaN or inf values")
             elif relative > limits.max_relative_error:
-                problems.append(f"output {name!r}: relative error {relative:.3g} > "
-                                f"{limits.max_relative_error:g} (max |diff| {max_abs:.3g})")
+                problems.append(
+                    f"output {name!r}: relative error {relative:.3g} > "
+                    f"{limits.max_relative_error:g} (max |diff| {max_abs:.3g})"
+                )
             if constant:
                 problems.append(f"output {name!r} is (nearly) the same for every input")
         agreement = None
@@ -160,11 +178,17 @@ class _Stats:
             litert_side = np.concatenate([t.ravel() for _, t in self.decisions])
             agreement = float(np.mean(keras_side == litert_side)) if keras_side.size else None
             if agreement is not None and agreement < limits.min_agreement:
-                problems.append(f"agreement with the Keras model's decisions {agreement:.3f} < "
-                                f"{limits.min_agreement}")
-        return {"outputs": outputs, "agreement": agreement,
-                "thresholds": dataclasses.asdict(limits), "passed": not problems,
-                "problems": problems}
+                problems.append(
+                    f"agreement with the Keras model's decisions {agreement:.3f} < "
+                    f"{limits.min_agreement}"
+                )
+        return {
+            "outputs": outputs,
+            "agreement": agreement,
+            "thresholds": dataclasses.asdict(limits),
+            "passed": not problems,
+            "problems": problems,
+        }
 
     def _constant(self, name: str) -> bool:
         if name not in self.items:
@@ -184,7 +208,10 @@ def _positions(name: str, task: str, tokens: np.ndarray, mask_weights):
     if name in ("topk_ids", "topk_probs"):
         return np.asarray(mask_weights) > 0
     if (task == "token_classifier" and name == "logits") or name in (
-            "start_logits", "end_logits", "sequence_output"):
+        "start_logits",
+        "end_logits",
+        "sequence_output",
+    ):
         return tokens
     return None
 
@@ -210,8 +237,7 @@ def _decision(name: str, task: str, ref: np.ndarray, out: np.ndarray, positions)
     if name in ("start_logits", "end_logits"):
         # The best position among the real tokens.
         low = np.finfo(np.float32).min
-        return (np.where(positions, ref, low).argmax(-1),
-                np.where(positions, out, low).argmax(-1))
+        return (np.where(positions, ref, low).argmax(-1), np.where(positions, out, low).argmax(-1))
     if name == "nsp_probs":
         return ref.argmax(-1), out.argmax(-1)
     return None

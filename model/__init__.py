@@ -19,13 +19,13 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
 
     Args:
         path: folder, `.keras` file or Google checkpoint prefix.
-        task: see `model.convert.TASKS`; None keeps the checkpoint's own.
+        task: see `model.checkpoints.formats.TASKS`; None keeps the checkpoint's own.
         allow_new_heads: create heads absent from the checkpoint fresh.
         **options: `num_labels`, `num_choices` for task heads.
     """
     import warnings
 
-    from model.convert import read
+    from model.checkpoints.formats import read
 
     model, _, notes = read(path, task=task, allow_new_heads=allow_new_heads, **options)
     for note in notes:

@@ -10,7 +10,6 @@ export) reads its sizes from here. A config is written next to the weights as
 from __future__ import annotations
 
 import dataclasses
-import os
 
 # Activation names. Hugging Face's `"gelu"` is the exact erf form; Google's
 # original `modeling.py` called its tanh approximation `"gelu"` too, which is
@@ -62,15 +61,23 @@ class BertConfig:
     lowercase: bool = True
 
     def __post_init__(self):
-        for name in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                     "intermediate_dim", "max_sequence_length", "num_segments"):
+        for name in (
+            "vocabulary_size",
+            "num_layers",
+            "num_heads",
+            "hidden_dim",
+            "intermediate_dim",
+            "max_sequence_length",
+            "num_segments",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         if self.hidden_dim % self.num_heads:
             raise ValueError(
                 f"BertConfig.hidden_dim ({self.hidden_dim}) must be divisible by "
-                f"num_heads ({self.num_heads})")
+                f"num_heads ({self.num_heads})"
+            )
         if not _is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"BertConfig.dropout must be in [0, 1), got {self.dropout!r}")
         # A zero or negative epsilon divides by zero on a constant row; a
@@ -81,18 +88,19 @@ class BertConfig:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
-                f"BertConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+                f"BertConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}"
+            )
 
     # === Presets ===
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "BertConfig":
+    def preset(cls, name: str, **overrides) -> BertConfig:
         """A named size from the paper (or `tiny`, for tests); `overrides` win."""
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}; choose from {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
 
-    def replace(self, **changes) -> "BertConfig":
+    def replace(self, **changes) -> BertConfig:
         return dataclasses.replace(self, **changes)
 
     # === JSON ===
@@ -101,7 +109,7 @@ class BertConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> "BertConfig":
+    def from_dict(cls, data: dict, source: str = "config") -> BertConfig:
         """Reads our own keys, or Google's / Hugging Face's `bert_config.json` keys."""
         if "hidden_size" in data:
             return cls._from_reference_dict(data, source)
@@ -112,7 +120,7 @@ class BertConfig:
         return cls(**data)
 
     @classmethod
-    def _from_reference_dict(cls, data: dict, source: str) -> "BertConfig":
+    def _from_reference_dict(cls, data: dict, source: str) -> BertConfig:
         # Hugging Face configs name their model type; Google's never do. Only
         # then can "gelu" be read: Google's modeling.py meant the tanh form.
         is_hf = "model_type" in data or "architectures" in data
@@ -143,7 +151,8 @@ class BertConfig:
             # Google's modeling.py has no exact GELU; say so instead of lying.
             raise ValueError(
                 "Google's bert_config.json cannot express the exact (erf) GELU; "
-                "its 'gelu' is the tanh approximation")
+                "its 'gelu' is the tanh approximation"
+            )
         return {
             "attention_probs_dropout_prob": self.dropout,
             "hidden_act": "gelu" if self.activation == GELU_APPROXIMATE else self.activation,
@@ -159,8 +168,8 @@ class BertConfig:
         }
 
     @classmethod
-    def from_json(cls, path: str) -> "BertConfig":
-        from model.io import read_json_object
+    def from_json(cls, path: str) -> BertConfig:
+        from model.io.files import read_json_object
 
         data = read_json_object(path)
         # Our model directories keep the encoder config under "encoder".
@@ -168,7 +177,7 @@ class BertConfig:
         return cls.from_dict(data, source=path)
 
     def to_json(self, path: str) -> None:
-        from model.io import write_json
+        from model.io.files import write_json
 
         write_json(path, self.to_dict())
 
@@ -179,8 +188,14 @@ def _is_number(value) -> bool:
 
 PRESETS = {
     # Small enough that a test builds, trains and saves it in about a second.
-    "tiny": BertConfig(vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=32,
-                       intermediate_dim=64, max_sequence_length=128),
+    "tiny": BertConfig(
+        vocabulary_size=1000,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+        max_sequence_length=128,
+    ),
     # The sizes of Google's 24 smaller BERTs (Turc et al., 2019) and the paper.
     "mini": BertConfig(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
     "small": BertConfig(num_layers=4, num_heads=8, hidden_dim=512, intermediate_dim=2048),

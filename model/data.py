@@ -23,217 +23,27 @@ name, then renamed); it holds the shards, `vocab.txt` and `dataset.json`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import glob
-import hashlib
-import json
-import os
-import random
-import shutil
 import sys
-import tempfile
 
-import numpy as np
-
-from model.corpus import FORMATS, iter_documents
-from model.masking import Masker, MaskingConfig
-from model.pretraining_data import InstanceConfig, create_instances_from_document
-
-INFO = "dataset.json"
-
-
-def expand_inputs(patterns: list[str]) -> list[str]:
-    files = []
-    for pattern in patterns:
-        matched = sorted(glob.glob(pattern))
-        if not matched:
-            raise FileNotFoundError(f"{pattern}: no such file")
-        files.extend(p for p in matched if os.path.isfile(p))
-    if not files:
-        raise FileNotFoundError(f"no input files in {patterns}")
-    return files
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _example(tf, features: dict) -> bytes:
-    feats = {}
-    for name, value in features.items():
-        if value.dtype.kind == "f":
-            feats[name] = tf.train.Feature(float_list=tf.train.FloatList(value=value.tolist()))
-        else:
-            feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=value.tolist()))
-    # Protobuf map order is arbitrary unless asked: same seed, same bytes.
-    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString(
-        deterministic=True)
-
-
-def _instance_features(instance, tokenizer, seq_len: int) -> dict:
-    second = instance.second if instance.second else None
-    ids, segments, mask = tokenizer.pack(instance.first, second, seq_len)
-    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
-            "next_sentence_labels": np.array([int(instance.is_random_next)])}
-
-
-def _tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4096):
-    """Yields documents as lists of int32 arrays, tokenising many sentences per call."""
-    pending, pending_sentences = [], 0
-
-    def flush():
-        texts = [s for doc in pending for s in doc]
-        encoded = iter(tokenizer.encode(texts))
-        for doc in pending:
-            # `doc` first: zip(encoded, doc) would pull one more sentence from
-            # `encoded` at the end of each document and drop it.
-            yield [np.asarray(ids, dtype=np.int32) for _, ids in zip(doc, encoded)]
-
-    for path in files:
-        for doc in iter_documents(path, fmt):
-            pending.append(doc)
-            pending_sentences += len(doc)
-            if pending_sentences >= batch_sentences:
-                yield from flush()
-                pending, pending_sentences = [], 0
-        if progress is not None:
-            progress.update(os.path.getsize(path))
-    yield from flush()
-
-
-def generate_instances(files: list[str], tokenizer, instance_config: InstanceConfig,
-                       seed: int = 12345, corpus_format: str = "auto",
-                       pool_tokens: int = 2_000_000, dupe_factor: int = 1, progress=None):
-    """Yields pre-training `Instance`s of `files`, a bounded pool of documents at a time.
-
-    Deterministic for a given `seed`; `dupe_factor` makes each document's
-    instances that many times (with different random pairings).
-    """
-    rng = random.Random(seed)
-
-    def from_pool(pool):
-        instances = [inst for _ in range(dupe_factor) for d in range(len(pool))
-                     for inst in create_instances_from_document(pool, d, instance_config, rng)]
-        rng.shuffle(instances)
-        return instances
-
-    pool, pool_size = [], 0
-    for doc in _tokenized_documents(files, corpus_format, tokenizer, progress):
-        doc = [s for s in doc if len(s)]
-        if not doc:
-            continue
-        if progress is not None:
-            progress.document(doc)
-        pool.append(doc)
-        pool_size += sum(len(s) for s in doc)
-        if pool_size >= pool_tokens:
-            yield from from_pool(pool)
-            pool, pool_size = [], 0
-    if pool:
-        yield from from_pool(pool)
-
-
-def build(files: list[str], tokenizer, output: str, instance_config: InstanceConfig,
-          masking: str = "dynamic", masking_config: MaskingConfig = MaskingConfig(),
-          dupe_factor: int = 1, num_shards: int = 8, seed: int = 12345,
-          corpus_format: str = "auto", pool_tokens: int = 2_000_000,
-          show_progress: bool = True) -> dict:
-    """Writes the shards of `files` into the new directory `output`; returns its info."""
-    import tensorflow as tf
-    from tqdm import tqdm
-
-    if masking not in ("dynamic", "static"):
-        raise ValueError(f"masking must be 'dynamic' or 'static', got {masking!r}")
-    try:
-        masker = Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
-    except ValueError as e:
-        raise ValueError(f"{tokenizer.vocab_path}: {e}") from None
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        raise FileExistsError(f"{output}: output exists and is not an empty directory")
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
-    try:
-        names = [f"part-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-        writers = [tf.io.TFRecordWriter(os.path.join(tmp, n)) for n in names]
-        counts = [0] * num_shards
-        seq_len = instance_config.max_seq_length
-        progress = tqdm(total=sum(os.path.getsize(f) for f in files), unit="B",
-                        unit_scale=True, desc="instances", disable=not show_progress)
-        stats = {"num_documents": 0, "num_tokens": 0}
-        total = 0
-        for inst in generate_instances(
-                files, tokenizer, instance_config, seed, corpus_format, pool_tokens,
-                dupe_factor if masking == "static" else 1, _Progress(progress, stats)):
-            feats = _instance_features(inst, tokenizer, seq_len)
-            if masking == "static":
-                masked, pos, labels, weights = masker(
-                    feats["input_ids"], np.random.default_rng([seed, total]))
-                feats.update(input_ids=masked, masked_lm_positions=pos,
-                             masked_lm_ids=labels, masked_lm_weights=weights)
-            shard = total % num_shards
-            writers[shard].write(_example(tf, feats))
-            counts[shard] += 1
-            total += 1
-            if total % 1000 == 0:
-                progress.set_postfix(instances=total)
-        progress.close()
-        for w in writers:
-            w.close()
-        if total == 0:
-            raise ValueError(f"no instances: the input has no text ({', '.join(files[:3])})")
-        shutil.copyfile(tokenizer.vocab_path, os.path.join(tmp, "vocab.txt"))
-        info = {
-            "format": "bert-pretraining-records/1",
-            "num_instances": total,
-            "shards": dict(zip(names, counts)),
-            **stats,
-            "max_seq_length": seq_len,
-            "next_sentence": instance_config.next_sentence,
-            "short_seq_prob": instance_config.short_seq_prob,
-            "masking": masking,
-            "masking_config": dataclasses.asdict(masking_config) if masking == "static" else None,
-            "dupe_factor": dupe_factor,
-            "lowercase": tokenizer.lowercase,
-            "vocab_sha256": file_sha256(tokenizer.vocab_path),
-            "seed": seed,
-            "inputs": files,
-        }
-        with open(os.path.join(tmp, INFO), "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=2)
-        if os.path.isdir(output):
-            os.rmdir(output)  # empty, checked above
-        os.chmod(tmp, 0o755)  # mkdtemp made it private
-        os.replace(tmp, output)
-        return info
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-class _Progress:
-    """Counts documents and tokens as they stream past, and advances the bar by file size."""
-
-    def __init__(self, bar, stats):
-        self.bar, self.stats = bar, stats
-
-    def update(self, nbytes):
-        self.bar.update(nbytes)
-
-    def document(self, doc):
-        self.stats["num_documents"] += 1
-        self.stats["num_tokens"] += sum(len(s) for s in doc)
+from model.io.native_logs import import_tensorflow_quietly
+from model.pretraining.build import build, expand_inputs
+from model.pretraining.corpus import FORMATS
+from model.pretraining.instances import InstanceConfig
+from model.pretraining.masking import MaskingConfig
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m model.data", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", action="append", required=True,
-                   help="input file or glob (repeatable); .gz is read as gzip")
+    p = argparse.ArgumentParser(
+        prog="python -m model.data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="input file or glob (repeatable); .gz is read as gzip",
+    )
     p.add_argument("--vocab", required=True, help="WordPiece vocab.txt")
     p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
     p.add_argument("--output", required=True, help="new directory for the shards")
@@ -242,45 +52,72 @@ def parse_args(argv):
     p.add_argument("--short-seq-prob", type=float, default=0.1)
     p.add_argument("--no-nsp", action="store_true", help="single segments, no next-sentence labels")
     p.add_argument("--masking", choices=("dynamic", "static"), default="dynamic")
-    p.add_argument("--dupe-factor", type=int, default=1,
-                   help="static masking: copies of each instance with different masks")
+    p.add_argument(
+        "--dupe-factor",
+        type=int,
+        default=1,
+        help="static masking: copies of each instance with different masks",
+    )
     p.add_argument("--max-predictions", type=int, default=20)
     p.add_argument("--mask-rate", type=float, default=0.15)
     p.add_argument("--mask-token-rate", type=float, default=0.8)
     p.add_argument("--random-token-rate", type=float, default=0.1)
     p.add_argument("--whole-word-masking", action="store_true")
     p.add_argument("--num-shards", type=int, default=8)
-    p.add_argument("--pool-tokens", type=int, default=2_000_000,
-                   help="tokens of documents held in memory at once (bounds RAM)")
+    p.add_argument(
+        "--pool-tokens",
+        type=int,
+        default=2_000_000,
+        help="tokens of documents held in memory at once (bounds RAM)",
+    )
     p.add_argument("--seed", type=int, default=12345)
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from model.tokenizer import WordPieceTokenizer
+    import_tensorflow_quietly(args.verbose)
+    from model.text.tokenizer import WordPieceTokenizer
 
     try:
         files = expand_inputs(args.input)
         tokenizer = WordPieceTokenizer(args.vocab, lowercase=not args.cased)
         masking_config = MaskingConfig(
-            mask_rate=args.mask_rate, mask_token_rate=args.mask_token_rate,
-            random_token_rate=args.random_token_rate, max_predictions=args.max_predictions,
-            whole_word=args.whole_word_masking)
-        info = build(files, tokenizer, args.output,
-                     InstanceConfig(args.max_seq_length, args.short_seq_prob, not args.no_nsp),
-                     masking=args.masking, masking_config=masking_config,
-                     dupe_factor=args.dupe_factor, num_shards=args.num_shards, seed=args.seed,
-                     corpus_format=args.format, pool_tokens=args.pool_tokens,
-                     show_progress=sys.stderr.isatty())
+            mask_rate=args.mask_rate,
+            mask_token_rate=args.mask_token_rate,
+            random_token_rate=args.random_token_rate,
+            max_predictions=args.max_predictions,
+            whole_word=args.whole_word_masking,
+        )
+        info = build(
+            files,
+            tokenizer,
+            args.output,
+            InstanceConfig(args.max_seq_length, args.short_seq_prob, not args.no_nsp),
+            masking=args.masking,
+            masking_config=masking_config,
+            dupe_factor=args.dupe_factor,
+            num_shards=args.num_shards,
+            seed=args.seed,
+            corpus_format=args.format,
+            pool_tokens=args.pool_tokens,
+            show_progress=sys.stderr.isatty(),
+        )
     except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {info['num_instances']} instances from {info['num_documents']} documents "
-          f"({info['num_tokens']} tokens) to {args.output}")
+    print(
+        f"wrote {info['num_instances']} instances from {info['num_documents']} documents "
+        f"({info['num_tokens']} tokens) to {args.output}"
+    )
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

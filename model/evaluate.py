@@ -5,7 +5,7 @@ Prints the task's metrics as JSON.
 Tasks:
     mlm   masked-LM top-1/top-5 accuracy over masked positions, masked-LM loss
           and perplexity, and next-sentence accuracy, on instances made from
-          any raw text file (`model.corpus` formats) exactly as for
+          any raw text file (`model.pretraining.corpus` formats) exactly as for
           pre-training: 15 % masking, 80/10/10, a fixed seed. A pre-training
           bundle keeps only its top-k words at each mask (`top_k` in its
           bundle.json): it is scored on the very same instances and masks,
@@ -48,6 +48,7 @@ import os
 import sys
 import time
 
+from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES
 from model.tasks import TASKS as FINETUNE_TASKS
 
@@ -55,35 +56,68 @@ TASKS = ("mlm", *FINETUNE_TASKS, *ALIASES)
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m model.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m model.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("--model", required=True,
-                   help="model directory, or a LiteRT bundle directory (python -m export)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model directory, or a LiteRT bundle directory (python -m export)",
+    )
     p.add_argument("--data", required=True, help="evaluation file")
     p.add_argument("--out", default=None, help="also write the metrics JSON here")
     p.add_argument("--batch-size", type=int, default=32)
     g = p.add_argument_group("mlm")
-    g.add_argument("--max-seq-length", type=int, default=None,
-                   help="mlm: instance length (default 128); other tasks: default the model's")
+    g.add_argument(
+        "--max-seq-length",
+        type=int,
+        default=None,
+        help="mlm: instance length (default 128); other tasks: default the model's",
+    )
     g.add_argument("--max-predictions", type=int, default=20)
     g.add_argument("--seed", type=int, default=12345)
     g.add_argument("--format", default="auto", help="corpus format of --data")
     g = p.add_argument_group("squad1, squad2")
-    g.add_argument("--predictions-dir", default=None,
-                   help="write the task's prediction files (SQuAD: predictions.json, "
-                        "nbest_predictions.json, null_odds.json) here; tasks without any ignore it")
-    g.add_argument("--null-threshold", type=float, default=None,
-                   help="squad2: answer \"\" when null score - best span score exceeds this "
-                        "(default: the model's dev-tuned null_threshold, else 0)")
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="skip (and count) malformed questions instead of stopping")
+    g.add_argument(
+        "--predictions-dir",
+        default=None,
+        help="write the task's prediction files (SQuAD: predictions.json, "
+        "nbest_predictions.json, null_odds.json) here; tasks without any ignore it",
+    )
+    g.add_argument(
+        "--null-threshold",
+        type=float,
+        default=None,
+        help='squad2: answer "" when null score - best span score exceeds this '
+        "(default: the model's dev-tuned null_threshold, else 0)",
+    )
+    g.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="skip (and count) malformed questions instead of stopping",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     return p.parse_args(argv)
 
 
-def evaluate_mlm(predict, tokenizer, path: str, max_seq_length: int = 128,
-                 max_predictions: int = 20, seed: int = 12345, batch_size: int = 32,
-                 corpus_format: str = "auto") -> dict:
+def evaluate_mlm(
+    predict,
+    tokenizer,
+    path: str,
+    max_seq_length: int = 128,
+    max_predictions: int = 20,
+    seed: int = 12345,
+    batch_size: int = 32,
+    corpus_format: str = "auto",
+) -> dict:
     """Masked-LM and NSP metrics of a pre-trainer on instances made from `path`.
 
     predict: `predict(inputs) -> {name: array}` on int32 `token_ids`,
@@ -101,22 +135,38 @@ def evaluate_mlm(predict, tokenizer, path: str, max_seq_length: int = 128,
     """
     import numpy as np
 
-    from model.data import _instance_features, generate_instances
-    from model.masking import Masker, MaskingConfig
-    from model.pretraining_data import InstanceConfig
+    from model.pretraining.build import _instance_features, generate_instances
+    from model.pretraining.instances import InstanceConfig
+    from model.pretraining.masking import Masker, MaskingConfig
 
     masker = Masker(tokenizer.vocabulary, MaskingConfig(max_predictions=max_predictions))
-    instances = list(generate_instances([path], tokenizer, InstanceConfig(max_seq_length),
-                                        seed=seed, corpus_format=corpus_format,
-                                        pool_tokens=10 ** 12))
+    instances = list(
+        generate_instances(
+            [path],
+            tokenizer,
+            InstanceConfig(max_seq_length),
+            seed=seed,
+            corpus_format=corpus_format,
+            pool_tokens=10**12,
+        )
+    )
     if not instances:
         raise ValueError(f"{path}: no text to make evaluation instances from")
     rows = []
     for i, inst in enumerate(instances):
         feats = _instance_features(inst, tokenizer, max_seq_length)
         masked, pos, labels, weights = masker(feats["input_ids"], np.random.default_rng([seed, i]))
-        rows.append((masked, feats["segment_ids"], feats["input_mask"], pos, labels, weights,
-                     feats["next_sentence_labels"][0]))
+        rows.append(
+            (
+                masked,
+                feats["segment_ids"],
+                feats["input_mask"],
+                pos,
+                labels,
+                weights,
+                feats["next_sentence_labels"][0],
+            )
+        )
     cols = [np.stack(c) for c in zip(*rows)]
     token_ids, segment_ids, padding_mask, positions, labels, weights, nsp_labels = cols
     totals = {}
@@ -124,8 +174,14 @@ def evaluate_mlm(predict, tokenizer, path: str, max_seq_length: int = 128,
     top_k = has_nsp = None
     for start in range(0, len(rows), batch_size):
         sl = slice(start, start + batch_size)
-        out = predict({"token_ids": token_ids[sl], "segment_ids": segment_ids[sl],
-                       "padding_mask": padding_mask[sl], "mask_positions": positions[sl]})
+        out = predict(
+            {
+                "token_ids": token_ids[sl],
+                "segment_ids": segment_ids[sl],
+                "padding_mask": padding_mask[sl],
+                "mask_positions": positions[sl],
+            }
+        )
         hits, top_k = mlm_hits(out, labels[sl])
         w = weights[sl]
         for name, value in hits.items():
@@ -135,8 +191,9 @@ def evaluate_mlm(predict, tokenizer, path: str, max_seq_length: int = 128,
         has_nsp = nsp is not None
         if has_nsp:
             nsp_correct += float((np.argmax(nsp, -1) == nsp_labels[sl]).sum())
-    metrics = {f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5")
-               if name in totals}
+    metrics = {
+        f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5") if name in totals
+    }
     if "nll" in totals:
         metrics["mlm_loss"] = totals["nll"] / count
         metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
@@ -173,29 +230,35 @@ def mlm_hits(out: dict, gold):
         if k >= 5:
             hits["top5"] = found[..., :5].any(-1) * 1.0
         return hits, k
-    raise ValueError(f"the model's outputs {sorted(out)} have neither masked-LM logits (mlm) "
-                     f"nor top-k predictions (topk_ids); is it a pre-training model?")
+    raise ValueError(
+        f"the model's outputs {sorted(out)} have neither masked-LM logits (mlm) "
+        f"nor top-k predictions (topk_ids); is it a pre-training model?"
+    )
 
 
 def load_mlm(directory: str, max_seq_length: int):
     """(predict, tokenizer) of a pre-training model directory or bundle, with
     its own vocabulary and casing; checks a bundle takes `max_seq_length`."""
     from export import bundle
-    from model import model_dir
-    from model.tokenizer import WordPieceTokenizer
+    from model.checkpoints import model_dir
+    from model.text.tokenizer import WordPieceTokenizer
 
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
 
         info = bundle.read_info(directory)
         if info["task"] != "pretraining":
-            raise ValueError(f"{directory}: a {info['task']!r} bundle has no masked-LM head "
-                             f"(export a pre-training model for mlm)")
+            raise ValueError(
+                f"{directory}: a {info['task']!r} bundle has no masked-LM head "
+                f"(export a pre-training model for mlm)"
+            )
         if max_seq_length > info["max_seq_length"]:
-            raise ValueError(f"{directory}: --max-seq-length {max_seq_length} is longer than "
-                             f"the bundle's max_seq_length {info['max_seq_length']}; pass "
-                             f"--max-seq-length {info['max_seq_length']} (and the same to its "
-                             f"model directory to compare)")
+            raise ValueError(
+                f"{directory}: --max-seq-length {max_seq_length} is longer than "
+                f"the bundle's max_seq_length {info['max_seq_length']}; pass "
+                f"--max-seq-length {info['max_seq_length']} (and the same to its "
+                f"model directory to compare)"
+            )
         lite = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
         lowercase = bool(info["lowercase"])
         predict = lite.predict
@@ -209,9 +272,16 @@ def load_mlm(directory: str, max_seq_length: int):
     return predict, tokenizer
 
 
-def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
-                  seq_len: int | None = None, predictions_dir: str | None = None,
-                  null_threshold: float | None = None, skip_invalid: bool = False) -> dict:
+def evaluate_task(
+    name: str,
+    directory: str,
+    path: str,
+    batch_size: int = 32,
+    seq_len: int | None = None,
+    predictions_dir: str | None = None,
+    null_threshold: float | None = None,
+    skip_invalid: bool = False,
+) -> dict:
     """The metrics of the fine-tuned model in `directory` on the labelled file `path`.
 
     predictions_dir: where the task writes its prediction files (SQuAD's).
@@ -220,46 +290,60 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
         only); their count is the `skipped` metric.
     """
     from export import bundle
-    from model import model_dir, tasks
-    from model.io import check_writable_dir
-    from model.tokenizer import WordPieceTokenizer
+    from model import tasks
+    from model.checkpoints import model_dir
+    from model.io.files import check_writable_dir
+    from model.text.tokenizer import WordPieceTokenizer
 
     task = tasks.get(name)
     if null_threshold is not None and not getattr(task, "version_2", False):
         raise ValueError(f"--null-threshold: task {task.name} has no null answer (squad2 has)")
     if skip_invalid and not hasattr(task, "skip_invalid"):
-        raise ValueError(f"--skip-invalid: task {task.name} reads its files strictly and "
-                         f"cannot skip examples")
-    from model import feature_tagger
+        raise ValueError(
+            f"--skip-invalid: task {task.name} reads its files strictly and cannot skip examples"
+        )
+    from model.features import tagger as feature_tagger
 
     if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
         if task.name != "conll2003":
-            raise ValueError(f"{directory}: a feature-based tagger scores task conll2003, not "
-                             f"{task.name}")
+            raise ValueError(
+                f"{directory}: a feature-based tagger scores task conll2003, not {task.name}"
+            )
         return feature_tagger.evaluate(directory, path)
     bundled = bundle.is_bundle(directory)
-    info = (_bundle_as_info(bundle.read_info(directory)) if bundled
-            else model_dir.read_info(directory))
+    info = (
+        _bundle_as_info(bundle.read_info(directory)) if bundled else model_dir.read_info(directory)
+    )
     if info.get("task") != task.head:
-        raise ValueError(f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
-                         f"needs a {task.head!r} one (python -m model.train finetune --task "
-                         f"{task.name} makes it)")
+        raise ValueError(
+            f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
+            f"needs a {task.head!r} one (python -m model.train finetune --task "
+            f"{task.name} makes it)"
+        )
     labels = task.labels()
     stored = info.get("id2label")
     # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
     in_file = list(getattr(task, "label_names", None) or labels or [])
     if labels and stored and [stored[k] for k in sorted(stored, key=int)] not in (labels, in_file):
-        raise ValueError(f"{directory}: the model's labels {list(stored.values())} are not "
-                         f"task {task.name}'s {labels}")
+        raise ValueError(
+            f"{directory}: the model's labels {list(stored.values())} are not "
+            f"task {task.name}'s {labels}"
+        )
     trained_on = info.get("finetuned_task")
     if trained_on and trained_on != task.name:
-        print(f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}",
-              file=sys.stderr)
+        print(
+            f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}", file=sys.stderr
+        )
     if getattr(task, "version_2", False):
         # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
         stored = info.get("null_threshold")
-        task.null_threshold = float(null_threshold if null_threshold is not None
-                                    else stored if stored is not None else task.null_threshold)
+        task.null_threshold = float(
+            null_threshold
+            if null_threshold is not None
+            else stored
+            if stored is not None
+            else task.null_threshold
+        )
     if skip_invalid:
         task.skip_invalid = True
     examples = task.read(path)  # malformed files fail before the model loads
@@ -273,11 +357,13 @@ def evaluate_task(name: str, directory: str, path: str, batch_size: int = 32,
         predict = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
     else:
         predict = model_dir.load(directory).predict_on_batch
-    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB),
-                                   lowercase=info["encoder"].get("lowercase", True))
+    tokenizer = WordPieceTokenizer(
+        os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
+    )
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
-    metrics = task.evaluate(predict, examples, tokenizer, seq_len,
-                            batch_size=batch_size, output_dir=predictions_dir)
+    metrics = task.evaluate(
+        predict, examples, tokenizer, seq_len, batch_size=batch_size, output_dir=predictions_dir
+    )
     if skip_invalid:
         metrics["skipped"] = len(getattr(task, "skipped", ()))
     return metrics
@@ -291,22 +377,39 @@ def _bundle_as_info(info: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import_tensorflow_quietly(args.verbose)
     start = time.time()
     try:
         if not os.path.isfile(args.data):
             raise FileNotFoundError(f"{args.data}: no such file")
         if args.task != "mlm":
-            metrics = evaluate_task(args.task, args.model, args.data, args.batch_size,
-                                    args.max_seq_length, args.predictions_dir,
-                                    args.null_threshold, args.skip_invalid)
+            metrics = evaluate_task(
+                args.task,
+                args.model,
+                args.data,
+                args.batch_size,
+                args.max_seq_length,
+                args.predictions_dir,
+                args.null_threshold,
+                args.skip_invalid,
+            )
             return _report(args, metrics, start)
         if args.null_threshold is not None or args.skip_invalid:
-            raise ValueError("--null-threshold (squad2) and --skip-invalid (squad1, squad2) "
-                             "do not apply to mlm")
+            raise ValueError(
+                "--null-threshold (squad2) and --skip-invalid (squad1, squad2) do not apply to mlm"
+            )
         seq_len = args.max_seq_length or 128
         predict, tokenizer = load_mlm(args.model, seq_len)
-        metrics = evaluate_mlm(predict, tokenizer, args.data, seq_len, args.max_predictions,
-                               args.seed, args.batch_size, args.format)
+        metrics = evaluate_mlm(
+            predict,
+            tokenizer,
+            args.data,
+            seq_len,
+            args.max_predictions,
+            args.seed,
+            args.batch_size,
+            args.format,
+        )
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -314,16 +417,20 @@ def main(argv=None) -> int:
 
 
 def _report(args, metrics: dict, start: float) -> int:
-    metrics = {"task": args.task, "model": args.model, "data": args.data, **metrics,
-               "seconds": round(time.time() - start, 1)}
+    metrics = {
+        "task": args.task,
+        "model": args.model,
+        "data": args.data,
+        **metrics,
+        "seconds": round(time.time() - start, 1),
+    }
     print(json.dumps(metrics, indent=2))
     if args.out:
-        from model.io import write_json
+        from model.io.files import write_json
 
         write_json(args.out, metrics)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

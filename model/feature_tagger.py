@@ -6,7 +6,7 @@
 The encoder is not trained. Every word of CoNLL-2003 is represented by its
 first WordPiece's hidden states in the chosen layers (default: the last four,
 concatenated: the paper's best, 96.1 dev F1 for BERT-base), computed once
-(`model.extract_features.LayerFeatures`). A randomly initialised two-layer
+(`model.features.layers.LayerFeatures`). A randomly initialised two-layer
 BiLSTM (768 units a direction by default) and a Dense classifier are trained
 on them, word-level tags with cross-entropy; dev F1 is conlleval's, after
 every epoch, and the best epoch is kept. OUTPUT holds
@@ -16,107 +16,38 @@ every epoch, and the best epoch is kept. OUTPUT holds
     metrics.json          best dev metrics, every epoch's, wall time, command
 
 `python -m model.evaluate --task conll2003 --model OUTPUT --data FILE` scores
-such a directory on any CoNLL-2003 file (`evaluate` below): the same features
+such a directory on any CoNLL-2003 file (`model.features.tagger.evaluate`): the same features
 from the encoder config.json names, the saved tagger, conlleval's metrics.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import sys
-import time
 
-import numpy as np
-
-from model.extract_features import DEFAULT_LAYERS
-
-TAGGER_WEIGHTS = "tagger.weights.h5"
-
-
-def word_features(features, tokenizer, sentences: list[list[str]], seq_len: int,
-                  batch_size: int = 32, dtype=np.float16) -> list[np.ndarray]:
-    """Per sentence, (num_words, len(layers) * hidden_dim): the layers at each
-    word's first WordPiece, concatenated (stored as float16 to halve memory)."""
-    from model.tasks.ner import encode_sentences
-
-    x, _, fmap = encode_sentences(sentences, None, tokenizer, seq_len)
-    width = len(features.layers) * features.hidden_dim
-    out = [np.zeros((len(words), width), dtype) for words in sentences]
-    for start, values in features.batches(x, batch_size):
-        values = values.reshape(*values.shape[:2], width)  # (batch, seq_len, layers * hidden)
-        for row in range(len(values)):
-            f = start + row
-            positions = fmap.positions[f]
-            s, w = fmap.sentence[f], fmap.start[f]
-            out[s][w:w + len(positions)] = values[row, positions]
-    return out
-
-
-def build_tagger(input_dim: int, num_labels: int, units: int = 768, num_layers: int = 2,
-                 dropout: float = 0.0):
-    """Masked (padding = all-zero rows) stacked BiLSTM -> Dense(num_labels) logits."""
-    import keras
-
-    inputs = keras.Input(shape=(None, input_dim), name="features")
-    x = keras.layers.Masking(mask_value=0.0, name="padding")(inputs)
-    for i in range(num_layers):
-        x = keras.layers.Bidirectional(
-            keras.layers.LSTM(units, return_sequences=True, dropout=dropout),
-            name=f"bilstm_{i}")(x)  # (batch, words, 2 * units)
-    logits = keras.layers.Dense(num_labels, name="logits")(x)  # (batch, words, num_labels)
-    return keras.Model(inputs, logits, name="feature_tagger")
-
-
-# Batches are padded to a multiple of this many words: a few shapes, so a
-# few traces of the train step, not one per sentence length.
-PAD_WORDS_TO = 32
-
-
-def _padded(feats: list[np.ndarray], tags: list[list[int]] | None, rows, ignore: int):
-    n = max((len(feats[i]) for i in rows), default=0)
-    n = max(1, math.ceil(n / PAD_WORDS_TO)) * PAD_WORDS_TO
-    x = np.zeros((len(rows), n, feats[0].shape[1]), np.float32)
-    y = np.full((len(rows), n), ignore, np.int32)
-    for j, i in enumerate(rows):
-        x[j, :len(feats[i])] = feats[i]
-        if tags is not None:
-            y[j, :len(tags[i])] = tags[i]
-    return x, y
-
-
-def _batches(feats, tags, batch_size: int, ignore: int, seed: int | None = None):
-    """Padded (x, y) batches; shuffled when `seed` is given."""
-    order = np.arange(len(feats))
-    if seed is not None:
-        np.random.default_rng(seed).shuffle(order)
-    for i in range(0, len(order), batch_size):
-        yield _padded(feats, tags, order[i:i + batch_size], ignore)
-
-
-def predict_tags(tagger, feats: list[np.ndarray], labels, batch_size: int = 64):
-    out = []
-    for i in range(0, len(feats), batch_size):
-        rows = list(range(i, min(i + batch_size, len(feats))))
-        x, _ = _padded(feats, None, rows, 0)
-        ids = np.asarray(tagger.predict_on_batch(x)).argmax(-1)
-        out.extend([[labels[k] for k in ids[j, :len(feats[r])]] for j, r in enumerate(rows)])
-    return out
+from model.features.layers import DEFAULT_LAYERS
+from model.features.tagger import train
+from model.io.native_logs import import_tensorflow_quietly
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m model.feature_tagger", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True,
-                   help="the frozen encoder: model directory, HF or Google folder")
-    p.add_argument("--data", required=True, help="CoNLL-2003 directory (train.txt, valid.txt) "
-                                                 "or a train file")
+    p = argparse.ArgumentParser(
+        prog="python -m model.feature_tagger",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model", required=True, help="the frozen encoder: model directory, HF or Google folder"
+    )
+    p.add_argument(
+        "--data", required=True, help="CoNLL-2003 directory (train.txt, valid.txt) or a train file"
+    )
     p.add_argument("--output", required=True)
-    p.add_argument("--layers", default=",".join(map(str, DEFAULT_LAYERS)),
-                   help="layers concatenated per word (default: %(default)s); "
-                        "write --layers=-1,-2 (with '=')")
+    p.add_argument(
+        "--layers",
+        default=",".join(map(str, DEFAULT_LAYERS)),
+        help="layers concatenated per word (default: %(default)s); write --layers=-1,-2 (with '=')",
+    )
     p.add_argument("--lstm-units", type=int, default=768, help="units per direction")
     p.add_argument("--lstm-layers", type=int, default=2)
     p.add_argument("--dropout", type=float, default=0.0, help="dropout on the LSTM inputs")
@@ -124,14 +55,25 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--max-train-examples", type=int, default=None,
-                   help="use only the first N training sentences")
+    p.add_argument(
+        "--max-train-examples",
+        type=int,
+        default=None,
+        help="use only the first N training sentences",
+    )
     p.add_argument("--seed", type=int, default=12345)
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import_tensorflow_quietly(args.verbose)
     try:
         return train(args)
     except (FileNotFoundError, ValueError) as e:
@@ -139,121 +81,5 @@ def main(argv=None) -> int:
         return 1
 
 
-def is_tagger_dir(directory: str) -> bool:
-    """Whether `directory` is an OUTPUT of this module (config.json task "feature_tagger")."""
-    path = os.path.join(directory, "config.json")
-    if not os.path.isfile(path):
-        return False
-    from model.io import read_json_object
-
-    return read_json_object(path).get("task") == "feature_tagger"
-
-
-def evaluate(directory: str, path: str) -> dict:
-    """conlleval's metrics of the tagger in `directory` on the CoNLL-2003 file `path`."""
-    from model.extract_features import LayerFeatures, load_encoder
-    from model.io import read_json_object
-    from model.tasks import get
-    from model.tasks.base import check_labelled
-    from model.tasks.ner import conll_metrics
-    from model.tokenizer import WordPieceTokenizer
-
-    info = read_json_object(os.path.join(directory, "config.json"))
-    missing = [k for k in ("encoder", "layers", "lstm_units", "lstm_layers", "max_seq_length",
-                           "id2label") if k not in info]
-    if missing:
-        raise ValueError(f"{os.path.join(directory, 'config.json')}: lacks {missing}")
-    weights = os.path.join(directory, TAGGER_WEIGHTS)
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"{weights}: missing (the tagger's weights)")
-    sentences = get("conll2003").read(path)  # a malformed file fails before anything loads
-    check_labelled(sentences, "tags")
-    encoder, vocab_path = load_encoder(info["encoder"])
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
-    features = LayerFeatures(encoder, tuple(info["layers"]))
-    feats = word_features(features, tokenizer, [s.words for s in sentences],
-                          int(info["max_seq_length"]))
-    labels = [info["id2label"][k] for k in sorted(info["id2label"], key=int)]
-    tagger = build_tagger(feats[0].shape[1], len(labels), int(info["lstm_units"]),
-                          int(info["lstm_layers"]))
-    tagger.load_weights(weights)
-    return conll_metrics([s.tags for s in sentences], predict_tags(tagger, feats, labels))
-
-
-def train(args) -> int:
-    import keras
-
-    from model.extract_features import LayerFeatures, load_encoder, parse_layers
-    from model.io import atomic_path, check_writable_dir, write_json
-    from model.tasks import get
-    from model.tasks.base import check_labelled
-    from model.tasks.ner import IGNORE, conll_metrics
-    from model.tokenizer import WordPieceTokenizer
-
-    task = get("conll2003")
-    train_file, dev_file = task.files(args.data)
-    train_set = task.read(train_file)[:args.max_train_examples]
-    check_labelled(train_set, "tags")
-    dev_set = task.read(dev_file) if dev_file else []
-    if dev_set:
-        check_labelled(dev_set, "tags")
-    check_writable_dir(args.output)
-    encoder, vocab_path = load_encoder(args.model)
-    layers = parse_layers(args.layers, encoder.config.num_layers)
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
-    features = LayerFeatures(encoder, layers)
-    labels = task.labels()
-    index = {t: i for i, t in enumerate(labels)}
-
-    start = time.time()
-    train_x = word_features(features, tokenizer, [s.words for s in train_set], args.max_seq_length)
-    train_y = [[index[t] for t in s.tags] for s in train_set]
-    dev_x = word_features(features, tokenizer, [s.words for s in dev_set], args.max_seq_length)
-    print(f"features of layers {list(layers)} for {len(train_set)} training and {len(dev_set)} "
-          f"dev sentences in {time.time() - start:.0f} s")
-
-    keras.utils.set_random_seed(args.seed)
-    tagger = build_tagger(train_x[0].shape[1], len(labels), args.lstm_units, args.lstm_layers,
-                          args.dropout)
-    tagger.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
-                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                   ignore_class=IGNORE))
-    info = {"task": "feature_tagger", "encoder": os.path.abspath(args.model),
-            "layers": list(layers), "lstm_units": args.lstm_units,
-            "lstm_layers": args.lstm_layers, "dropout": args.dropout,
-            "max_seq_length": args.max_seq_length, "id2label": dict(enumerate(labels))}
-    steps = math.ceil(len(train_x) / args.batch_size)
-    history, best = [], None
-    for epoch in range(args.epochs):
-        losses = []
-        progress = keras.utils.Progbar(steps, stateful_metrics=["loss"],
-                                       verbose=1 if sys.stdout.isatty() else 2)
-        for step, (x, y) in enumerate(_batches(train_x, train_y, args.batch_size, IGNORE,
-                                               seed=args.seed + epoch), 1):
-            logs = tagger.train_on_batch(x, y, return_dict=True)
-            losses.append(logs["loss"])
-            progress.update(step, [("loss", float(np.mean(losses)))])
-        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses))}
-        if dev_set:
-            predicted = predict_tags(tagger, dev_x, labels)
-            record.update(conll_metrics([s.tags for s in dev_set], predicted))
-            print(f"epoch {epoch + 1}: dev f1 {record['f1']:.4f}")
-        history.append(record)
-        if best is None or not dev_set or record["f1"] > best["f1"]:
-            best = record
-            with atomic_path(os.path.join(args.output, TAGGER_WEIGHTS)) as tmp:
-                tagger.save_weights(tmp)
-            write_json(os.path.join(args.output, "config.json"), info)
-    elapsed = time.time() - start
-    summary = {"dev": {k: v for k, v in best.items() if k != "epoch"} if dev_set else {},
-               "best_epoch": best["epoch"], "history": history, "train_file": train_file,
-               "dev_file": dev_file, "train_sentences": len(train_set),
-               "wall_seconds": round(elapsed, 1), "args": vars(args), "argv": sys.argv}
-    write_json(os.path.join(args.output, "metrics.json"), summary)
-    print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

@@ -1,7 +1,7 @@
 """pytest setup: tests marked `slow` run only with `--runslow`.
 
-    PYTHONPATH=. python -m pytest tests            # the fast suite
-    PYTHONPATH=. python -m pytest tests --runslow  # everything
+PYTHONPATH=. python -m pytest tests            # the fast suite
+PYTHONPATH=. python -m pytest tests --runslow  # everything
 """
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ import pytest
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", default=False,
-                     help="also run tests marked @pytest.mark.slow")
+    parser.addoption(
+        "--runslow",
+        action="store_true",
+        default=False,
+        help="also run tests marked @pytest.mark.slow",
+    )
 
 
 def pytest_configure(config):

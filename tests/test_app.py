@@ -42,8 +42,13 @@ class StandIn:
         self.task, self.max_seq_length = task, max_seq_length
         self.layers, self.heads = layers, heads
         self.labels = ["0", "1"] if task == "classifier" else None
-        self.info = {"task": task, "max_seq_length": max_seq_length, "quantization": "float32",
-                     "top_k": 5, "finetuned_task": "sst2" if task == "classifier" else None}
+        self.info = {
+            "task": task,
+            "max_seq_length": max_seq_length,
+            "quantization": "float32",
+            "top_k": 5,
+            "finetuned_task": "sst2" if task == "classifier" else None,
+        }
         self.calls = 0
 
     @staticmethod
@@ -55,13 +60,25 @@ class StandIn:
         if "[MASK]" not in text:
             raise ValueError("the text has no [MASK]")
         words = self.words(text)
-        tokens = ["[CLS]"] + words[:self.max_seq_length - 2] + ["[SEP]"]
+        tokens = ["[CLS]"] + words[: self.max_seq_length - 2] + ["[SEP]"]
         guesses = ["mat", "dog", "##s", "sun", "tree", "bird", "fish", "red", "old", "man"]
-        masks = [{"position": i, "predictions": [
-            {"token": w, "token_id": 10 + j, "score": round(0.5 / (j + 1), 4)}
-            for j, w in enumerate(guesses[:top_k])]} for i, t in enumerate(tokens) if t == "[MASK]"]
-        return {"tokens": tokens, "masks": masks, "filled": text.replace("[MASK]", "mat"),
-                "truncated": len(words) > self.max_seq_length - 2}
+        masks = [
+            {
+                "position": i,
+                "predictions": [
+                    {"token": w, "token_id": 10 + j, "score": round(0.5 / (j + 1), 4)}
+                    for j, w in enumerate(guesses[:top_k])
+                ],
+            }
+            for i, t in enumerate(tokens)
+            if t == "[MASK]"
+        ]
+        return {
+            "tokens": tokens,
+            "masks": masks,
+            "filled": text.replace("[MASK]", "mat"),
+            "truncated": len(words) > self.max_seq_length - 2,
+        }
 
     def attention(self, text, text_pair=None):
         self.calls += 1
@@ -69,39 +86,84 @@ class StandIn:
         tokens = ["[CLS]"] + a + ["[SEP]"] + (b + ["[SEP]"] if b else [])
         segments = [0] * (len(a) + 2) + [1] * (len(b) + 1 if b else 0)
         truncated = len(tokens) > self.max_seq_length
-        tokens, segments = tokens[:self.max_seq_length], segments[:self.max_seq_length]
+        tokens, segments = tokens[: self.max_seq_length], segments[: self.max_seq_length]
         n = len(tokens)
         x = np.random.default_rng(n).random((self.layers, self.heads, n, n)).astype(np.float32)
         x[..., -1] += 3.0  # every token looks at the last [SEP] most
-        return {"tokens": tokens, "segment_ids": segments,
-                "attention": x / x.sum(-1, keepdims=True), "truncated": truncated}
+        return {
+            "tokens": tokens,
+            "segment_ids": segments,
+            "attention": x / x.sum(-1, keepdims=True),
+            "truncated": truncated,
+        }
 
     def classify(self, text, text_pair=None):
         self.calls += 1
         p = 0.9 if "good" in text.lower() else 0.2
-        return {"label": "1" if p > 0.5 else "0", "scores": {"0": 1 - p, "1": p}, "value": None,
-                "truncated": len(self.words(text)) > self.max_seq_length - 2}
+        return {
+            "label": "1" if p > 0.5 else "0",
+            "scores": {"0": 1 - p, "1": p},
+            "value": None,
+            "truncated": len(self.words(text)) > self.max_seq_length - 2,
+        }
 
     def answer(self, question, context, n_best=20):
         self.calls += 1
         spans = list(re.finditer(r"\w+", context))
-        nbest = [{"text": m.group(), "start": m.start(), "end": m.end(), "score": 5.0 - i,
-                  "probability": 0.5 / (i + 1)} for i, m in enumerate(reversed(spans))][:n_best]
+        nbest = [
+            {
+                "text": m.group(),
+                "start": m.start(),
+                "end": m.end(),
+                "score": 5.0 - i,
+                "probability": 0.5 / (i + 1),
+            }
+            for i, m in enumerate(reversed(spans))
+        ][:n_best]
         windows = 1 + len(context) // 400
         if "nobody" in question.lower():  # SQuAD 2.0: the null score wins
-            return {"text": "", "start": -1, "end": -1, "score": 2.0, "null_score": 6.5,
-                    "no_answer": True, "nbest": nbest, "windows": windows}
+            return {
+                "text": "",
+                "start": -1,
+                "end": -1,
+                "score": 2.0,
+                "null_score": 6.5,
+                "no_answer": True,
+                "nbest": nbest,
+                "windows": windows,
+            }
         best = nbest[0]
-        return {**{k: best[k] for k in ("text", "start", "end", "score")}, "null_score": None,
-                "no_answer": False, "nbest": nbest, "windows": windows}
+        return {
+            **{k: best[k] for k in ("text", "start", "end", "score")},
+            "null_score": None,
+            "no_answer": False,
+            "nbest": nbest,
+            "windows": windows,
+        }
 
     def tag(self, text):
         self.calls += 1
-        words = [{"word": m.group(), "start": m.start(), "end": m.end(),
-                  "tag": "B-PER" if m.group()[:1].isupper() else "O", "score": 0.875}
-                 for m in re.finditer(r"\w+", text)]
-        entities = [{"type": "PER", "text": w["word"], "start": w["start"], "end": w["end"],
-                     "score": w["score"]} for w in words if w["tag"] != "O"]
+        words = [
+            {
+                "word": m.group(),
+                "start": m.start(),
+                "end": m.end(),
+                "tag": "B-PER" if m.group()[:1].isupper() else "O",
+                "score": 0.875,
+            }
+            for m in re.finditer(r"\w+", text)
+        ]
+        entities = [
+            {
+                "type": "PER",
+                "text": w["word"],
+                "start": w["start"],
+                "end": w["end"],
+                "score": w["score"],
+            }
+            for w in words
+            if w["tag"] != "O"
+        ]
         return {"words": words, "entities": entities, "truncated": False}
 
 
@@ -125,10 +187,18 @@ def stand_in_slots(max_seq_length: int = 32) -> dict:
 LIMITS = predict.Limits(max_chars=200)
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("", "is empty"), ("   \n\t", "is empty"), (None, "is empty"),
-    ("\u200b\u200d\ufeff", "no visible characters"), ("\x00\x01", "no visible characters"),
-    ("x" * 201, "at most 200"), (42, "must be text")])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("", "is empty"),
+        ("   \n\t", "is empty"),
+        (None, "is empty"),
+        ("\u200b\u200d\ufeff", "no visible characters"),
+        ("\x00\x01", "no visible characters"),
+        ("x" * 201, "at most 200"),
+        (42, "must be text"),
+    ],
+)
 def test_check_text_refuses_with_a_message(value, expected):
     with pytest.raises(predict.InputError, match=expected):
         predict.check_text(value, "text", LIMITS)
@@ -155,15 +225,21 @@ def test_every_view_turns_bad_input_into_a_status_message():
     for fn, args, expected in cases:
         out = fn(*args)
         assert out["status"].startswith(predict.WARNING) and expected in out["status"], out
-        assert out["raw"] == {"error": out["status"][len(predict.WARNING):]}
+        assert out["raw"] == {"error": out["status"][len(predict.WARNING) :]}
 
 
 def test_fill_mask_fills_every_mask_and_draws_bars():
-    out = predict.fill_mask(stand_in_slots()["fill_mask"], "The [mask] sat on the [ MASK ].", 3,
-                            LIMITS)
+    out = predict.fill_mask(
+        stand_in_slots()["fill_mask"], "The [mask] sat on the [ MASK ].", 3, LIMITS
+    )
     assert "Filled 2 [MASK]s" in out["status"]
-    assert out["filled"] == [("The ", None), ("mat", "1: 50%"), (" sat on the ", None),
-                             ("mat", "2: 50%"), (".", None)]
+    assert out["filled"] == [
+        ("The ", None),
+        ("mat", "1: 50%"),
+        (" sat on the ", None),
+        ("mat", "2: 50%"),
+        (".", None),
+    ]
     assert out["bars"].count('class="mask-card"') == 2 and out["bars"].count("bar-row") == 6
     assert out["raw"]["masks"][1]["predictions"][2]["token"] == "##s"
 
@@ -199,8 +275,7 @@ def test_attention_views_and_token_choice():
     out = predict.attention(slot, "The cat sat.", "Where?", 2, 3, None, LIMITS)
     tokens = out["state"]["tokens"]
     assert tokens == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "where", "?", "[SEP]"]
-    assert out["status"].startswith(
-        "Layer 2, head 3: “the” (token 1) attends most to “[SEP]”")
+    assert out["status"].startswith("Layer 2, head 3: “the” (token 1) attends most to “[SEP]”")
     assert out["head_map"].count('<td class="q') == len(tokens) ** 2
     assert out["head_map"].count('class="col seg1"') == 2  # "where", "?" after [SEP]
     assert out["grid"].count("<figure") == 3 and 'data-head="3"' in out["grid"]
@@ -251,6 +326,7 @@ def test_a_failing_model_gives_a_message_not_a_traceback(caplog):
 
 # === Discovering models ===
 
+
 def write_bundle(directory, task, finetuned=None, marker="bundle.json"):
     os.makedirs(directory)
     with open(os.path.join(directory, marker), "w") as f:
@@ -269,7 +345,8 @@ def test_discover_prefers_the_planned_folder_then_the_finetuned_task(tmp_path):
     assert sorted(found) == ["classifier", "token_classifier"]
     assert len(problems) == 1 and "broken" in problems[0]
     best = lambda key: os.path.basename(
-        models.choose(models.VIEW[key], found[models.VIEW[key].task])[0][0])
+        models.choose(models.VIEW[key], found[models.VIEW[key].task])[0][0]
+    )
     assert best("sentiment") == "b-classifier" and best("entities") == "conll2003"
     message = models.missing_message(models.VIEW["fill_mask"], str(tmp_path), "litert")
     assert "python -m export" in message and "--backend keras" in message
@@ -278,7 +355,7 @@ def test_discover_prefers_the_planned_folder_then_the_finetuned_task(tmp_path):
 
 def test_missing_models_leave_every_view_with_a_message(tmp_path):
     slots = models.load_all(str(tmp_path / "nowhere"))
-    for key, slot in slots.items():
+    for slot in slots.values():
         assert not slot.ready and "does not exist" in slot.describe()
         assert f"nowhere/{slot.view.folder}" in slot.describe()
     out = predict.entities(slots["entities"], SENTENCE, LIMITS)
@@ -286,6 +363,7 @@ def test_missing_models_leave_every_view_with_a_message(tmp_path):
 
 
 # === The app served on a loopback port ===
+
 
 @contextlib.contextmanager
 def served(slots: dict, *flags: str):
@@ -313,8 +391,9 @@ def client_for(url: str):
 
 def test_every_view_is_a_named_endpoint():
     slots = stand_in_slots()
-    with served(slots, "--max-input-chars", "300", "--concurrency", "3",
-                "--max-queue", "9") as demo:
+    with served(
+        slots, "--max-input-chars", "300", "--concurrency", "3", "--max-queue", "9"
+    ) as demo:
         url = demo.local_url
         assert url.startswith("http://127.0.0.1:")
         # One queue for all the views' events, bounded by the flags.
@@ -325,8 +404,9 @@ def test_every_view_is_a_named_endpoint():
         named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
         assert sorted(named) == sorted(ENDPOINTS)
 
-        status, filled, bars, raw = client.predict("The cat sat on the [MASK].", 3,
-                                                   api_name="/fill_mask")
+        status, filled, bars, raw = client.predict(
+            "The cat sat on the [MASK].", 3, api_name="/fill_mask"
+        )
         assert status.startswith("Filled 1 [MASK]") and "mask-card" in bars
         assert [s["token"] for s in filled] == ["The cat sat on the ", "mat", "."]
         assert raw["filled"] == "The cat sat on the mat."
@@ -341,20 +421,28 @@ def test_every_view_is_a_named_endpoint():
         status, label, raw = client.predict("A good film.", api_name="/sentiment")
         assert status == "**positive** (90.0%)" and label["label"] == "positive"
 
-        status, context, nbest, raw = client.predict("Where?", "The cat sat on the mat", 2,
-                                                     api_name="/answer")
+        status, context, nbest, raw = client.predict(
+            "Where?", "The cat sat on the mat", 2, api_name="/answer"
+        )
         assert status.startswith("**mat**") and len(nbest["data"]) == 2
         assert [s for s in context if s["class_or_confidence"] == "answer"][0]["token"] == "mat"
 
         status, spans, table, words, raw = client.predict(SENTENCE, api_name="/entities")
         assert status.startswith("3 entities") and len(table["data"]) == 3
         assert [s["token"] for s in spans if s["class_or_confidence"] == "PER"] == [
-            "George", "Washington", "Washington"]
+            "George",
+            "Washington",
+            "Washington",
+        ]
 
         # Bad input: a message in the view, never a stack trace.
-        for endpoint, args in [("/fill_mask", ("no mask", 5)), ("/sentiment", ("   ",)),
-                               ("/answer", ("", "context", 5)), ("/entities", ("é" * 301,)),
-                               ("/attention", ("\u200b", "", 1, 1, None))]:
+        for endpoint, args in [
+            ("/fill_mask", ("no mask", 5)),
+            ("/sentiment", ("   ",)),
+            ("/answer", ("", "context", 5)),
+            ("/entities", ("é" * 301,)),
+            ("/attention", ("\u200b", "", 1, 1, None)),
+        ]:
             status = client.predict(*args, api_name=endpoint)[0]
             assert status.startswith(predict.WARNING), (endpoint, status)
             assert "Traceback" not in status
@@ -366,15 +454,19 @@ def test_a_typed_file_path_is_only_text(tmp_path):
     slots = stand_in_slots()
     with served(slots) as demo:
         client = client_for(demo.local_url)
-        for endpoint, args in [("/sentiment", (str(secret),)), ("/entities", (str(secret),)),
-                               ("/answer", (str(secret), str(secret), 3)),
-                               ("/fill_mask", (f"{secret} [MASK]", 3)),
-                               ("/attention", (str(secret), "/etc/passwd", 1, 1, None))]:
+        for endpoint, args in [
+            ("/sentiment", (str(secret),)),
+            ("/entities", (str(secret),)),
+            ("/answer", (str(secret), str(secret), 3)),
+            ("/fill_mask", (f"{secret} [MASK]", 3)),
+            ("/attention", (str(secret), "/etc/passwd", 1, 1, None)),
+        ]:
             out = json.dumps(client.predict(*args, api_name=endpoint), default=str)
             assert "TOP-SECRET" not in out and "root:" not in out
 
 
 # === `python -m app` as a user starts it ===
+
 
 class SentinelProxy:
     """An HTTP(S) proxy on a loopback port that refuses everything and records what was asked:
@@ -418,11 +510,21 @@ def app_process(*flags: str, env: dict | None = None, timeout: float = 180):
     """`python -m app FLAGS` in a fresh process; yields (url, output lines so far) once it
     prints "Running on", and stops it afterwards."""
     port = free_ports(1)[0]
-    environment = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONUNBUFFERED="1",
-                       TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    process = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port), *flags],
-                               cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    environment = dict(
+        os.environ,
+        PYTHONPATH=REPO_ROOT,
+        PYTHONUNBUFFERED="1",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        **(env or {}),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "--port", str(port), *flags],
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     ready = threading.Event()
 
@@ -453,16 +555,22 @@ def app_process(*flags: str, env: dict | None = None, timeout: float = 180):
 def test_cli_starts_offline_without_models_and_explains_share(tmp_path):
     proxy = SentinelProxy()
     try:
-        with app_process("--models", str(tmp_path / "none"), "--share",
-                         env=proxy.env()) as (url, lines):
+        with app_process("--models", str(tmp_path / "none"), "--share", env=proxy.env()) as (
+            url,
+            lines,
+        ):
             log = "\n".join(lines)
             assert "--share: no public link: https://api.gradio.app cannot be reached" in log
             assert "Serving locally only" in log
             assert f"Running on {url}" in log and "tensorflow imported: no" in log
             client = client_for(url)
-            for endpoint, args in [("/fill_mask", ("a [MASK]", 5)), ("/sentiment", ("good",)),
-                                   ("/attention", ("a b", "", 1, 1, None)),
-                                   ("/answer", ("q", "c", 5)), ("/entities", ("x",))]:
+            for endpoint, args in [
+                ("/fill_mask", ("a [MASK]", 5)),
+                ("/sentiment", ("good",)),
+                ("/attention", ("a b", "", 1, 1, None)),
+                ("/answer", ("q", "c", 5)),
+                ("/entities", ("x",)),
+            ]:
                 status = client.predict(*args, api_name=endpoint)[0]
                 assert "No model for this view" in status and "python -m export" in status
     finally:
@@ -475,7 +583,12 @@ def test_cli_starts_offline_without_models_and_explains_share(tmp_path):
 def test_cli_flags_and_defaults():
     args = parse_args([])
     assert (args.models, args.backend, args.host, args.port, args.share) == (
-        "assets/models", "litert", "127.0.0.1", 7860, False)
+        "assets/models",
+        "litert",
+        "127.0.0.1",
+        7860,
+        False,
+    )
     assert (args.max_input_chars, args.concurrency, args.max_queue) == (10_000, 2, 64)
     with pytest.raises(SystemExit):
         parse_args(["--concurrency", "0"])
@@ -486,12 +599,13 @@ def test_cli_flags_and_defaults():
 # === Real (tiny, random) models: LiteRT bundles and Keras model directories ===
 
 TINY_SEQ_LEN = 32
-TINY = {"mlm": {"task": "pretraining", "next_sentence": True},
-        "encoder": {"task": "encoder"},
-        "sst2": {"task": "classifier", "num_labels": 2,
-                 "id2label": {"0": "negative", "1": "positive"}},
-        "squad": {"task": "question_answerer"},
-        "conll2003": {"task": "token_classifier", "num_labels": 9}}
+TINY = {
+    "mlm": {"task": "pretraining", "next_sentence": True},
+    "encoder": {"task": "encoder"},
+    "sst2": {"task": "classifier", "num_labels": 2, "id2label": {"0": "negative", "1": "positive"}},
+    "squad": {"task": "question_answerer"},
+    "conll2003": {"task": "token_classifier", "num_labels": 9},
+}
 
 
 def build_tiny_models(root: str) -> tuple[str, str]:
@@ -504,10 +618,10 @@ def build_tiny_models(root: str) -> tuple[str, str]:
     import keras
 
     from export.__main__ import export_bundle
-    from model import model_dir
-    from model.encoder import BertEncoder
+    from model.checkpoints import model_dir
+    from model.networks.encoder import BertEncoder
     from model.tasks.ner import CONLL2003_LABELS
-    from model.tokenizer import load_vocabulary
+    from model.text.tokenizer import load_vocabulary
 
     os.makedirs(root, exist_ok=True)
     vocab = write_task_vocab(os.path.join(root, "vocab.txt"))
@@ -520,8 +634,13 @@ def build_tiny_models(root: str) -> tuple[str, str]:
         model = model_dir.build_model({**spec, "encoder": encoder.config.to_dict()}, encoder)
         directory = os.path.join(keras_dir, folder)
         model_dir.save(model, directory, vocab, extra={"max_seq_length": TINY_SEQ_LEN})
-        export_bundle(directory, os.path.join(bundles, folder), "float32", verify_examples=4,
-                      log=lambda message: None)
+        export_bundle(
+            directory,
+            os.path.join(bundles, folder),
+            "float32",
+            verify_examples=4,
+            log=lambda message: None,
+        )
     open(done, "w").close()
     return keras_dir, bundles
 
@@ -532,16 +651,18 @@ def tiny_models(tmp_path_factory):
 
 
 LONG = "the cat sat on the mat . " * 30  # 210 WordPieces: over the tiny models' 32
-CALLS = [("/fill_mask", ("The cat sat on the [MASK].", 5)),
-         ("/fill_mask", (LONG + "a [MASK] " + LONG + "[MASK] .", 3)),
-         ("/attention", ("The cat sat on the mat.", "Where is it?", 2, 2, 3)),
-         ("/attention", (LONG, "", 1, 1, None)),
-         ("/sentiment", ("A good film.",)),
-         ("/sentiment", ("\U0001f600 caf\u00e9 \u202e\u0645\u0631\u062d\u0628\u0627 x\u0301",)),
-         ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
-         ("/answer", ("Where did the cat sit?", LONG, 3)),
-         ("/entities", ("George met Anna in Paris.",)),
-         ("/entities", (LONG,))]
+CALLS = [
+    ("/fill_mask", ("The cat sat on the [MASK].", 5)),
+    ("/fill_mask", (LONG + "a [MASK] " + LONG + "[MASK] .", 3)),
+    ("/attention", ("The cat sat on the mat.", "Where is it?", 2, 2, 3)),
+    ("/attention", (LONG, "", 1, 1, None)),
+    ("/sentiment", ("A good film.",)),
+    ("/sentiment", ("\U0001f600 caf\u00e9 \u202e\u0645\u0631\u062d\u0628\u0627 x\u0301",)),
+    ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
+    ("/answer", ("Where did the cat sit?", LONG, 3)),
+    ("/entities", ("George met Anna in Paris.",)),
+    ("/entities", (LONG,)),
+]
 
 
 def check_real_answers(client) -> dict:
@@ -597,8 +718,9 @@ def test_cli_keras_backend_answers_as_the_bundles(tiny_models):
     assert confidences == pytest.approx(scores, abs=1e-4)
     mlm = runtime.load(os.path.join(bundles, "mlm")).fill_mask("The cat sat on the [MASK].")
     keras_top = answers["/fill_mask"][0][3]["masks"][0]["predictions"]
-    assert [p["token"] for p in keras_top][:2] == [p["token"] for p in mlm["masks"][0][
-        "predictions"]][:2]
+    assert [p["token"] for p in keras_top][:2] == [
+        p["token"] for p in mlm["masks"][0]["predictions"]
+    ][:2]
 
 
 def test_no_answer_view_with_a_real_squad2_runtime(tiny_models):

@@ -22,8 +22,15 @@ import pytest
 from app.models import VIEW
 from tests.test_app import SENTENCE, served, tiny_models  # noqa: F401 (a fixture)
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 TIMEOUT_MS = 30_000
 # The first render loads Gradio's whole front end: on two cores shared with other jobs it has
 # taken over 30 s (a CI run beside three model evaluations), so it gets longer.
@@ -31,8 +38,12 @@ FIRST_RENDER_MS = 120_000
 
 
 def chromium_path() -> str | None:
-    for candidate in (os.environ.get("APP_CHROMIUM"), shutil.which("chromium"),
-                      "/usr/bin/chromium", shutil.which("chromium-browser")):
+    for candidate in (
+        os.environ.get("APP_CHROMIUM"),
+        shutil.which("chromium"),
+        "/usr/bin/chromium",
+        shutil.which("chromium-browser"),
+    ):
         if candidate and os.path.isfile(candidate):
             return candidate
     return None
@@ -92,12 +103,19 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(TIMEOUT_MS)
     outside = []
-    page.on("request", lambda r: outside.append(r.url)
-            if not r.url.startswith((url.rstrip("/"), "data:", "blob:")) else None)
+    page.on(
+        "request",
+        lambda r: (
+            outside.append(r.url)
+            if not r.url.startswith((url.rstrip("/"), "data:", "blob:"))
+            else None
+        ),
+    )
     shot = Shots(page, tmp_path)
     page.goto(url, timeout=FIRST_RENDER_MS)
     expect(page.get_by_text("The capital of France is [MASK].", exact=True)).to_be_visible(
-        timeout=FIRST_RENDER_MS)
+        timeout=FIRST_RENDER_MS
+    )
 
     def run(view: str, fields: dict, button: str = "run"):
         page.get_by_role("tab", name=VIEW[view].title, exact=True).click()
@@ -111,7 +129,8 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     # Masked words: an example fills the box; the bars and the filled sentence appear.
     page.get_by_text("The capital of France is [MASK].", exact=True).click()
     expect(page.locator("#fill_mask-text textarea")).to_have_value(
-        "The capital of France is [MASK].")
+        "The capital of France is [MASK]."
+    )
     run("fill_mask", {"text": "The cat sat on the [MASK]."})
     expect(status("fill_mask")).to_contain_text("Filled 1 [MASK]")
     expect(page.locator("#fill_mask-bars .mask-card")).to_have_count(1)

@@ -49,12 +49,25 @@ from app import models, predict  # noqa: E402
 MAX_CHARS = 5000
 
 SPECIAL = [
-    "", " ", "   \n\t  ", "\u200b\u200d\ufeff", "\x00\x01\x02\x1b[31m", "x" * 100_000,
-    "\U0001f600\U0001f44d\U0001f3fd \U0001f1eb\U0001f1f7", "\u0645\u0631\u062d\u0628\u0627 "
-    "\u05e9\u05dc\u05d5\u05dd \u202e\u202d", "[MASK] " * 300, "[MASK]" * 40, "[mask] [MASK]",
-"e\u0301 \u1100\u1161 \u0915\u094d\u0937", "../../etc/passwd",
-    "<script>alert(1)</script>", "a" * MAX_CHARS, "a" * (MAX_CHARS + 1), "\r\n" * 50,
-    "[CLS] [SEP] [PAD] [UNK]", "the cat sat on the mat . " * 150,
+    "",
+    " ",
+    "   \n\t  ",
+    "\u200b\u200d\ufeff",
+    "\x00\x01\x02\x1b[31m",
+    "x" * 100_000,
+    "\U0001f600\U0001f44d\U0001f3fd \U0001f1eb\U0001f1f7",
+    "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd \u202e\u202d",
+    "[MASK] " * 300,
+    "[MASK]" * 40,
+    "[mask] [MASK]",
+    "e\u0301 \u1100\u1161 \u0915\u094d\u0937",
+    "../../etc/passwd",
+    "<script>alert(1)</script>",
+    "a" * MAX_CHARS,
+    "a" * (MAX_CHARS + 1),
+    "\r\n" * 50,
+    "[CLS] [SEP] [PAD] [UNK]",
+    "the cat sat on the mat . " * 150,
 ]
 # Every code point but lone surrogates, which no client can send (JSON over HTTP is UTF-8;
 # the server's handling of them is tested in test_app.py::test_check_text_keeps_odd_unicode...).
@@ -62,8 +75,11 @@ ALPHABET = st.characters(exclude_categories=("Cs",))
 
 
 def texts():
-    return st.one_of(st.sampled_from(SPECIAL), st.text(ALPHABET, max_size=300),
-                     st.text("ab [MASK]\u0645\U0001f600\x00 \n", max_size=200))
+    return st.one_of(
+        st.sampled_from(SPECIAL),
+        st.text(ALPHABET, max_size=300),
+        st.text("ab [MASK]\u0645\U0001f600\x00 \n", max_size=200),
+    )
 
 
 _SSL_CONTEXT = ssl.create_default_context()
@@ -115,8 +131,9 @@ def app_client(tmp_path_factory):
     _, bundles = build_tiny_models(str(tmp_path_factory.getbasetemp() / "app-tiny-models"))
     slots = models.load_all(bundles, "litert", 1)
     assert all(slot.ready for slot in slots.values()), {k: s.describe() for k, s in slots.items()}
-    with served(slots, "--max-input-chars", str(MAX_CHARS), "--concurrency", "2",
-                "--max-queue", "64") as demo:
+    with served(
+        slots, "--max-input-chars", str(MAX_CHARS), "--concurrency", "2", "--max-queue", "64"
+    ) as demo:
         yield demo.local_url, loopback_client(demo.local_url)
 
 
@@ -150,19 +167,26 @@ def check(out, endpoint, args):
 
 CALLS = {
     "/fill_mask": st.tuples(texts(), st.integers(1, 5)),  # the slider: 1 to the top_k
-    "/attention": st.tuples(texts(), texts(), st.integers(1, 2), st.integers(1, 2),
-                            st.one_of(st.none(), st.integers(0, 40))),
+    "/attention": st.tuples(
+        texts(),
+        texts(),
+        st.integers(1, 2),
+        st.integers(1, 2),
+        st.one_of(st.none(), st.integers(0, 40)),
+    ),
     "/sentiment": st.tuples(texts()),
     "/answer": st.one_of(
         st.tuples(texts(), texts(), st.integers(1, 20)),
         # A question longer than its context.
-        st.tuples(st.text(min_size=50, max_size=400), st.text(max_size=40), st.just(3))),
+        st.tuples(st.text(min_size=50, max_size=400), st.text(max_size=40), st.just(3)),
+    ),
     "/entities": st.tuples(texts()),
 }
 
 
-SETTINGS = settings(deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 
 
 def fuzz(client, endpoint: str, examples: int) -> int:
@@ -218,8 +242,13 @@ def send_all(clients: list, endpoint: str, inputs: list[tuple]) -> list[str]:
 def test_generated_inputs_get_an_answer_or_a_message(app_client, endpoint):
     _, client = app_client
     for args in [(s,) for s in SPECIAL]:  # every special case once, whatever hypothesis picks
-        full = {"/fill_mask": args + (5,), "/attention": args + ("", 1, 1, None),
-                "/sentiment": args, "/answer": args + (args[0], 3), "/entities": args}[endpoint]
+        full = {
+            "/fill_mask": args + (5,),
+            "/attention": args + ("", 1, 1, None),
+            "/sentiment": args,
+            "/answer": args + (args[0], 3),
+            "/entities": args,
+        }[endpoint]
         check(client.predict(*full, api_name=endpoint), endpoint, full)
     assert fuzz(client, endpoint, 40) >= 40
     assert_few_dropped(len(SPECIAL) + 40)
@@ -246,10 +275,13 @@ def test_a_thousand_generated_inputs_per_view(eight_clients, endpoint):
 def test_16_concurrent_clients_50_requests_each(app_client):
     """16 clients x 50 requests (all five views in turn), at once: no errors; p95 printed."""
     url, _ = app_client
-    calls = [("/sentiment", ("A good film.",)), ("/fill_mask", ("The cat sat on the [MASK].", 3)),
-             ("/entities", ("George met Anna in Paris.",)),
-             ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
-             ("/attention", ("The cat sat.", "", 1, 1, None))]
+    calls = [
+        ("/sentiment", ("A good film.",)),
+        ("/fill_mask", ("The cat sat on the [MASK].", 3)),
+        ("/entities", ("George met Anna in Paris.",)),
+        ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
+        ("/attention", ("The cat sat.", "", 1, 1, None)),
+    ]
     latencies, errors = [], []
     lock = threading.Lock()
     clients = [loopback_client(url) for _ in range(16)]
@@ -281,5 +313,7 @@ def test_16_concurrent_clients_50_requests_each(app_client):
     assert len(latencies) == 16 * 50
     assert_few_dropped(16 * 50)
     p50, p95 = np.percentile(latencies, [50, 95])
-    print(f"load: 16 clients x 50 requests in {wall:.1f} s: p50 {p50 * 1000:.0f} ms, "
-          f"p95 {p95 * 1000:.0f} ms, {len(latencies) / wall:.1f} requests/s")
+    print(
+        f"load: 16 clients x 50 requests in {wall:.1f} s: p50 {p50 * 1000:.0f} ms, "
+        f"p95 {p95 * 1000:.0f} ms, {len(latencies) / wall:.1f} requests/s"
+    )

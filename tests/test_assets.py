@@ -35,8 +35,9 @@ def model_of(slots, view: str):
 
 
 def test_assets_fit_the_budget():
-    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(ASSETS)
-                for f in files)
+    total = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(ASSETS) for f in files
+    )
     assert 0 < total <= BUDGET_BYTES, f"assets/ holds {total / 1e6:.1f} MB"
 
 
@@ -59,8 +60,7 @@ def test_the_model_card_describes_every_bundle():
 
 
 def test_fill_mask_knows_a_capital(slots):
-    result = model_of(slots, "fill_mask").fill_mask(
-        "Paris is the capital of [MASK].", top_k=5)
+    result = model_of(slots, "fill_mask").fill_mask("Paris is the capital of [MASK].", top_k=5)
     words = [p["token"] for p in result["masks"][0]["predictions"]]
     assert "france" in words, words
 
@@ -80,16 +80,22 @@ def test_sentiment_of_plain_reviews(slots):
 
 def test_answers_come_from_the_context(slots):
     model = model_of(slots, "answer")
-    context = ("Marie Curie was a Polish physicist and chemist who worked in Paris. "
-               "She won the Nobel Prize twice.")
+    context = (
+        "Marie Curie was a Polish physicist and chemist who worked in Paris. "
+        "She won the Nobel Prize twice."
+    )
     assert model.answer("Where did Marie Curie work?", context)["text"] == "Paris"
     assert model.answer("How many times did she win the Nobel Prize?", context)["text"] == "twice"
 
 
 def test_entities_of_a_news_sentence(slots):
     model = model_of(slots, "entities")
-    entities = model.tag("Angela Merkel met Emmanuel Macron in Paris on behalf of the "
-                         "European Union.")["entities"]
+    entities = model.tag(
+        "Angela Merkel met Emmanuel Macron in Paris on behalf of the European Union."
+    )["entities"]
     assert [(e["type"], e["text"]) for e in entities] == [
-        ("PER", "Angela Merkel"), ("PER", "Emmanuel Macron"), ("LOC", "Paris"),
-        ("ORG", "European Union")]
+        ("PER", "Angela Merkel"),
+        ("PER", "Emmanuel Macron"),
+        ("LOC", "Paris"),
+        ("ORG", "European Union"),
+    ]

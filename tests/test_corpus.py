@@ -1,4 +1,4 @@
-"""model.corpus: sentence splitting, strict file reading and the three corpus formats.
+"""model.pretraining.corpus: sentence splitting, strict file reading and the three corpus formats.
 
 Tiny files in `tmp_path` cover each format and each way a file can be bad;
 the real corpora under ../shared/data are read when present (skipped otherwise).
@@ -13,16 +13,18 @@ import re
 
 import pytest
 
-from model.corpus import detect_format, iter_documents, open_text, split_sentences
+from model.pretraining.corpus import detect_format, iter_documents, open_text, split_sentences
 from tests.helpers import SHARED_DATA, gutenberg_text
 
 GUTENBERG = os.path.join(SHARED_DATA, "pretrain", "gutenberg")
 ENWIKI = os.path.join(SHARED_DATA, "pretrain", "enwiki-2015")
 WIKITEXT = os.path.join(SHARED_DATA, "wikitext-2-raw", "wiki.valid.raw")
 # Phrases of Project Gutenberg's licence, header and footer; none may reach a document.
-LICENCE = re.compile(r"(?i:gutenberg-tm|gutenberg licen|small print!|use of anyone anywhere|"
-                     r"free of all fees|literary archive)|START OF TH|END OF TH|"
-                     r"THIS ELECTRONIC VERSION")
+LICENCE = re.compile(
+    r"(?i:gutenberg-tm|gutenberg licen|small print!|use of anyone anywhere|"
+    r"free of all fees|literary archive)|START OF TH|END OF TH|"
+    r"THIS ELECTRONIC VERSION"
+)
 
 
 def write(path, text: str, newline: str = "\n") -> str:
@@ -36,11 +38,15 @@ def write(path, text: str, newline: str = "\n") -> str:
 
 # === split_sentences ===
 
+
 def test_split_sentences_at_ends_not_at_titles_or_initials():
     text = 'Mr. Smith met Dr. J. R. Jones at 5 p.m. on the hill. "Hello!" he said. Why? Because.'
     assert split_sentences(text) == [
-        "Mr. Smith met Dr. J. R. Jones at 5 p.m. on the hill.", '"Hello!" he said.', "Why?",
-        "Because."]
+        "Mr. Smith met Dr. J. R. Jones at 5 p.m. on the hill.",
+        '"Hello!" he said.',
+        "Why?",
+        "Because.",
+    ]
 
 
 def test_split_sentences_empty_and_unterminated():
@@ -53,65 +59,89 @@ def test_split_sentences_empty_and_unterminated():
 
 # === text (google-research) format ===
 
+
 def test_google_format_blank_line_between_documents(tmp_path):
-    path = write(tmp_path / "c.txt", "First one.\nSecond one.\n\nThird one.\n\n\n"
-                 "A paragraph line. It holds two sentences.\n")
+    path = write(
+        tmp_path / "c.txt",
+        "First one.\nSecond one.\n\nThird one.\n\n\nA paragraph line. It holds two sentences.\n",
+    )
     assert detect_format(path) == "text"
     assert list(iter_documents(path)) == [
-        ["First one.", "Second one."], ["Third one."],
-        ["A paragraph line.", "It holds two sentences."]]
+        ["First one.", "Second one."],
+        ["Third one."],
+        ["A paragraph line.", "It holds two sentences."],
+    ]
 
 
 def test_wikitext_top_level_headings_start_articles(tmp_path):
     # WikiText: " \n" lines separate paragraphs of one article; only " = Title = "
     # starts a new one, " = = Section = = " lines are dropped.
-    text = (" \n = Alpha = \n \n Alpha is first . It is one .\n \n = = History = = \n \n"
-            " Alpha had a history .\n \n = Beta = \n \n Beta is second .\n")
+    text = (
+        " \n = Alpha = \n \n Alpha is first . It is one .\n \n = = History = = \n \n"
+        " Alpha had a history .\n \n = Beta = \n \n Beta is second .\n"
+    )
     path = write(tmp_path / "wiki.train.raw", text)
     assert list(iter_documents(path, "text")) == [
-        ["Alpha is first .", "It is one .", "Alpha had a history ."], ["Beta is second ."]]
+        ["Alpha is first .", "It is one .", "Alpha had a history ."],
+        ["Beta is second ."],
+    ]
 
 
 # === wiki (WikiExtractor) format ===
 
+
 def test_wikiextractor_blocks_drop_the_title(tmp_path):
-    text = ('<doc id="1" url="u1" title="Anarchism">\nAnarchism\n\n'
-            "Anarchism is a philosophy. It has many currents.\nA second paragraph.\n</doc>\n"
-            '<doc id="2" url="u2" title="Empty">\nEmpty\n\n</doc>\n'
-            '<doc id="3" url="u3" title="Autism">\nAutism\nAutism is a disorder.\n</doc>\n')
+    text = (
+        '<doc id="1" url="u1" title="Anarchism">\nAnarchism\n\n'
+        "Anarchism is a philosophy. It has many currents.\nA second paragraph.\n</doc>\n"
+        '<doc id="2" url="u2" title="Empty">\nEmpty\n\n</doc>\n'
+        '<doc id="3" url="u3" title="Autism">\nAutism\nAutism is a disorder.\n</doc>\n'
+    )
     path = write(tmp_path / "wiki_00.gz", text)
     assert detect_format(path) == "wiki"
     assert list(iter_documents(path)) == [
         ["Anarchism is a philosophy.", "It has many currents.", "A second paragraph."],
-        ["Autism is a disorder."]]
+        ["Autism is a disorder."],
+    ]
 
 
 # === gutenberg format ===
 
+
 def test_gutenberg_gzip_crlf_header_and_footer_stripped(tmp_path):
-    body = ("CHAPTER I.\n\nIt was a dark and stormy\nnight. The rain fell in\n"
-            "torrents.\n\n\nThe end came soon.\n")
+    body = (
+        "CHAPTER I.\n\nIt was a dark and stormy\nnight. The rain fell in\n"
+        "torrents.\n\n\nThe end came soon.\n"
+    )
     path = write(tmp_path / "book.txt.gz", gutenberg_text(body), newline="\r\n")
     with open(path, "rb") as f:
         assert gzip.decompress(f.read()).count(b"\r\n") > 5
     assert detect_format(path) == "gutenberg"
     docs = list(iter_documents(path))
     # One book, one document; wrapped lines are joined into sentences.
-    assert docs == [["CHAPTER I.", "It was a dark and stormy night.", "The rain fell in torrents.",
-                     "The end came soon."]]
+    assert docs == [
+        [
+            "CHAPTER I.",
+            "It was a dark and stormy night.",
+            "The rain fell in torrents.",
+            "The end came soon.",
+        ]
+    ]
     assert not any("\r" in s or LICENCE.search(s) or "Gutenberg" in s for s in docs[0])
 
 
 def test_gutenberg_old_etext_small_print_header(tmp_path):
     # Books from before ~2002 have no "*** START OF" line: the licence comes first.
-    text = ("***The Project Gutenberg Etext of Old Book***\n\nSome header talk.\n\n"
-            "***START**THE SMALL PRINT!**FOR PUBLIC DOMAIN ETEXTS**START***\n"
-            "Why is this \"Small Print!\" statement here?  You know: lawyers.\n\n"
-            "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n"
-            "[Portions of this header are copyright (C) 2001 by Michael S. Hart\n"
-            "and may be reprinted only when these Etexts are free of all fees.]\n\n\n"
-            "OLD BOOK\n\nOnce upon a time there was\na book.\n\n"
-            "End of The Project Gutenburg Etext of Old Book\n")
+    text = (
+        "***The Project Gutenberg Etext of Old Book***\n\nSome header talk.\n\n"
+        "***START**THE SMALL PRINT!**FOR PUBLIC DOMAIN ETEXTS**START***\n"
+        'Why is this "Small Print!" statement here?  You know: lawyers.\n\n'
+        "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n"
+        "[Portions of this header are copyright (C) 2001 by Michael S. Hart\n"
+        "and may be reprinted only when these Etexts are free of all fees.]\n\n\n"
+        "OLD BOOK\n\nOnce upon a time there was\na book.\n\n"
+        "End of The Project Gutenburg Etext of Old Book\n"
+    )
     path = write(tmp_path / "old.txt", text, newline="\r\n")
     assert detect_format(path) == "gutenberg"
     assert list(iter_documents(path)) == [["OLD BOOK", "Once upon a time there was a book."]]
@@ -124,6 +154,7 @@ def test_gutenberg_without_markers_is_an_error_naming_the_file(tmp_path):
 
 
 # === bad files ===
+
 
 def test_missing_file(tmp_path):
     path = str(tmp_path / "nope.txt")
@@ -163,6 +194,7 @@ def test_unknown_format():
 
 
 # === the real corpora (../shared/data), when present ===
+
 
 def _gutenberg_books(without_start_marker: bool) -> list[str]:
     index = os.path.join(GUTENBERG, "index.tsv")

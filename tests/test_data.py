@@ -1,4 +1,4 @@
-"""model.data (text -> TFRecord shards) and model.pretraining_dataset (shards -> batches).
+"""model.data (text -> TFRecord shards) and model.pretraining.dataset (shards -> batches).
 
 Tiny vocabularies and corpora in temporary folders; every build takes well
 under a second. The CLI is run through `main([...])` (and once as a real
@@ -19,10 +19,11 @@ import pytest
 import tensorflow as tf
 
 from model import data
-from model.masking import Masker, MaskingConfig
-from model.pretraining_data import InstanceConfig
-from model.pretraining_dataset import find_records, pretraining_dataset
-from model.tokenizer import WordPieceTokenizer
+from model.pretraining import build
+from model.pretraining.dataset import find_records, pretraining_dataset
+from model.pretraining.instances import InstanceConfig
+from model.pretraining.masking import Masker, MaskingConfig
+from model.text.tokenizer import WordPieceTokenizer
 from tests.helpers import WORDS, leftovers, write_corpus, write_vocab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,8 +32,21 @@ BATCH = 8
 
 
 def build_args(corpus, vocab, output, *extra) -> list[str]:
-    return ["--input", str(corpus), "--vocab", str(vocab), "--output", str(output),
-            "--max-seq-length", str(SEQ_LEN), "--num-shards", "3", "--seed", "1", *extra]
+    return [
+        "--input",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--output",
+        str(output),
+        "--max-seq-length",
+        str(SEQ_LEN),
+        "--num-shards",
+        "3",
+        "--seed",
+        "1",
+        *extra,
+    ]
 
 
 def read_records(directory) -> list[dict]:
@@ -41,14 +55,17 @@ def read_records(directory) -> list[dict]:
     for path in sorted(glob.glob(os.path.join(directory, "*.tfrecord"))):
         for raw in tf.data.TFRecordDataset(path):
             feats = tf.train.Example.FromString(raw.numpy()).features.feature
-            out.append({k: np.array(v.float_list.value or v.int64_list.value)
-                        for k, v in feats.items()})
+            out.append(
+                {k: np.array(v.float_list.value or v.int64_list.value) for k, v in feats.items()}
+            )
     return out
 
 
 def shard_bytes(directory) -> dict[str, bytes]:
-    return {os.path.basename(p): open(p, "rb").read()
-            for p in sorted(glob.glob(os.path.join(directory, "*.tfrecord")))}
+    return {
+        os.path.basename(p): open(p, "rb").read()
+        for p in sorted(glob.glob(os.path.join(directory, "*.tfrecord")))
+    }
 
 
 def batches(dataset, n: int) -> list:
@@ -65,8 +82,10 @@ def assert_same_batch(a, b):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("inputs")
-    return {"vocab": write_vocab(d / "vocab.txt"),
-            "corpus": write_corpus(d / "corpus.txt", num_documents=30, seed=0)}
+    return {
+        "vocab": write_vocab(d / "vocab.txt"),
+        "corpus": write_corpus(d / "corpus.txt", num_documents=30, seed=0),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +108,19 @@ def dynamic(files, tmp_path_factory):
 
 # === model.data: building ===
 
+
 def test_build_writes_shards_dataset_json_and_vocab(files, tmp_path, capsys):
     out = tmp_path / "wiki32"
     assert data.main(build_args(files["corpus"], files["vocab"], out)) == 0
     info = json.loads((out / "dataset.json").read_text())
     assert capsys.readouterr().out.startswith(f"wrote {info['num_instances']} instances from 30 ")
-    assert sorted(os.listdir(out)) == ["dataset.json", "part-00000-of-00003.tfrecord",
-                                       "part-00001-of-00003.tfrecord",
-                                       "part-00002-of-00003.tfrecord", "vocab.txt"]
+    assert sorted(os.listdir(out)) == [
+        "dataset.json",
+        "part-00000-of-00003.tfrecord",
+        "part-00001-of-00003.tfrecord",
+        "part-00002-of-00003.tfrecord",
+        "vocab.txt",
+    ]
     assert leftovers(tmp_path, "wiki32") == ["wiki32"]
     assert (out / "vocab.txt").read_bytes() == open(files["vocab"], "rb").read()
     records = read_records(out)
@@ -113,17 +137,23 @@ def test_build_writes_shards_dataset_json_and_vocab(files, tmp_path, capsys):
 
 def test_documents_stay_whole(tokenizer, tmp_path):
     # Each document repeats its own word, so an IsNext pair must hold one word only.
-    corpus = write_corpus(tmp_path / "c.txt", num_documents=12, sentences=(3, 8),
-                          document_words=True)
+    corpus = write_corpus(
+        tmp_path / "c.txt", num_documents=12, sentences=(3, 8), document_words=True
+    )
     with open(corpus, encoding="utf-8") as f:
         sentences = [line.strip() for line in f if line.strip()]
     expected_tokens = sum(len(ids) for ids in tokenizer.encode(sentences))
-    info = data.build([corpus], tokenizer, str(tmp_path / "out"),
-                      InstanceConfig(max_seq_length=64), show_progress=False)
+    info = build.build(
+        [corpus],
+        tokenizer,
+        str(tmp_path / "out"),
+        InstanceConfig(max_seq_length=64),
+        show_progress=False,
+    )
     assert info["num_documents"] == 12 and info["num_tokens"] == expected_tokens
     period = tokenizer.token_to_id["."]
     words = {tokenizer.token_to_id[w] for w in WORDS[:12]}
-    instances = list(data.generate_instances([corpus], tokenizer, InstanceConfig(64), seed=5))
+    instances = list(build.generate_instances([corpus], tokenizer, InstanceConfig(64), seed=5))
     for inst in instances:
         first, second = set(inst.first) - {period}, set(inst.second) - {period}
         assert len(first) == 1 and first <= words
@@ -144,12 +174,25 @@ def test_static_masking_is_deterministic(files, tmp_path):
     outs = []
     for name in ("a", "b"):
         outs.append(tmp_path / name)
-        assert data.main(build_args(files["corpus"], files["vocab"], outs[-1], "--masking",
-                                    "static", "--dupe-factor", "2")) == 0
+        assert (
+            data.main(
+                build_args(
+                    files["corpus"],
+                    files["vocab"],
+                    outs[-1],
+                    "--masking",
+                    "static",
+                    "--dupe-factor",
+                    "2",
+                )
+            )
+            == 0
+        )
     assert shard_bytes(outs[0]) == shard_bytes(outs[1])
 
 
 # === model.data: bad input stops cleanly ===
+
 
 def _bad_inputs(d, files):
     """name -> (argv changes, the path the message must name, a phrase of the message)."""
@@ -164,16 +207,29 @@ def _bad_inputs(d, files):
         "blank corpus": ({"--input": str(d / "blank.txt")}, d / "blank.txt", "no instances"),
         "binary file": ({"--input": str(d / "model.bin")}, d / "model.bin", "binary"),
         "not UTF-8": ({"--input": str(d / "latin1.txt")}, d / "latin1.txt", ":1: not UTF-8"),
-        "not UTF-8, text": ({"--input": str(d / "latin1.txt"), "--format": "text"},
-                            d / "latin1.txt", ":1: not UTF-8"),
+        "not UTF-8, text": (
+            {"--input": str(d / "latin1.txt"), "--format": "text"},
+            d / "latin1.txt",
+            ":1: not UTF-8",
+        ),
         "vocab without [MASK]": ({"--vocab": no_mask}, no_mask, "no [MASK] token"),
         "missing vocab": ({"--vocab": str(d / "nope.txt")}, d / "nope.txt", "not found"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing input", "empty corpus", "blank corpus", "binary file",
-                                  "not UTF-8", "not UTF-8, text", "vocab without [MASK]",
-                                  "missing vocab"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing input",
+        "empty corpus",
+        "blank corpus",
+        "binary file",
+        "not UTF-8",
+        "not UTF-8, text",
+        "vocab without [MASK]",
+        "missing vocab",
+    ],
+)
 def test_bad_input_stops_with_a_message_and_no_output(case, files, tmp_path, capsys):
     changes, named, phrase = _bad_inputs(tmp_path, files)[case]
     args = build_args(files["corpus"], files["vocab"], tmp_path / "out")
@@ -193,7 +249,11 @@ def test_error_after_writing_began_leaves_nothing(files, tmp_path, capsys):
     bad = tmp_path / "z_bad.txt"
     bad.write_bytes(b"A good line.\n" * 10 + b"\xff\xfe broken\n")
     args = build_args(files["corpus"], files["vocab"], tmp_path / "out") + [
-        "--input", str(bad), "--pool-tokens", "100"]
+        "--input",
+        str(bad),
+        "--pool-tokens",
+        "100",
+    ]
     assert data.main(args) == 1
     assert f"error: {bad}:11: not UTF-8" in capsys.readouterr().err
     assert leftovers(tmp_path, "out") == []
@@ -215,25 +275,34 @@ def test_cli_process_exit_code_and_message(files, tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, "-m", "model.data", *build_args(missing, files["vocab"], tmp_path / "o")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert f"error: {missing}: no such file" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert leftovers(tmp_path, "o") == []
 
 
-# === model.pretraining_dataset ===
+# === model.pretraining.dataset ===
+
 
 def test_batches_have_the_model_shapes_and_dtypes(dynamic, masker):
-    (x, y, sw), = batches(pretraining_dataset(dynamic, BATCH, masker, seed=0), 1)
+    ((x, y, sw),) = batches(pretraining_dataset(dynamic, BATCH, masker, seed=0), 1)
     p = masker.config.max_predictions
     expected = {
-        "x": {"token_ids": ((BATCH, SEQ_LEN), np.int32),
-              "segment_ids": ((BATCH, SEQ_LEN), np.int32),
-              "padding_mask": ((BATCH, SEQ_LEN), np.int32),
-              "mask_positions": ((BATCH, p), np.int32)},
+        "x": {
+            "token_ids": ((BATCH, SEQ_LEN), np.int32),
+            "segment_ids": ((BATCH, SEQ_LEN), np.int32),
+            "padding_mask": ((BATCH, SEQ_LEN), np.int32),
+            "mask_positions": ((BATCH, p), np.int32),
+        },
         "y": {"mlm": ((BATCH, p), np.int32), "nsp": ((BATCH, 1), np.int32)},
-        "sw": {"mlm": ((BATCH, p), np.float32), "nsp": ((BATCH,), np.float32)}}
+        "sw": {"mlm": ((BATCH, p), np.float32), "nsp": ((BATCH,), np.float32)},
+    }
     for name, got in (("x", x), ("y", y), ("sw", sw)):
         assert {k: (v.shape, v.dtype) for k, v in got.items()} == expected[name]
     assert set(np.unique(y["nsp"])) <= {0, 1}
@@ -248,7 +317,7 @@ def test_mlm_weights_are_scaled_to_a_mean_over_real_predictions(dynamic, masker)
     # Keras divides a weighted loss by batch * P; the weights are scaled by
     # (batch * P) / (real predictions) so the loss is the mean over real ones.
     p = masker.config.max_predictions
-    for x, y, sw in batches(pretraining_dataset(dynamic, BATCH, masker, seed=0), 5):
+    for _x, _y, sw in batches(pretraining_dataset(dynamic, BATCH, masker, seed=0), 5):
         real = sw["mlm"] > 0
         assert sw["mlm"].sum() == pytest.approx(BATCH * p, rel=1e-5)
         np.testing.assert_allclose(sw["mlm"][real], BATCH * p / real.sum(), rtol=1e-6)
@@ -261,21 +330,27 @@ def test_start_step_resumes_at_exactly_that_batch(dynamic, masker):
     fresh = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4), 3 * num // BATCH)
     straddles = [num // BATCH, 2 * num // BATCH]  # epoch 0 -> 1 and 1 -> 2
     for k in [0, 1] + straddles + [straddles[0] + 1]:
-        resumed, = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4, start_step=k), 1)
+        (resumed,) = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4, start_step=k), 1)
         assert_same_batch(resumed, fresh[k])
 
 
 def _unmasked_stream(dynamic, masker, seed, n):
     """(position, original token ids, mask positions) of the first n*BATCH examples."""
     out = []
-    for step, (x, y, sw) in enumerate(batches(pretraining_dataset(dynamic, BATCH, masker, seed),
-                                              n)):
+    for step, (x, y, sw) in enumerate(
+        batches(pretraining_dataset(dynamic, BATCH, masker, seed), n)
+    ):
         for b in range(BATCH):
             real = sw["mlm"][b] > 0
             ids = x["token_ids"][b].copy()
             ids[x["mask_positions"][b, real]] = y["mlm"][b, real]
-            out.append((step * BATCH + b, ids.tobytes() + x["segment_ids"][b].tobytes(),
-                        tuple(x["mask_positions"][b, real])))
+            out.append(
+                (
+                    step * BATCH + b,
+                    ids.tobytes() + x["segment_ids"][b].tobytes(),
+                    tuple(x["mask_positions"][b, real]),
+                )
+            )
     return out
 
 
@@ -286,19 +361,33 @@ def test_dynamic_masks_are_fresh_each_epoch_and_fixed_per_position(dynamic, mask
     epoch1 = {key: masks for pos, key, masks in stream if num <= pos < 2 * num}
     # Every example once per epoch, in another order ...
     assert len(epoch0) == len(epoch1) == num and epoch0.keys() == epoch1.keys()
-    assert [k for _, k, _ in stream[:num]] != [k for _, k, _ in stream[num:2 * num]]
+    assert [k for _, k, _ in stream[:num]] != [k for _, k, _ in stream[num : 2 * num]]
     # ... with other masks.
     same = np.mean([epoch0[k] == epoch1[k] for k in epoch0])
     assert same < 0.2, same
     # The same (seed, position) gives the same masks; another seed, others.
-    assert _unmasked_stream(dynamic, masker, seed=4, n=3) == stream[:3 * BATCH]
-    assert _unmasked_stream(dynamic, masker, seed=5, n=3) != stream[:3 * BATCH]
+    assert _unmasked_stream(dynamic, masker, seed=4, n=3) == stream[: 3 * BATCH]
+    assert _unmasked_stream(dynamic, masker, seed=5, n=3) != stream[: 3 * BATCH]
 
 
 def test_static_records_are_used_as_they_are(files, tmp_path):
     out = tmp_path / "static"
-    assert data.main(build_args(files["corpus"], files["vocab"], out, "--masking", "static",
-                                "--num-shards", "1", "--max-predictions", "6")) == 0
+    assert (
+        data.main(
+            build_args(
+                files["corpus"],
+                files["vocab"],
+                out,
+                "--masking",
+                "static",
+                "--num-shards",
+                "1",
+                "--max-predictions",
+                "6",
+            )
+        )
+        == 0
+    )
     records = read_records(out)
     ds = pretraining_dataset(str(out), 4, masker=None, seed=0, shuffle_buffer=1)
     for step, (x, y, sw) in enumerate(batches(ds, 3)):
@@ -319,7 +408,7 @@ def test_records_need_a_masker_or_matching_nsp(files, dynamic, masker, tmp_path)
     assert data.main(build_args(files["corpus"], files["vocab"], out, "--no-nsp")) == 0
     with pytest.raises(ValueError, match="--no-nsp"):
         pretraining_dataset(str(out), BATCH, masker)
-    (x, y, sw), = batches(pretraining_dataset(str(out), BATCH, masker, next_sentence=False), 1)
+    ((x, y, sw),) = batches(pretraining_dataset(str(out), BATCH, masker, next_sentence=False), 1)
     assert set(y) == set(sw) == {"mlm"}
     assert not x["segment_ids"].any()
 
@@ -327,16 +416,20 @@ def test_records_need_a_masker_or_matching_nsp(files, dynamic, masker, tmp_path)
 def test_find_records_with_and_without_dataset_json(dynamic, tmp_path):
     files_, info = find_records(dynamic)
     assert len(files_) == 3 and info["num_instances"] == sum(info["shards"].values())
-    assert find_records(os.path.join(dynamic, "part-0000[01]-*"))[1]["num_instances"] == \
-        sum(list(info["shards"].values())[:2])
+    assert find_records(os.path.join(dynamic, "part-0000[01]-*"))[1]["num_instances"] == sum(
+        list(info["shards"].values())[:2]
+    )
     # Records from elsewhere (no dataset.json) are inspected.
     bare = tmp_path / "bare"
     bare.mkdir()
     for f in files_:
         shutil.copy(f, bare)
     _, seen = find_records(str(bare))
-    assert (seen["num_instances"], seen["max_seq_length"], seen["masking"]) == \
-        (info["num_instances"], SEQ_LEN, "dynamic")
+    assert (seen["num_instances"], seen["max_seq_length"], seen["masking"]) == (
+        info["num_instances"],
+        SEQ_LEN,
+        "dynamic",
+    )
     with pytest.raises(FileNotFoundError, match="no record files"):
         find_records(str(tmp_path / "nothing"))
 
@@ -349,7 +442,7 @@ def test_a_global_seed_of_0_works_and_resumes(dynamic, masker):
     try:
         fresh = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4), 2 * num // BATCH + 1)
         k = num // BATCH  # straddles epochs 0 and 1
-        resumed, = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4, start_step=k), 1)
+        (resumed,) = batches(pretraining_dataset(dynamic, BATCH, masker, seed=4, start_step=k), 1)
         assert_same_batch(resumed, fresh[k])
     finally:
         tf.random.set_seed(None)

@@ -25,9 +25,18 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import (REPO_ROOT, assert_same_weights, free_ports, make_records,
-                           module_command, pretrain_argv, run_module, subprocess_env, tf_config,
-                           write_vocab)
+from tests.helpers import (
+    REPO_ROOT,
+    assert_same_weights,
+    free_ports,
+    make_records,
+    module_command,
+    pretrain_argv,
+    run_module,
+    subprocess_env,
+    tf_config,
+    write_vocab,
+)
 
 STEPS = 12
 RUN = {"steps": STEPS, "batch_size": 4, "checkpoint_every": 1}
@@ -44,8 +53,11 @@ def records(tmp_path_factory):
 def one_replica(records, tmp_path_factory):
     """The output directory of the reference run: one replica, the CPU."""
     output = str(tmp_path_factory.mktemp("one") / "run")
-    done = run_module("model.train", pretrain_argv(
-        records, output, **RUN, extra=[*SAME, "--strategy", "cpu"]), timeout=WORKER_TIMEOUT)
+    done = run_module(
+        "model.train",
+        pretrain_argv(records, output, **RUN, extra=[*SAME, "--strategy", "cpu"]),
+        timeout=WORKER_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return output
 
@@ -61,19 +73,21 @@ def assert_matches_one_replica(output, one_replica) -> None:
     assert ours["replicas"] == 2
     # Step 1 runs on the same initial weights: the loss is one mean over the
     # same 4 rows, however they are split.
-    assert ours["interval_losses"][0] == pytest.approx(reference["interval_losses"][0],
-                                                       rel=1e-6)
-    np.testing.assert_allclose(ours["interval_losses"], reference["interval_losses"],
-                               rtol=1e-5)
+    assert ours["interval_losses"][0] == pytest.approx(reference["interval_losses"][0], rel=1e-6)
+    np.testing.assert_allclose(ours["interval_losses"], reference["interval_losses"], rtol=1e-5)
     assert_same_final_weights(one_replica, output)
 
 
 def assert_same_final_weights(output_a, output_b, atol=1e-5):
-    assert_same_weights(os.path.join(output_a, "model.weights.h5"),
-                        os.path.join(output_b, "model.weights.h5"), atol=atol)
+    assert_same_weights(
+        os.path.join(output_a, "model.weights.h5"),
+        os.path.join(output_b, "model.weights.h5"),
+        atol=atol,
+    )
 
 
 # === The input pipeline's shards ===
+
 
 @pytest.mark.parametrize("num_workers,replica_batch", [(2, 2), (1, 2), (2, 1), (4, 1)])
 def test_shards_put_together_are_the_global_batch(records, tmp_path, num_workers, replica_batch):
@@ -81,20 +95,32 @@ def test_shards_put_together_are_the_global_batch(records, tmp_path, num_workers
     (normalised by the global batch's real masked positions, not the shard's)."""
     import tensorflow as tf
 
-    from model.masking import Masker, MaskingConfig
-    from model.pretraining_dataset import pretraining_dataset
-    from model.tokenizer import load_vocabulary
+    from model.pretraining.dataset import pretraining_dataset
+    from model.pretraining.masking import Masker, MaskingConfig
+    from model.text.tokenizer import load_vocabulary
 
-    masker = Masker(load_vocabulary(write_vocab(tmp_path / "vocab.txt")),
-                    MaskingConfig(max_predictions=5))
+    masker = Masker(
+        load_vocabulary(write_vocab(tmp_path / "vocab.txt")), MaskingConfig(max_predictions=5)
+    )
     common = dict(masker=masker, seed=3, start_step=2, shuffle_buffer=64)
     steps = 6
     to_numpy = lambda b: tf.nest.map_structure(lambda t: t.numpy(), b)
     whole = [to_numpy(b) for b in pretraining_dataset(records, 4, **common).take(steps)]
     per_worker = 4 // num_workers // replica_batch  # consecutive batches a worker yields a step
-    shards = [[to_numpy(b) for b in pretraining_dataset(
-        records, 4, worker_index=w, num_workers=num_workers, replica_batch_size=replica_batch,
-        **common).take(steps * per_worker)] for w in range(num_workers)]
+    shards = [
+        [
+            to_numpy(b)
+            for b in pretraining_dataset(
+                records,
+                4,
+                worker_index=w,
+                num_workers=num_workers,
+                replica_batch_size=replica_batch,
+                **common,
+            ).take(steps * per_worker)
+        ]
+        for w in range(num_workers)
+    ]
     for step in range(steps):
         parts = [shard[step * per_worker + k] for shard in shards for k in range(per_worker)]
         joined = tf.nest.map_structure(lambda *t: np.concatenate(t), *parts)
@@ -103,7 +129,7 @@ def test_shards_put_together_are_the_global_batch(records, tmp_path, num_workers
 
 
 def test_a_global_batch_that_does_not_split_is_refused(records):
-    from model.pretraining_dataset import pretraining_dataset
+    from model.pretraining.dataset import pretraining_dataset
 
     with pytest.raises(ValueError, match="cannot be split"):
         pretraining_dataset(records, 4, num_workers=3)
@@ -111,11 +137,16 @@ def test_a_global_batch_that_does_not_split_is_refused(records):
 
 # === One machine, two replicas ===
 
+
 def test_mirrored_over_two_cpus_matches_one_replica(records, one_replica, tmp_path):
     output = str(tmp_path / "run")
-    done = run_module("model.train", pretrain_argv(
-        records, output, **RUN, extra=[*SAME, "--strategy", "mirrored", "--cpu-replicas", "2"]),
-        timeout=WORKER_TIMEOUT)
+    done = run_module(
+        "model.train",
+        pretrain_argv(
+            records, output, **RUN, extra=[*SAME, "--strategy", "mirrored", "--cpu-replicas", "2"]
+        ),
+        timeout=WORKER_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "MirroredStrategy with 2 replica(s)" in done.stdout
     assert summary(one_replica)["replicas"] == 1
@@ -125,22 +156,31 @@ def test_mirrored_over_two_cpus_matches_one_replica(records, one_replica, tmp_pa
 def test_cpu_replicas_needs_mirrored(records, tmp_path, capsys):
     from model import train
 
-    rc = train.main(pretrain_argv(records, tmp_path / "run",
-                                  extra=["--strategy", "cpu", "--cpu-replicas", "2"]))
+    rc = train.main(
+        pretrain_argv(records, tmp_path / "run", extra=["--strategy", "cpu", "--cpu-replicas", "2"])
+    )
     assert rc == 1
     assert "--cpu-replicas needs --strategy mirrored" in capsys.readouterr().err
 
 
 # === Two worker processes ===
 
+
 def start_workers(argv, ports) -> list[subprocess.Popen]:
     workers = []
     for index in range(len(ports)):
         env = subprocess_env()
         env["TF_CONFIG"] = tf_config(ports, index)
-        workers.append(subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
-                                        env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
+        workers.append(
+            subprocess.Popen(
+                module_command("model.train", argv),
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return workers
 
 
@@ -195,8 +235,9 @@ def test_two_workers_killed_and_restarted_match_one_replica(records, one_replica
     finally:
         kill(workers)
     assert not os.path.exists(os.path.join(output, "model.weights.h5")), "killed too late"
-    saved = sorted(n for n in os.listdir(os.path.join(output, "checkpoints"))
-                   if n.startswith("ckpt-"))
+    saved = sorted(
+        n for n in os.listdir(os.path.join(output, "checkpoints")) if n.startswith("ckpt-")
+    )
     assert saved and saved[-1] < f"ckpt-{STEPS:08d}"
 
     # The same command on both, new ports: they resume from the chief's newest checkpoint.
@@ -207,8 +248,13 @@ def test_two_workers_killed_and_restarted_match_one_replica(records, one_replica
 
 
 def test_jit_over_several_replicas_stops_with_a_message(records, tmp_path):
-    done = run_module("model.train", pretrain_argv(
-        records, tmp_path / "run", extra=["--strategy", "mirrored", "--cpu-replicas", "2",
-                                          "--jit"]))
+    done = run_module(
+        "model.train",
+        pretrain_argv(
+            records,
+            tmp_path / "run",
+            extra=["--strategy", "mirrored", "--cpu-replicas", "2", "--jit"],
+        ),
+    )
     assert done.returncode == 1
     assert "--jit with 2 replicas of MirroredStrategy" in done.stderr

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from model.config import GELU, GELU_APPROXIMATE
-from model.encoder import BertEncoder, activation_fn
-from model.pretrainer import BertPretrainer
+from model.heads.pretrainer import BertPretrainer
+from model.networks.encoder import BertEncoder, activation_fn
 from tests.helpers import random_encoder_inputs
 
 VOCAB = 64
@@ -44,6 +44,7 @@ def with_mask_positions(inputs, positions) -> dict:
 
 
 # === Shapes ===
+
 
 def test_output_shapes_and_dtypes(encoder):
     out = numpy_outputs(encoder, random_encoder_inputs(3, 10, VOCAB))
@@ -86,14 +87,16 @@ def test_pretrainer_output_shapes():
 
 # === Padding and attention ===
 
+
 def test_appended_padding_does_not_change_real_positions(encoder):
     lengths = [9, 5, 1]
     inputs = random_encoder_inputs(3, 9, VOCAB, lengths=lengths)
     padded = {k: np.pad(v, ((0, 0), (0, 7))) for k, v in inputs.items()}  # 7 more [PAD]s
     short, long = numpy_outputs(encoder, inputs), numpy_outputs(encoder, padded)
     for row, n in enumerate(lengths):
-        np.testing.assert_allclose(long["sequence_output"][row, :n],
-                                   short["sequence_output"][row, :n], atol=1e-5)
+        np.testing.assert_allclose(
+            long["sequence_output"][row, :n], short["sequence_output"][row, :n], atol=1e-5
+        )
     np.testing.assert_allclose(long["pooled_output"], short["pooled_output"], atol=1e-5)
 
 
@@ -110,10 +113,11 @@ def test_attention_rows_sum_to_one_and_ignore_padded_keys(encoder):
 
 # === Activation ===
 
+
 def test_gelu_forms_are_erf_and_tanh():
     x = np.linspace(-4, 4, 81).astype("float32")
     erf = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
-    tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    tanh = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     exact = keras.ops.convert_to_numpy(activation_fn(GELU)(x))
     approximate = keras.ops.convert_to_numpy(activation_fn(GELU_APPROXIMATE)(x))
     np.testing.assert_allclose(exact, erf, atol=1e-6)
@@ -136,6 +140,7 @@ def test_exact_and_tanh_gelu_give_different_outputs():
 
 # === Serialization ===
 
+
 def test_config_round_trip(encoder):
     clone = BertEncoder.from_config(encoder.get_config())
     assert isinstance(clone, BertEncoder)
@@ -155,7 +160,12 @@ def test_encoder_keras_file_reloads_as_bert_encoder(tmp_path, encoder):
         np.testing.assert_array_equal(after[key], before[key])
     # The reloaded encoder still offers its attention probabilities.
     assert numpy_outputs(restored.with_attention(), inputs)["attention_probs"].shape == (
-        2, LAYERS, HEADS, 9, 9)
+        2,
+        LAYERS,
+        HEADS,
+        9,
+        9,
+    )
 
 
 @pytest.mark.parametrize("next_sentence", [True, False])
@@ -179,6 +189,7 @@ def test_pretrainer_keras_file_reloads_as_bert_pretrainer(tmp_path, next_sentenc
 
 # === Mixed precision ===
 
+
 @pytest.fixture
 def mixed_bfloat16():
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -198,7 +209,9 @@ def test_pretrainer_logits_are_float32_under_mixed_bfloat16(mixed_bfloat16):
     compiled = model.predict_on_batch(inputs)
     for out in (eager, compiled):
         assert {k: str(keras.ops.convert_to_numpy(v).dtype) for k, v in out.items()} == {
-            "mlm": "float32", "nsp": "float32"}
+            "mlm": "float32",
+            "nsp": "float32",
+        }
     assert eager["mlm"].shape == (2, 2, VOCAB)
     # Variables stay float32: the optimizer updates full-precision weights.
     assert {v.dtype for v in model.trainable_variables} == {"float32"}

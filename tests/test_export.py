@@ -1,6 +1,6 @@
 """`python -m export`, its bundles, `TFLiteModel` and `model.evaluate` on a bundle (tiny models).
 
-    PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 python -m pytest -q tests/test_export.py
+PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 python -m pytest -q tests/test_export.py
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ import pytest
 from tests.helpers import leftovers, random_encoder_inputs, write_sst2, write_task_vocab
 
 TASK_INFOS = {
-    "classifier": {"task": "classifier", "num_labels": 3,
-                   "id2label": {"0": "neg", "1": "neu", "2": "pos"}},
+    "classifier": {
+        "task": "classifier",
+        "num_labels": 3,
+        "id2label": {"0": "neg", "1": "neu", "2": "pos"},
+    },
     "token_classifier": {"task": "token_classifier", "num_labels": 5},
     "question_answerer": {"task": "question_answerer"},
     "multiple_choice": {"task": "multiple_choice", "num_choices": 4},
@@ -28,8 +31,11 @@ CONTRACT_OUTPUTS = {
     "question_answerer": {"start_logits": [-1, -1], "end_logits": [-1, -1]},
     "multiple_choice": {"logits": [-1, 4]},
     "pretraining": {"topk_ids": [-1, -1, 5], "topk_probs": [-1, -1, 5], "nsp_probs": [-1, 2]},
-    "encoder": {"sequence_output": [-1, -1, 32], "pooled_output": [-1, 32],
-                "attention_probs": [-1, 2, 2, -1, -1]},
+    "encoder": {
+        "sequence_output": [-1, -1, 32],
+        "pooled_output": [-1, 32],
+        "attention_probs": [-1, 2, 2, -1, -1],
+    },
 }
 
 
@@ -39,18 +45,22 @@ def make_model_dir(parent, name: str, info: dict, extra: dict | None = None) -> 
     differ between inputs."""
     import keras
 
-    from model import model_dir
+    from model.checkpoints import model_dir
     from model.config import BertConfig
-    from model.tokenizer import load_vocabulary
+    from model.text.tokenizer import load_vocabulary
 
     directory = os.path.join(str(parent), name)
     vocab = write_task_vocab(os.path.join(str(parent), f"{name}-vocab.txt"))
-    config = BertConfig.preset("tiny", vocabulary_size=len(load_vocabulary(vocab)),
-                               initializer_range=0.2)
+    config = BertConfig.preset(
+        "tiny", vocabulary_size=len(load_vocabulary(vocab)), initializer_range=0.2
+    )
     keras.utils.set_random_seed(0)
     model = model_dir.build_model({**info, "encoder": config.to_dict()})
-    fields = {k: v for k, v in info.items() if k not in ("task", "num_labels", "next_sentence",
-                                                         "num_choices", "id2label")}
+    fields = {
+        k: v
+        for k, v in info.items()
+        if k not in ("task", "num_labels", "next_sentence", "num_choices", "id2label")
+    }
     model_dir.save(model, directory, vocab, {**fields, **(extra or {})})
     return directory
 
@@ -74,9 +84,12 @@ def sst2(tmp_path_factory):
     a metrics.json naming its dev file, as `python -m model.train finetune` writes."""
     parent = tmp_path_factory.mktemp("sst2")
     data = write_sst2(os.path.join(str(parent), "data"), train=4, dev=40)
-    directory = make_model_dir(parent, "model", {"task": "classifier", "num_labels": 2,
-                                                 "id2label": {"0": "0", "1": "1"}},
-                               {"finetuned_task": "sst2", "max_seq_length": 24})
+    directory = make_model_dir(
+        parent,
+        "model",
+        {"task": "classifier", "num_labels": 2, "id2label": {"0": "0", "1": "1"}},
+        {"finetuned_task": "sst2", "max_seq_length": 24},
+    )
     with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
         json.dump({"dev_files": {"": os.path.join(data, "dev.tsv")}}, f)
     return directory, os.path.join(data, "dev.tsv")
@@ -94,15 +107,17 @@ def export(model_dir, out, quantization="float32", **kwargs) -> dict:
 
 def keras_reference(model_dir, x):
     from export import convert
-    from model import model_dir as model_dirs
+    from model.checkpoints import model_dir as model_dirs
 
     info = model_dirs.read_info(model_dir)
-    fn, _, _ = convert.serving(model_dirs.load(model_dir), info["task"],
-                               next_sentence=info.get("next_sentence", False))
+    fn, _, _ = convert.serving(
+        model_dirs.load(model_dir), info["task"], next_sentence=info.get("next_sentence", False)
+    )
     return convert.keras_outputs(fn, x)
 
 
 # === Every task ===
+
 
 @pytest.mark.parametrize("task", sorted(TASK_INFOS))
 def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, task):
@@ -115,7 +130,8 @@ def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, ta
     out = Path(out)
     assert sorted(os.listdir(out)) == sorted(
         ["model.tflite", "vocab.txt", "bundle.json"]
-        + (["label_map.json"] if task == "classifier" else []))
+        + (["label_map.json"] if task == "classifier" else [])
+    )
     stored = bundle.read_info(str(out))
     assert stored == json.loads(json.dumps(info))
     assert stored["task"] == task and stored["quantization"] == "float32"
@@ -130,8 +146,10 @@ def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, ta
             assert json.load(f) == {"id2label": TASK_INFOS[task]["id2label"]}
     if task == "pretraining":
         assert stored["top_k"] == 5
-    with open(out / "vocab.txt", encoding="utf-8") as f, \
-            open(os.path.join(models[task], "vocab.txt"), encoding="utf-8") as g:
+    with (
+        open(out / "vocab.txt", encoding="utf-8") as f,
+        open(os.path.join(models[task], "vocab.txt"), encoding="utf-8") as g,
+    ):
         assert f.read() == g.read()
 
     # Any batch and length: the signature is dynamic.
@@ -158,9 +176,15 @@ def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, ta
             np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("quantization", [pytest.param("float16", marks=pytest.mark.slow),
-                                          "dynamic", "int8",
-                                          pytest.param("int8+float_ln", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "quantization",
+    [
+        pytest.param("float16", marks=pytest.mark.slow),
+        "dynamic",
+        "int8",
+        pytest.param("int8+float_ln", marks=pytest.mark.slow),
+    ],
+)
 def test_quantized_exports_verify_and_shrink(models, tmp_path, quantization, monkeypatch):
     from export import verify
     from export.convert import FLOAT_LAYERNORM_OPS
@@ -168,11 +192,17 @@ def test_quantized_exports_verify_and_shrink(models, tmp_path, quantization, mon
     quantization, _, option = quantization.partition("+")
     # A random tiny classifier's logits are nearly tied, so int8 flips more of
     # its decisions than a trained model's (0.875 here): verify at 0.85.
-    monkeypatch.setitem(verify.THRESHOLDS, "int8",
-                        verify.Thresholds(max_relative_error=0.30, min_agreement=0.85))
+    monkeypatch.setitem(
+        verify.THRESHOLDS, "int8", verify.Thresholds(max_relative_error=0.30, min_agreement=0.85)
+    )
     float_ops = FLOAT_LAYERNORM_OPS if option else ()
-    info = export(models["classifier"], tmp_path / "bundle", quantization,
-                  calibration_examples=16, float_ops=float_ops)
+    info = export(
+        models["classifier"],
+        tmp_path / "bundle",
+        quantization,
+        calibration_examples=16,
+        float_ops=float_ops,
+    )
     float32_size = os.path.getsize(os.path.join(models["classifier"], "model.weights.h5"))
     assert info["conversion"]["size_bytes"] < 0.8 * float32_size
     v = info["verification"]
@@ -196,9 +226,14 @@ def test_clipped_attention_mask_is_what_keeps_int8_accurate(models, tmp_path):
         directory = tmp_path / f"{quantization}{mask_value}"
         directory.mkdir()
         try:
-            report = build(models["token_classifier"], str(directory), quantization,
-                           calibration_examples=16, mask_value=mask_value,
-                           log=quiet)["verification"]
+            report = build(
+                models["token_classifier"],
+                str(directory),
+                quantization,
+                calibration_examples=16,
+                mask_value=mask_value,
+                log=quiet,
+            )["verification"]
         except VerificationError as e:
             report = e.report
         return report["outputs"]["logits"]["relative_error"]
@@ -218,8 +253,11 @@ def test_attention_mask_value_is_traced_into_keras_softmax():
     with attention_mask_value(-5.0):
         clipped = np.asarray(softmax(scores, mask=mask))
     exact = np.asarray(softmax(scores, mask=mask))
-    np.testing.assert_allclose(exact, [[np.exp(1) / (np.exp(1) + np.exp(2)),
-                                        np.exp(2) / (np.exp(1) + np.exp(2)), 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(
+        exact,
+        [[np.exp(1) / (np.exp(1) + np.exp(2)), np.exp(2) / (np.exp(1) + np.exp(2)), 0.0]],
+        rtol=1e-6,
+    )
     # exp(-5) now takes a (small) share of the normaliser; the masked entry stays 0.
     expected = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0, -5.0]).sum()
     np.testing.assert_allclose(clipped, [[*expected, 0.0]], rtol=1e-6)
@@ -227,8 +265,17 @@ def test_attention_mask_value_is_traced_into_keras_softmax():
 
 # === Refusing bad exports ===
 
-def weightless_to_tflite(model, task, quantization="float32", representative=None, top_k=5,
-                         next_sentence=False, mask_value=None, float_ops=()):
+
+def weightless_to_tflite(
+    model,
+    task,
+    quantization="float32",
+    representative=None,
+    top_k=5,
+    next_sentence=False,
+    mask_value=None,
+    float_ops=(),
+):
     """The wrong way: tf.saved_model.save of a Keras 3 model (no weights in the file)."""
     import tempfile
 
@@ -243,8 +290,9 @@ def weightless_to_tflite(model, task, quantization="float32", representative=Non
         return tf.lite.TFLiteConverter.from_saved_model(saved_model).convert()
 
 
-def test_weightless_export_is_refused_and_nothing_is_written(models, bundles, tmp_path,
-                                                              monkeypatch, capsys):
+def test_weightless_export_is_refused_and_nothing_is_written(
+    models, bundles, tmp_path, monkeypatch, capsys
+):
     import shutil
 
     from export import bundle, convert
@@ -279,22 +327,41 @@ def test_verification_catches_constant_and_disagreeing_outputs():
         logits["last"] = np.stack([key.sum(-1), -key.sum(-1) + 50, key[:, 0]], -1)
         return {"logits": logits["last"]}
 
-    verify(lambda b: {"logits": reference(b)["logits"] + 1e-5}, reference, inputs,
-           "classifier", "float32")
+    verify(
+        lambda b: {"logits": reference(b)["logits"] + 1e-5},
+        reference,
+        inputs,
+        "classifier",
+        "float32",
+    )
     with pytest.raises(VerificationError, match="same for every input"):
-        verify(lambda b: {"logits": np.ones((len(b["token_ids"]), 3), np.float32)}, reference,
-               inputs, "classifier", "int8")
+        verify(
+            lambda b: {"logits": np.ones((len(b["token_ids"]), 3), np.float32)},
+            reference,
+            inputs,
+            "classifier",
+            "int8",
+        )
     with pytest.raises(VerificationError, match="agreement") as e:
-        verify(lambda b: {"logits": reference(b)["logits"][:, ::-1].copy()}, reference, inputs,
-               "classifier", "int8")
+        verify(
+            lambda b: {"logits": reference(b)["logits"][:, ::-1].copy()},
+            reference,
+            inputs,
+            "classifier",
+            "int8",
+        )
     assert e.value.report["agreement"] < 0.85
 
 
 def test_fine_tuned_model_needs_its_dev_data(tmp_path, capsys):
     from export.__main__ import main
 
-    directory = make_model_dir(tmp_path, "model", {"task": "classifier", "num_labels": 2},
-                               {"finetuned_task": "sst2", "max_seq_length": 24})
+    directory = make_model_dir(
+        tmp_path,
+        "model",
+        {"task": "classifier", "num_labels": 2},
+        {"finetuned_task": "sst2", "max_seq_length": 24},
+    )
     assert main(["--model", directory, "--out", str(tmp_path / "b")]) == 1
     assert "give --data" in capsys.readouterr().err
     assert leftovers(tmp_path, "b") == []
@@ -305,11 +372,27 @@ def test_pretraining_export_on_raw_text_with_top_k(models, tmp_path, capsys):
     from export.__main__ import main
 
     text = tmp_path / "text.txt"
-    text.write_text("the cat sat on the mat\n\nthe dog ran fast\ta big red bird sang\n"
-                    "old man saw the green tree by the river\n", encoding="utf-8")
+    text.write_text(
+        "the cat sat on the mat\n\nthe dog ran fast\ta big red bird sang\n"
+        "old man saw the green tree by the river\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "mlm"
-    assert main(["--model", models["pretraining"], "--out", str(out), "--data", str(text),
-                 "--top-k", "3"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                models["pretraining"],
+                "--out",
+                str(out),
+                "--data",
+                str(text),
+                "--top-k",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     info = bundle.read_info(str(out))
     assert info["top_k"] == 3 and info["outputs"]["topk_ids"] == [-1, -1, 3]
@@ -319,6 +402,7 @@ def test_pretraining_export_on_raw_text_with_top_k(models, tmp_path, capsys):
 
 
 # === A fine-tuned model: its dev file, model.evaluate on the bundle ===
+
 
 @pytest.fixture(scope="module")
 def sst2_bundle(sst2, tmp_path_factory):
@@ -352,6 +436,7 @@ def test_model_evaluate_refuses_a_bundle_of_another_task(sst2, sst2_bundle, caps
 
 # === TFLiteModel ===
 
+
 @pytest.mark.slow
 def test_tflite_model_pads_and_cuts_a_fixed_shape_file(models, tmp_path):
     """A file with a fixed batch and length (not ours, e.g. another exporter's)."""
@@ -359,15 +444,18 @@ def test_tflite_model_pads_and_cuts_a_fixed_shape_file(models, tmp_path):
     import tensorflow as tf
 
     from export.interpreter import TFLiteModel
-    from model import model_dir
+    from model.checkpoints import model_dir
 
     model = model_dir.load(models["token_classifier"])
-    signature = {n: tf.TensorSpec([2, 16], tf.int32, name=n)
-                 for n in ("token_ids", "segment_ids", "padding_mask")}
+    signature = {
+        n: tf.TensorSpec([2, 16], tf.int32, name=n)
+        for n in ("token_ids", "segment_ids", "padding_mask")
+    }
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("serve", lambda x: {"logits": model(x, training=False)},
-                         input_signature=[signature])
+    archive.add_endpoint(
+        "serve", lambda x: {"logits": model(x, training=False)}, input_signature=[signature]
+    )
     archive.write_out(str(tmp_path / "saved"), verbose=False)
     path = tmp_path / "fixed.tflite"
     path.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "saved")).convert())
@@ -397,13 +485,16 @@ def test_tflite_model_errors_name_the_tensor(bundles, sst2_bundle, tmp_path):
     with pytest.raises(ValueError, match="at most 16"):
         lite.predict(random_encoder_inputs(1, 20, 60))
     # Any integer dtype is cast to the model's int32.
-    np.testing.assert_array_equal(lite.predict({k: v.astype(np.int64) for k, v in x.items()})
-                                  ["logits"], lite.predict(x)["logits"])
+    np.testing.assert_array_equal(
+        lite.predict({k: v.astype(np.int64) for k, v in x.items()})["logits"],
+        lite.predict(x)["logits"],
+    )
     with pytest.raises(FileNotFoundError):
         TFLiteModel(str(tmp_path / "missing.tflite"))
 
 
 # === Bundle directory ===
+
 
 def test_bundle_staging_is_atomic(tmp_path):
     from export import bundle

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from model import model_dir
+from model.checkpoints import model_dir
 from tests.helpers import make_init
 from tests.test_ner import random_sentences, write_conll
 
@@ -20,7 +20,7 @@ def init(tmp_path_factory):
 
 
 def test_layer_features_are_the_encoders_hidden_states(init):
-    from model.extract_features import LayerFeatures
+    from model.features.layers import LayerFeatures
     from tests.helpers import random_encoder_inputs
 
     encoder = model_dir.load(init)
@@ -41,25 +41,51 @@ def test_extract_features_cli_writes_googles_jsonl(init, tmp_path):
     text = tmp_path / "input.txt"
     text.write_text("the cats sat\n\na dog ||| ran fast\n", encoding="utf-8")
     out = tmp_path / "features.jsonl"
-    assert main(["--model", init, "--input", str(text), "--output", str(out),
-                 "--layers=-1,-2", "--max-seq-length", "16"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                init,
+                "--input",
+                str(text),
+                "--output",
+                str(out),
+                "--layers=-1,-2",
+                "--max-seq-length",
+                "16",
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [line["linex_index"] for line in lines] == [0, 1]
-    assert [f["token"] for f in lines[0]["features"]] == ["[CLS]", "the", "cat", "##s", "sat",
-                                                          "[SEP]"]
-    assert [f["token"] for f in lines[1]["features"]] == ["[CLS]", "a", "dog", "[SEP]", "ran",
-                                                          "fast", "[SEP]"]
+    assert [f["token"] for f in lines[0]["features"]] == [
+        "[CLS]",
+        "the",
+        "cat",
+        "##s",
+        "sat",
+        "[SEP]",
+    ]
+    assert [f["token"] for f in lines[1]["features"]] == [
+        "[CLS]",
+        "a",
+        "dog",
+        "[SEP]",
+        "ran",
+        "fast",
+        "[SEP]",
+    ]
     layers = lines[0]["features"][0]["layers"]
     assert [layer["index"] for layer in layers] == [-1, -2]
     assert len(layers[0]["values"]) == 32  # the tiny preset's hidden_dim
-    assert main(["--model", init, "--input", str(text), "--output", str(out),
-                 "--layers=-1,x"]) == 1
+    assert main(["--model", init, "--input", str(text), "--output", str(out), "--layers=-1,x"]) == 1
 
 
 def test_word_features_take_each_words_first_piece(init, tmp_path):
-    from model.extract_features import LayerFeatures
-    from model.feature_tagger import word_features
-    from model.tokenizer import WordPieceTokenizer
+    from model.features.layers import LayerFeatures
+    from model.features.tagger import word_features
+    from model.text.tokenizer import WordPieceTokenizer
 
     encoder = model_dir.load(init)
     tokenizer = WordPieceTokenizer(os.path.join(init, "vocab.txt"))
@@ -84,9 +110,28 @@ def test_feature_tagger_trains_on_frozen_features(init, tmp_path):
     write_conll(data / "valid.txt", random_sentences(6, seed=2))
     output = tmp_path / "tagger"
     # The tiny encoder has 2 layers (the paper's default is the last four).
-    assert main(["--model", init, "--data", str(data), "--output", str(output),
-                 "--layers=-1,-2", "--lstm-units", "8", "--epochs", "2", "--batch-size", "4",
-                 "--max-seq-length", "16"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                init,
+                "--data",
+                str(data),
+                "--output",
+                str(output),
+                "--layers=-1,-2",
+                "--lstm-units",
+                "8",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "4",
+                "--max-seq-length",
+                "16",
+            ]
+        )
+        == 0
+    )
     with open(output / "metrics.json") as f:
         metrics = json.load(f)
     assert {"precision", "recall", "f1"} <= set(metrics["dev"])

@@ -27,10 +27,20 @@ import time
 import numpy as np
 import pytest
 
-from model.checkpointing import ResumableCheckpoint
-from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, make_init,
-                           make_records, module_command, pretrain_argv, run_train, subprocess_env,
-                           weights_of, write_sst2)
+from model.training.checkpointing import ResumableCheckpoint
+from tests.helpers import (
+    REPO_ROOT,
+    assert_same_weights,
+    finetune_argv,
+    make_init,
+    make_records,
+    module_command,
+    pretrain_argv,
+    run_train,
+    subprocess_env,
+    weights_of,
+    write_sst2,
+)
 
 _TMP = re.compile(r"^\.ckpt-(\d{8})\.tmp-")
 
@@ -51,8 +61,13 @@ def partial_saves(checkpoints: str, ignore=()) -> list[int]:
     """Steps of the `.ckpt-*.tmp-*` directories (saves in progress, or left by a kill)."""
     if not os.path.isdir(checkpoints):
         return []
-    return [int(m.group(1)) for name in os.listdir(checkpoints) if name not in ignore
-            for m in [_TMP.match(name)] if m]
+    return [
+        int(m.group(1))
+        for name in os.listdir(checkpoints)
+        if name not in ignore
+        for m in [_TMP.match(name)]
+        if m
+    ]
 
 
 def newest_step(checkpoints: str) -> int:
@@ -64,8 +79,13 @@ def kill_when(argv, log: str, condition, delay: float) -> None:
     `delay` seconds after `condition()` holds."""
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, "w", encoding="utf-8") as out:
-        child = subprocess.Popen(module_command("model.train", argv), cwd=REPO_ROOT,
-                                 env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            module_command("model.train", argv),
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.time() + 300
             while not condition():
@@ -101,6 +121,7 @@ def kill_three_times(argv, output: str, every: int, last_step: int, seed: int, f
         # A temporary left by the last kill is not a new save in progress.
         stale = set(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else set()
         if kind == "mid-save":
+
             def condition(after=after, stale=stale):
                 return any(s > after for s in partial_saves(checkpoints, stale))
         else:
@@ -109,6 +130,7 @@ def kill_three_times(argv, output: str, every: int, last_step: int, seed: int, f
 
             def condition(target=target):
                 return newest_step(checkpoints) >= target
+
         log = os.path.join(os.path.dirname(output), f"run{i}.log")
         kill_when(argv, log, condition, rng.uniform(0, 0.05) if kind == "random" else 0)
         assert not os.path.exists(os.path.join(output, finished)), "killed too late"
@@ -118,8 +140,7 @@ def kill_three_times(argv, output: str, every: int, last_step: int, seed: int, f
         # The next run (killed in the next round, or the last, in-process one)
         # must resume from exactly `newest`; checked below from its output.
         resumed = newest
-        with open(os.path.join(os.path.dirname(output), f"run{i}.log"),
-                  encoding="utf-8") as f:
+        with open(os.path.join(os.path.dirname(output), f"run{i}.log"), encoding="utf-8") as f:
             assert resumed_step(f.read()) == (events[i - 1][1] if i else 0), events
     return events
 
@@ -131,14 +152,16 @@ def records(tmp_path_factory):
 
 # === Pre-training: killed three times ===
 
+
 def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, tmp_path, capsys):
     run = {"steps": 40, "batch_size": 4, "checkpoint_every": 5, "extra": ["--strategy", "cpu"]}
     straight = str(tmp_path / "straight" / "run")
     assert run_train(pretrain_argv(records, straight, **run)) == 0
     output = str(tmp_path / "killed" / "run")
     argv = pretrain_argv(records, output, **run)
-    events = kill_three_times(argv, output, every=5, last_step=40, seed=10,
-                              finished="model.weights.h5")
+    events = kill_three_times(
+        argv, output, every=5, last_step=40, seed=10, finished="model.weights.h5"
+    )
     # Whatever the last kill left, a save of a later step cut off mid-write is there too
     # (a truncated weights file): the last run must ignore it, resume from the newest
     # complete checkpoint and remove it.
@@ -156,21 +179,41 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
     assert not partial_saves(os.path.join(output, "checkpoints"))  # cleaned on restart
     with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
         assert json.load(f)["steps"] == run["steps"]
-    assert_same_weights(os.path.join(straight, "model.weights.h5"),
-                        os.path.join(output, "model.weights.h5"))
-    assert_same_weights(os.path.join(straight, "checkpoints", "ckpt-00000040", "model.weights.h5"),
-                        os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"))
+    assert_same_weights(
+        os.path.join(straight, "model.weights.h5"), os.path.join(output, "model.weights.h5")
+    )
+    assert_same_weights(
+        os.path.join(straight, "checkpoints", "ckpt-00000040", "model.weights.h5"),
+        os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"),
+    )
 
 
 # === Fine-tuning: killed three times ===
+
 
 def _finetune_argv(data, init, output, extra=()):
     # 48 examples, batch 4: 12 steps an epoch, 2 epochs, a checkpoint every 3; batches
     # grouped by length and dropout on, so a resumed run must restore the data order
     # and the dropout masks to end like the uninterrupted one.
-    return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, seq_len=40,
-                         extra=["--dropout", "0.1", "--checkpoint-every", "3",
-                                "--group-by-length", "--strategy", "cpu", *extra])
+    return finetune_argv(
+        "sst2",
+        data,
+        init,
+        output,
+        epochs="2",
+        batch_size=4,
+        seq_len=40,
+        extra=[
+            "--dropout",
+            "0.1",
+            "--checkpoint-every",
+            "3",
+            "--group-by-length",
+            "--strategy",
+            "cpu",
+            *extra,
+        ],
+    )
 
 
 def test_finetuning_killed_three_times_resumes_each_time_and_matches(tmp_path, capsys):
@@ -180,16 +223,17 @@ def test_finetuning_killed_three_times_resumes_each_time_and_matches(tmp_path, c
     assert run_train(_finetune_argv(data, init, straight)) == 0
     output = str(tmp_path / "killed" / "run")
     argv = _finetune_argv(data, init, output)
-    events = kill_three_times(argv, output, every=3, last_step=24, seed=11,
-                              finished="metrics.json")
+    events = kill_three_times(argv, output, every=3, last_step=24, seed=11, finished="metrics.json")
     capsys.readouterr()
     assert run_train(argv) == 0
     out = capsys.readouterr().out
     assert resumed_step(out) == events[-1][1], (events, out[-2000:])
     print("fine-tuning kills (kind, newest complete checkpoint, a .tmp left):", events)
     assert_same_weights(straight / "model.weights.h5", os.path.join(output, "model.weights.h5"))
-    history = [json.loads(open(os.path.join(d, "metrics.json")).read())["history"]
-               for d in (straight, output)]
+    history = [
+        json.loads(open(os.path.join(d, "metrics.json")).read())["history"]
+        for d in (straight, output)
+    ]
     assert [r["step"] for r in history[1]] == [12, 24]
     for a, b in zip(*history):
         assert b["accuracy"] == pytest.approx(a["accuracy"])
@@ -199,17 +243,27 @@ def test_finetuning_killed_three_times_resumes_each_time_and_matches(tmp_path, c
 
 # === NaN in fine-tuning ===
 
+
 def test_finetune_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
     init = make_init(tmp_path)
     output = tmp_path / "run"
     # A learning rate of 1e30: the first update blows the weights up, a later
     # forward pass overflows to NaN.
-    rc = run_train(finetune_argv("sst2", data, init, output, epochs="1", batch_size=4,
-                                 learning_rate="1e30",
-                                 extra=["--warmup-steps", "0", "--checkpoint-every", "1",
-                                        "--strategy", "cpu"]))
+    rc = run_train(
+        finetune_argv(
+            "sst2",
+            data,
+            init,
+            output,
+            epochs="1",
+            batch_size=4,
+            learning_rate="1e30",
+            extra=["--warmup-steps", "0", "--checkpoint-every", "1", "--strategy", "cpu"],
+        )
+    )
     err = capsys.readouterr().err
     assert rc == 3, err[-2000:]
     assert "the loss is not finite" in err and "last good checkpoint is kept" in err
@@ -226,11 +280,14 @@ def test_finetune_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoi
 
 # === An unwritable or full output disk: a clear error at start ===
 
+
 def _both_commands(records, tmp_path, output):
     data = write_sst2(tmp_path / "SST-2", train=8, dev=4)
     init = make_init(tmp_path)
-    return {"pretrain": pretrain_argv(records, output, steps=2),
-            "finetune": finetune_argv("sst2", data, init, output)}
+    return {
+        "pretrain": pretrain_argv(records, output, steps=2),
+        "finetune": finetune_argv("sst2", data, init, output),
+    }
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
@@ -241,8 +298,10 @@ def test_output_under_a_file_fails_at_start(records, tmp_path, command):
     argv = _both_commands(records, tmp_path, str(blocker / "out"))[command]
     with pytest.raises(SystemExit) as e:
         run_train(argv)
-    assert re.search(r"output directory .*a-file/out.* is not writable: (Not a directory|File exists)",
-                     str(e.value.code)), e.value.code
+    assert re.search(
+        r"output directory .*a-file/out.* is not writable: (Not a directory|File exists)",
+        str(e.value.code),
+    ), e.value.code
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
@@ -255,8 +314,9 @@ def test_unwritable_output_fails_at_start(records, tmp_path, command):
         argv = _both_commands(records, tmp_path, str(locked / "out"))[command]
         with pytest.raises(SystemExit) as e:
             run_train(argv)
-        assert re.search(r"output directory .*locked/out.* is not writable: Permission denied",
-                         str(e.value.code)), e.value.code
+        assert re.search(
+            r"output directory .*locked/out.* is not writable: Permission denied", str(e.value.code)
+        ), e.value.code
     finally:
         locked.chmod(0o700)
 
@@ -268,14 +328,15 @@ def test_full_disk_fails_at_start(records, tmp_path, command, monkeypatch):
     from collections import namedtuple
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 ** 9, 10 ** 9, 0))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 0))
     output = tmp_path / "out"
     argv = _both_commands(records, tmp_path, str(output))[command]
     started = time.time()
     with pytest.raises(SystemExit) as e:
         run_train(argv)
-    assert re.search(r"output directory .*out.*: the disk is full \(0\.0 MiB free\)",
-                     str(e.value.code)), e.value.code
+    assert re.search(
+        r"output directory .*out.*: the disk is full \(0\.0 MiB free\)", str(e.value.code)
+    ), e.value.code
     assert not (output / "checkpoints").exists() and not (output / "logs").exists()
     assert time.time() - started < 60
 
@@ -284,7 +345,7 @@ def test_no_space_left_on_writing_fails_at_start(tmp_path, monkeypatch):
     """ENOSPC when the start-up probe writes its bytes."""
     import tempfile
 
-    from model.io import check_writable_dir
+    from model.io.files import check_writable_dir
 
     real = tempfile.NamedTemporaryFile
 
@@ -314,7 +375,10 @@ def test_no_space_left_on_writing_fails_at_start(tmp_path, monkeypatch):
 # not say "tmp": (file, source of the path argument) -> why it is safe.
 _WRITES_INTO_A_TEMPORARY = {
     ("export/__main__.py", "path"): "build() writes into export_bundle()'s temporary directory",
-    ("model/model_dir.py", "reference"): "a file in a TemporaryDirectory, never published",
+    (
+        "model/checkpoints/model_dir.py",
+        "reference",
+    ): "a file in a TemporaryDirectory, never published",
     ("export/convert.py", "saved_model"): "a TemporaryDirectory, converted and deleted",
 }
 _WRITERS = {"save_weights", "savez", "save", "write_out", "export"}
@@ -326,13 +390,23 @@ def _writes(tree, source):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         func = node.func
-        name = func.id if isinstance(func, ast.Name) else (
-            func.attr if isinstance(func, ast.Attribute) else None)
+        name = (
+            func.id
+            if isinstance(func, ast.Name)
+            else (func.attr if isinstance(func, ast.Attribute) else None)
+        )
         if name == "open":
-            mode = node.args[1] if len(node.args) > 1 else next(
-                (k.value for k in node.keywords if k.arg == "mode"), None)
-            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and \
-                    set(mode.value) & set("wax") and "+" not in mode.value:
+            mode = (
+                node.args[1]
+                if len(node.args) > 1
+                else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            )
+            if (
+                isinstance(mode, ast.Constant)
+                and isinstance(mode.value, str)
+                and set(mode.value) & set("wax")
+                and "+" not in mode.value
+            ):
                 yield node.lineno, "open", ast.get_source_segment(source, node.args[0])
         elif name in _WRITERS and isinstance(func, ast.Attribute):
             base = ast.get_source_segment(source, func.value)
@@ -368,7 +442,7 @@ def test_every_project_writer_writes_to_a_temporary_name():
 
 
 def test_atomic_open_leaves_the_old_file_when_the_writer_fails(tmp_path):
-    from model.io import atomic_open, write_json
+    from model.io.files import atomic_open, write_json
 
     path = tmp_path / "metrics.json"
     write_json(str(path), {"old": 1})

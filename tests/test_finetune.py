@@ -1,4 +1,4 @@
-"""`model.finetune` and the task registry: a tiny SST-2 run end to end, its
+"""`model.training.finetune` and the task registry: a tiny SST-2 run end to end, its
 model directory, and `model.evaluate` on it.
 """
 
@@ -10,16 +10,37 @@ import os
 import numpy as np
 import pytest
 
-from model import model_dir, tasks
-from tests.helpers import (BERT_VOCAB, finetune_argv, make_init, run_evaluate, run_train,
-                           write_sst2, write_task_vocab)
-
+from model import tasks
+from model.checkpoints import model_dir
+from tests.helpers import (
+    BERT_VOCAB,
+    finetune_argv,
+    make_init,
+    run_evaluate,
+    run_train,
+    write_sst2,
+    write_task_vocab,
+)
 
 # === The registry ===
 
+
 def test_registry_knows_every_task_of_the_issue():
-    expected = {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli",
-                "conll2003", "swag", "squad1", "squad2"}
+    expected = {
+        "cola",
+        "sst2",
+        "mrpc",
+        "stsb",
+        "qqp",
+        "mnli",
+        "qnli",
+        "rte",
+        "wnli",
+        "conll2003",
+        "swag",
+        "squad1",
+        "squad2",
+    }
     assert set(tasks.TASKS) == expected
     for name in expected - {"squad1", "squad2"}:
         task = tasks.get(name)
@@ -49,6 +70,7 @@ def test_task_files_find_train_and_dev(tmp_path):
 
 # === One tiny run, end to end ===
 
+
 @pytest.fixture(scope="module")
 def sst2_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
@@ -56,16 +78,22 @@ def sst2_run(tmp_path_factory):
     init = make_init(root)
     output = root / "run"
     # 24 examples, batch 8: 3 steps an epoch; 1.5 epochs = 5 steps, two evaluations.
-    argv = finetune_argv("sst2", data, init, output, epochs="1.5", batch_size=8,
-                         extra=["--dropout", "0.05", "--warmup-steps", "1"])
+    argv = finetune_argv(
+        "sst2",
+        data,
+        init,
+        output,
+        epochs="1.5",
+        batch_size=8,
+        extra=["--dropout", "0.05", "--warmup-steps", "1"],
+    )
     assert run_train(argv) == 0
     return root, data, str(output)
 
 
 def test_finetune_writes_a_self_contained_model_directory(sst2_run):
     _, data, output = sst2_run
-    for name in ("config.json", "vocab.txt", "model.weights.h5", "metrics.json",
-                 "label_map.json"):
+    for name in ("config.json", "vocab.txt", "model.weights.h5", "metrics.json", "label_map.json"):
         assert os.path.isfile(os.path.join(output, name)), name
     info = model_dir.read_info(output)
     assert info["task"] == "classifier"
@@ -99,8 +127,21 @@ def test_evaluate_scores_the_model_directory_as_training_did(sst2_run, tmp_path,
     _, data, output = sst2_run
     out = tmp_path / "m.json"
     capsys.readouterr()
-    assert run_evaluate(["--task", "sst2", "--model", output, "--data",
-                         os.path.join(data, "dev.tsv"), "--out", str(out)]) == 0
+    assert (
+        run_evaluate(
+            [
+                "--task",
+                "sst2",
+                "--model",
+                output,
+                "--data",
+                os.path.join(data, "dev.tsv"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     with open(out) as f:
         written = json.load(f)
@@ -112,13 +153,15 @@ def test_evaluate_scores_the_model_directory_as_training_did(sst2_run, tmp_path,
 
 def test_evaluate_refuses_unlabelled_files_and_other_heads(sst2_run, capsys):
     _, data, output = sst2_run
-    rc = run_evaluate(["--task", "sst2", "--model", output,
-                       "--data", os.path.join(data, "test.tsv")])
+    rc = run_evaluate(
+        ["--task", "sst2", "--model", output, "--data", os.path.join(data, "test.tsv")]
+    )
     assert rc == 1
     err = capsys.readouterr().err
     assert "test.tsv:2: no label" in err and "unlabelled" in err
-    rc = run_evaluate(["--task", "conll2003", "--model", output,
-                       "--data", os.path.join(data, "dev.tsv")])
+    rc = run_evaluate(
+        ["--task", "conll2003", "--model", output, "--data", os.path.join(data, "dev.tsv")]
+    )
     assert rc == 1
     assert "holds a 'classifier' model" in capsys.readouterr().err
     rc = run_evaluate(["--task", "rte", "--model", output, "--data", os.path.join(data, "dev.tsv")])
@@ -152,9 +195,17 @@ def test_finetune_learns_an_easy_task(tmp_path, grouping):
     data = write_sst2(tmp_path / "SST-2", train=64, dev=32, seed=1)
     init = make_init(tmp_path)
     output = tmp_path / "run"
-    argv = finetune_argv("sst2", data, init, output, epochs="6", batch_size=16, seq_len=40,
-                         learning_rate="1e-2",
-                         extra=["--dropout", "0.0", "--warmup-steps", "0", *grouping])
+    argv = finetune_argv(
+        "sst2",
+        data,
+        init,
+        output,
+        epochs="6",
+        batch_size=16,
+        seq_len=40,
+        learning_rate="1e-2",
+        extra=["--dropout", "0.0", "--warmup-steps", "0", *grouping],
+    )
     assert run_train(argv) == 0
     with open(os.path.join(output, "metrics.json")) as f:
         metrics = json.load(f)
@@ -164,17 +215,28 @@ def test_finetune_learns_an_easy_task(tmp_path, grouping):
 def test_command_line_repeats_the_arguments():
     import argparse
 
-    from model.finetune import command_line
+    from model.training.finetune import command_line
 
-    args = argparse.Namespace(command="finetune", task="rte", data="d", init="i", output="o",
-                              epochs=3.0, jit=True, mixed_precision="float32", tpu=None)
-    assert command_line(args) == ("python -m model.train finetune --task rte --data d --init i "
-                                  "--output o --epochs 3.0 --jit --mixed-precision float32")
+    args = argparse.Namespace(
+        command="finetune",
+        task="rte",
+        data="d",
+        init="i",
+        output="o",
+        epochs=3.0,
+        jit=True,
+        mixed_precision="float32",
+        tpu=None,
+    )
+    assert command_line(args) == (
+        "python -m model.train finetune --task rte --data d --init i "
+        "--output o --epochs 3.0 --jit --mixed-precision float32"
+    )
 
 
 def test_pack_rows_and_predict_in_batches_handle_empty_and_dicts():
     from model.tasks.base import pack_rows, predict_in_batches
-    from model.wordpiece import WordPieceTokenizer
+    from model.text.wordpiece import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(BERT_VOCAB)
     empty = pack_rows(tokenizer, [], None, 8)
@@ -187,13 +249,13 @@ def test_pack_rows_and_predict_in_batches_handle_empty_and_dicts():
 def test_trim_batch_cuts_inputs_and_per_token_labels_only():
     import tensorflow as tf
 
-    from model.finetune import trim_batch
+    from model.training.finetune import trim_batch
 
     mask = np.zeros((3, 40), np.int32)
     mask[0, :5], mask[1, :18], mask[2, :2] = 1, 1, 1
     x = {"token_ids": mask * 7, "segment_ids": mask * 0, "padding_mask": mask}
     tags = np.where(mask == 1, 1, -1).astype(np.int32)  # NER: (batch, seq_len)
-    labels = np.array([0, 1, 0], np.int32)              # GLUE: (batch,)
+    labels = np.array([0, 1, 0], np.int32)  # GLUE: (batch,)
     x2, tags2, labels2 = trim_batch(40)(*tf.nest.map_structure(tf.constant, (x, tags, labels)))
     assert x2["token_ids"].shape == (3, 32) and x2["padding_mask"].shape == (3, 32)
     np.testing.assert_array_equal(tags2.numpy(), tags[:, :32])
@@ -208,11 +270,11 @@ def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
     """predict_in_batches sorts rows by length and cuts each batch to its
     longest row: outputs at real tokens equal those of the full-length batch,
     in the input order, and sequence outputs are padded back."""
-    from model.classifier import BertClassifier
     from model.config import BertConfig
-    from model.encoder import BertEncoder
+    from model.heads.classifier import BertClassifier
+    from model.heads.token_classifier import BertTokenClassifier
+    from model.networks.encoder import BertEncoder
     from model.tasks.base import PADDED_LOGIT, predict_in_batches
-    from model.token_classifier import BertTokenClassifier
     from tests.helpers import random_encoder_inputs
 
     config = BertConfig.preset("tiny").replace(vocabulary_size=50, max_sequence_length=48)
@@ -241,15 +303,20 @@ def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
 
 # === Task defaults, the best epoch's predictions, the unused pooler ===
 
+
 def test_unset_flags_take_the_task_default_then_the_papers():
     import argparse
 
-    from model.finetune import resolve_defaults
+    from model.training.finetune import resolve_defaults
 
     unset = argparse.Namespace(epochs=None, batch_size=None, learning_rate=None, seq_len=None)
     squad2 = resolve_defaults(unset, tasks.get("squad2"))
     assert (squad2.epochs, squad2.batch_size, squad2.learning_rate, squad2.seq_len) == (
-        2.0, 48, 5e-5, 384)
+        2.0,
+        48,
+        5e-5,
+        384,
+    )
     # GLUE sets no epochs or batch size of its own: the paper's 3 and 32.
     sst2 = resolve_defaults(unset, tasks.get("sst2"))
     assert (sst2.epochs, sst2.batch_size, sst2.learning_rate, sst2.seq_len) == (3.0, 32, 2e-5, 128)
@@ -263,9 +330,9 @@ def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypat
     predictions: OUTPUT ends with epoch 1's file and epoch 1's weights. It
     also sets default_epochs/default_batch_size, which the run (flags unset,
     as train.py gives them once its defaults are None) must take."""
-    from model.finetune import SCRATCH_PREFIX, finetune
-    from model.io import write_json
+    from model.io.files import write_json
     from model.train import parse_args
+    from model.training.finetune import SCRATCH_PREFIX, finetune
 
     scores = iter([0.9, 0.1])
 
@@ -273,8 +340,7 @@ def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypat
         default_epochs = 2.0
         default_batch_size = 8
 
-        def evaluate(self, predict, examples, tokenizer, seq_len, batch_size=64,
-                     output_dir=None):
+        def evaluate(self, predict, examples, tokenizer, seq_len, batch_size=64, output_dir=None):
             metrics = super().evaluate(predict, examples, tokenizer, seq_len, batch_size)
             score = next(scores)
             write_json(os.path.join(output_dir, "predictions.json"), {"score": score})
@@ -284,9 +350,25 @@ def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypat
     data = write_sst2(tmp_path / "SST-2")
     init = make_init(tmp_path)
     output = tmp_path / "run"
-    args = parse_args(["finetune", "--task", "sst2", "--data", data, "--init", init,
-                       "--output", str(output), "--seq-len", "24", "--learning-rate", "1e-2",
-                       "--log-every", "1000"])
+    args = parse_args(
+        [
+            "finetune",
+            "--task",
+            "sst2",
+            "--data",
+            data,
+            "--init",
+            init,
+            "--output",
+            str(output),
+            "--seq-len",
+            "24",
+            "--learning-rate",
+            "1e-2",
+            "--log-every",
+            "1000",
+        ]
+    )
     args.epochs = args.batch_size = None
     assert finetune(args) == 0
     monkeypatch.undo()
@@ -302,14 +384,27 @@ def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypat
     assert not [n for n in os.listdir(output) if n.startswith(SCRATCH_PREFIX)]
     # The saved weights are epoch 1's too (its real accuracy, not epoch 2's).
     capsys.readouterr()
-    assert run_evaluate(["--task", "sst2", "--model", str(output), "--batch-size", "16",
-                         "--data", os.path.join(data, "dev.tsv")]) == 0
+    assert (
+        run_evaluate(
+            [
+                "--task",
+                "sst2",
+                "--model",
+                str(output),
+                "--batch-size",
+                "16",
+                "--data",
+                os.path.join(data, "dev.tsv"),
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed["accuracy"] == pytest.approx(metrics["history"][0]["real_accuracy"])
 
 
 def test_publish_predictions_moves_a_tree(tmp_path):
-    from model.finetune import publish_predictions
+    from model.training.finetune import publish_predictions
 
     scratch = tmp_path / "out" / ".epoch-predictions-x"
     (scratch / "matched").mkdir(parents=True)
@@ -318,7 +413,9 @@ def test_publish_predictions_moves_a_tree(tmp_path):
     (tmp_path / "out" / "predictions.json").write_text("old")
     published = publish_predictions(str(scratch), str(tmp_path / "out"))
     assert sorted(os.path.relpath(p, tmp_path / "out") for p in published) == [
-        os.path.join("matched", "predictions.json"), "predictions.json"]
+        os.path.join("matched", "predictions.json"),
+        "predictions.json",
+    ]
     assert (tmp_path / "out" / "predictions.json").read_text() == "new"
     assert (tmp_path / "out" / "matched" / "predictions.json").read_text() == "m"
     assert not any(f for _, _, f in os.walk(scratch))
@@ -329,9 +426,9 @@ def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
 
     import keras
 
-    from model.encoder import BertEncoder
-    from model.finetune import freeze_unused_pooler
-    from model.tokenizer import load_vocabulary
+    from model.networks.encoder import BertEncoder
+    from model.text.tokenizer import load_vocabulary
+    from model.training.finetune import freeze_unused_pooler
     from tests.helpers import random_encoder_inputs
 
     vocab = write_task_vocab(tmp_path / "vocab.txt")
@@ -347,8 +444,10 @@ def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
         if freeze:
             assert freeze_unused_pooler(ner, encoder)
         before = [w.copy() for w in encoder.pooled_dense.get_weights()]
-        model.compile(optimizer=keras.optimizers.AdamW(1e-2),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.AdamW(1e-2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model.fit(x, y, batch_size=4, epochs=1, verbose=0)
@@ -384,12 +483,14 @@ def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
     _, data, output = sst2_run
     dev = os.path.join(data, "dev.tsv")
     capsys.readouterr()
-    assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev,
-                         "--null-threshold", "1.5"]) == 1
+    assert (
+        run_evaluate(
+            ["--task", "sst2", "--model", output, "--data", dev, "--null-threshold", "1.5"]
+        )
+        == 1
+    )
     assert "--null-threshold: task sst2 has no null answer" in capsys.readouterr().err
-    assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev,
-                         "--skip-invalid"]) == 1
+    assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev, "--skip-invalid"]) == 1
     assert "--skip-invalid: task sst2 reads its files strictly" in capsys.readouterr().err
-    assert run_evaluate(["--task", "mlm", "--model", output, "--data", dev,
-                         "--skip-invalid"]) == 1
+    assert run_evaluate(["--task", "mlm", "--model", output, "--data", dev, "--skip-invalid"]) == 1
     assert "do not apply to mlm" in capsys.readouterr().err

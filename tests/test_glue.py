@@ -12,8 +12,7 @@ import pytest
 
 from model import tasks
 from model.tasks.glue import TASKS as GLUE
-from tests.helpers import SHARED_DATA
-from tests.helpers import finetune_argv, make_init, run_evaluate, run_train, sentence
+from tests.helpers import SHARED_DATA, finetune_argv, make_init, run_evaluate, run_train, sentence
 
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")
 
@@ -23,17 +22,34 @@ LAYOUTS = {
     "cola": None,  # no header: source, label, original label, sentence
     "sst2": ["sentence", "label"],
     "mrpc": ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-    "stsb": ["index", "genre", "filename", "year", "old_index", "source1", "source2",
-             "sentence1", "sentence2", "score"],
+    "stsb": [
+        "index",
+        "genre",
+        "filename",
+        "year",
+        "old_index",
+        "source1",
+        "source2",
+        "sentence1",
+        "sentence2",
+        "score",
+    ],
     "qqp": ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
     "mnli": ["index", "genre", "sentence1", "sentence2", "label1", "gold_label"],
     "qnli": ["index", "question", "sentence", "label"],
     "rte": ["index", "sentence1", "sentence2", "label"],
     "wnli": ["index", "sentence1", "sentence2", "label"],
 }
-LABELS = {"cola": "0 1", "sst2": "0 1", "mrpc": "0 1", "qqp": "0 1", "wnli": "0 1",
-          "mnli": "contradiction entailment neutral", "qnli": "entailment not_entailment",
-          "rte": "entailment not_entailment"}
+LABELS = {
+    "cola": "0 1",
+    "sst2": "0 1",
+    "mrpc": "0 1",
+    "qqp": "0 1",
+    "wnli": "0 1",
+    "mnli": "contradiction entailment neutral",
+    "qnli": "entailment not_entailment",
+    "rte": "entailment not_entailment",
+}
 
 
 LABEL_COLUMNS = ("label", "Quality", "score", "is_duplicate", "gold_label", "label1")
@@ -45,8 +61,9 @@ def header_of(task: str, labelled: bool) -> list[str] | None:
         return None if labelled else ["index", "sentence"]
     if labelled:
         return LAYOUTS[task]
-    return ["index" if c in ("Quality", "id") else c for c in LAYOUTS[task]
-            if c not in LABEL_COLUMNS]
+    return [
+        "index" if c in ("Quality", "id") else c for c in LAYOUTS[task] if c not in LABEL_COLUMNS
+    ]
 
 
 def glue_row(task: str, i: int, rng: random.Random, labelled: bool = True) -> list[str]:
@@ -60,10 +77,24 @@ def glue_row(task: str, i: int, rng: random.Random, labelled: bool = True) -> li
         label = rng.choice(LABELS[task].split())
     if task == "cola":
         return ["gj04", label, "" if label == "1" else "*", a]
-    values = {"sentence": a, "sentence1": a, "question1": a, "question": a, "#1 String": a,
-              "sentence2": b, "question2": b, "#2 String": b,
-              "label": label, "Quality": label, "score": label, "is_duplicate": label,
-              "gold_label": label, "label1": label, "genre": "fiction", "index": str(i)}
+    values = {
+        "sentence": a,
+        "sentence1": a,
+        "question1": a,
+        "question": a,
+        "#1 String": a,
+        "sentence2": b,
+        "question2": b,
+        "#2 String": b,
+        "label": label,
+        "Quality": label,
+        "score": label,
+        "is_duplicate": label,
+        "gold_label": label,
+        "label1": label,
+        "genre": "fiction",
+        "index": str(i),
+    }
     return [values.get(c, str(i)) for c in header_of(task, labelled)]
 
 
@@ -87,6 +118,7 @@ def write_glue(directory, task: str, train: int = 12, dev: int = 8, seed: int = 
 
 
 # === Readers ===
+
 
 @pytest.mark.parametrize("name", sorted(GLUE))
 def test_reader_reads_the_glue_layout(tmp_path, name):
@@ -118,13 +150,16 @@ def test_mnli_has_matched_and_mismatched_dev_files(tmp_path):
     data = write_glue(tmp_path / "MNLI", "mnli")
     files = tasks.get("mnli").dev_files(data)
     assert {k: os.path.basename(v) for k, v in files.items()} == {
-        "matched_": "dev_matched.tsv", "mismatched_": "dev_mismatched.tsv"}
+        "matched_": "dev_matched.tsv",
+        "mismatched_": "dev_mismatched.tsv",
+    }
 
 
 def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
     path = tmp_path / "train.tsv"
-    path.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\n",
-                    encoding="utf-8")
+    path.write_text(
+        "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\n", encoding="utf-8"
+    )
     with pytest.raises(ValueError, match=r"train.tsv:3: expected 4 tab-separated columns, found 3"):
         tasks.get("rte").read(str(path))
     path.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tmaybe\n", encoding="utf-8")
@@ -142,13 +177,15 @@ def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
 
 
 def test_encode_packs_pairs_as_the_paper(tmp_path):
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
     from tests.helpers import write_task_vocab
 
     tokenizer = WordPieceTokenizer(write_task_vocab(tmp_path / "vocab.txt"))
     path = tmp_path / "dev.tsv"
-    path.write_text("index\tsentence1\tsentence2\tlabel\n0\tthe cat\ta dog ran\tnot_entailment\n",
-                    encoding="utf-8")
+    path.write_text(
+        "index\tsentence1\tsentence2\tlabel\n0\tthe cat\ta dog ran\tnot_entailment\n",
+        encoding="utf-8",
+    )
     task = tasks.get("rte")
     encoded = task.encode(task.read(str(path)), tokenizer, 10)
     tokens = [tokenizer.vocabulary[i] for i in encoded.x["token_ids"][0]]
@@ -159,6 +196,7 @@ def test_encode_packs_pairs_as_the_paper(tmp_path):
 
 
 # === Metrics ===
+
 
 def test_metrics_match_sklearn_and_scipy():
     from scipy.stats import pearsonr, spearmanr
@@ -184,9 +222,17 @@ def test_metrics_match_sklearn_and_scipy():
 
 # === A few training steps per task, then model.evaluate on a file ===
 
-MAIN_METRICS = {"cola": "matthews_corr", "sst2": "accuracy", "mrpc": "f1", "stsb": "spearman",
-                "qqp": "f1", "mnli": "matched_accuracy", "qnli": "accuracy", "rte": "accuracy",
-                "wnli": "accuracy"}
+MAIN_METRICS = {
+    "cola": "matthews_corr",
+    "sst2": "accuracy",
+    "mrpc": "f1",
+    "stsb": "spearman",
+    "qqp": "f1",
+    "mnli": "matched_accuracy",
+    "qnli": "accuracy",
+    "rte": "accuracy",
+    "wnli": "accuracy",
+}
 
 
 @pytest.mark.parametrize("name", sorted(GLUE))
@@ -203,22 +249,34 @@ def test_each_task_trains_and_evaluates(tmp_path, tmp_path_factory, name, capsys
         assert "mismatched_accuracy" in metrics["dev"]
     dev = "dev_mismatched.tsv" if name == "mnli" else "dev.tsv"
     capsys.readouterr()
-    assert run_evaluate(["--task", name, "--model", str(output),
-                         "--data", os.path.join(data, dev)]) == 0
+    assert (
+        run_evaluate(["--task", name, "--model", str(output), "--data", os.path.join(data, dev)])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     key = "accuracy" if name == "mnli" else MAIN_METRICS[name]
     expected = metrics["dev"]["mismatched_accuracy" if name == "mnli" else key]
     assert printed[key] == pytest.approx(expected)
-    assert run_evaluate(["--task", name, "--model", str(output),
-                         "--data", os.path.join(data, "test.tsv")]) == 1
+    assert (
+        run_evaluate(
+            ["--task", name, "--model", str(output), "--data", os.path.join(data, "test.tsv")]
+        )
+        == 1
+    )
     assert "no label" in capsys.readouterr().err
 
 
 # === The real files (skipped where shared/data is absent) ===
 
-REAL = {"cola": ("CoLA", 8551, 1043), "sst2": ("SST-2", 67349, 872),
-        "mrpc": ("MRPC", 3668, 408), "stsb": ("STS-B", 5749, 1500),
-        "rte": ("RTE", 2490, 277), "wnli": ("WNLI", 635, 71), "qnli": ("QNLI", None, 5463)}
+REAL = {
+    "cola": ("CoLA", 8551, 1043),
+    "sst2": ("SST-2", 67349, 872),
+    "mrpc": ("MRPC", 3668, 408),
+    "stsb": ("STS-B", 5749, 1500),
+    "rte": ("RTE", 2490, 277),
+    "wnli": ("WNLI", 635, 71),
+    "qnli": ("QNLI", None, 5463),
+}
 
 
 @pytest.mark.parametrize("name", sorted(REAL))

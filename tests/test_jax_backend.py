@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python -m pytest tests/test_jax_backend.py
 
-- `PretrainingPyDataset` (model/pretraining_pydataset.py) yields exactly the
+- `PretrainingPyDataset` (model/pretraining/pydataset.py) yields exactly the
   batches of the tf.data pipeline: same examples in the same order, same
   dynamic masks, same weights, over several epochs, after a restart at a
   later step, per worker, with TensorFlow's graph seed set or not, for
@@ -34,11 +34,19 @@ import numpy as np
 import pytest
 
 from model import data
-from model.masking import Masker, MaskingConfig
-from model.pretraining_pydataset import PretrainingPyDataset
-from model.wordpiece import load_vocabulary
-from tests.helpers import (REPO_ROOT, make_records, module_command, pretrain_argv,
-                           subprocess_env, weights_of, write_corpus, write_vocab)
+from model.pretraining.masking import Masker, MaskingConfig
+from model.pretraining.pydataset import PretrainingPyDataset
+from model.text.wordpiece import load_vocabulary
+from tests.helpers import (
+    REPO_ROOT,
+    make_records,
+    module_command,
+    pretrain_argv,
+    subprocess_env,
+    weights_of,
+    write_corpus,
+    write_vocab,
+)
 
 STEPS = 20
 RUN_TIMEOUT = 240
@@ -68,21 +76,57 @@ def assert_same_batches(tf_dataset, py_dataset, steps):
 def test_pydataset_yields_the_tf_pipeline_batches(tmp_path, graph_seed):
     import tensorflow as tf
 
-    from model.pretraining_dataset import pretraining_dataset
+    from model.pretraining.dataset import pretraining_dataset
 
     vocab = write_vocab(str(tmp_path / "vocab.txt"))
     corpus = write_corpus(str(tmp_path / "corpus.txt"), 20, sentences=(3, 6))
     dynamic, static = str(tmp_path / "dynamic"), str(tmp_path / "static")
     # 10 shards: more than the 8 files interleaved at once, of unequal sizes.
-    assert data.main(["--input", corpus, "--vocab", vocab, "--output", dynamic,
-                      "--max-seq-length", "32", "--num-shards", "10"]) == 0
-    assert data.main(["--input", corpus, "--vocab", vocab, "--output", static,
-                      "--max-seq-length", "32", "--num-shards", "3", "--masking", "static",
-                      "--max-predictions", "5"]) == 0
+    assert (
+        data.main(
+            [
+                "--input",
+                corpus,
+                "--vocab",
+                vocab,
+                "--output",
+                dynamic,
+                "--max-seq-length",
+                "32",
+                "--num-shards",
+                "10",
+            ]
+        )
+        == 0
+    )
+    assert (
+        data.main(
+            [
+                "--input",
+                corpus,
+                "--vocab",
+                vocab,
+                "--output",
+                static,
+                "--max-seq-length",
+                "32",
+                "--num-shards",
+                "3",
+                "--masking",
+                "static",
+                "--max-predictions",
+                "5",
+            ]
+        )
+        == 0
+    )
     masker = Masker(load_vocabulary(vocab), MaskingConfig(max_predictions=5))
-    cases = [(dynamic, dict(start_step=0)), (dynamic, dict(start_step=7)),
-             (dynamic, dict(start_step=3, worker_index=1, num_workers=2)),
-             (static, dict(start_step=2))]
+    cases = [
+        (dynamic, dict(start_step=0)),
+        (dynamic, dict(start_step=7)),
+        (dynamic, dict(start_step=3, worker_index=1, num_workers=2)),
+        (static, dict(start_step=2)),
+    ]
     tf.random.set_seed(graph_seed)
     try:
         for pattern, kwargs in cases:
@@ -94,8 +138,9 @@ def test_pydataset_yields_the_tf_pipeline_batches(tmp_path, graph_seed):
             # 40 batches of 4: several epochs of these ~40 instances
             assert_same_batches(theirs, ours, steps=40)
         # A PyDataset asked out of order restarts at that position.
-        ours = PretrainingPyDataset(dynamic, 4, masker, seed=123, shuffle_buffer=16,
-                                    graph_seed=graph_seed)
+        ours = PretrainingPyDataset(
+            dynamic, 4, masker, seed=123, shuffle_buffer=16, graph_seed=graph_seed
+        )
         later, first = flat(ours[5]), flat(ours[0])
         for a, b in zip(later, flat(ours[5])):
             np.testing.assert_array_equal(a, b)
@@ -106,7 +151,7 @@ def test_pydataset_yields_the_tf_pipeline_batches(tmp_path, graph_seed):
 
 
 def test_jax_strategies():
-    from model.strategy import StrategyError, make_jax_distribution, make_strategy
+    from model.training.strategy import StrategyError, make_jax_distribution, make_strategy
 
     with pytest.raises(StrategyError, match="mirrored is a tf.distribute strategy"):
         make_jax_distribution("mirrored")
@@ -122,14 +167,16 @@ def initial_weights(records, tmp_path_factory):
     """A `tiny` pre-training model directory both backends start from."""
     import keras
 
-    from model import model_dir
-    from model.encoder import BertEncoder
-    from model.pretrainer import BertPretrainer
+    from model.checkpoints import model_dir
+    from model.heads.pretrainer import BertPretrainer
+    from model.networks.encoder import BertEncoder
 
     vocab = os.path.join(records, "vocab.txt")
     keras.utils.set_random_seed(0)
-    model = BertPretrainer(BertEncoder.from_preset(
-        "tiny", vocabulary_size=len(load_vocabulary(vocab))), next_sentence=True)
+    model = BertPretrainer(
+        BertEncoder.from_preset("tiny", vocabulary_size=len(load_vocabulary(vocab))),
+        next_sentence=True,
+    )
     directory = str(tmp_path_factory.mktemp("init") / "init")
     model_dir.save(model, directory, vocab)
     return directory
@@ -138,12 +185,27 @@ def initial_weights(records, tmp_path_factory):
 def train(backend, records, init, output, steps=STEPS, python_prefix=(), extra=(), env=None):
     env = {**subprocess_env(), **(env or {})}
     env["KERAS_BACKEND"] = backend
-    argv = pretrain_argv(records, output, steps=steps, checkpoint_every=1, extra=[
-        "--dropout", "0.0", "--init-checkpoint", init, "--learning-rate", "1e-3",
-        "--warmup-steps", "2", *extra])
+    argv = pretrain_argv(
+        records,
+        output,
+        steps=steps,
+        checkpoint_every=1,
+        extra=[
+            "--dropout",
+            "0.0",
+            "--init-checkpoint",
+            init,
+            "--learning-rate",
+            "1e-3",
+            "--warmup-steps",
+            "2",
+            *extra,
+        ],
+    )
     command = [*python_prefix, *argv] if python_prefix else module_command("model.train", argv)
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT)
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
         return json.load(f), done
@@ -170,10 +232,16 @@ def test_data_parallel_on_two_devices_trains_like_one(records, initial_weights, 
     split in two, the same loss as one device to float rounding."""
     two = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     steps = 6
-    one, _ = train("jax", records, initial_weights, str(tmp_path / "one"), steps=steps,
-                   env=two)
-    split, done = train("jax", records, initial_weights, str(tmp_path / "two"), steps=steps,
-                        extra=["--strategy", "data-parallel"], env=two)
+    one, _ = train("jax", records, initial_weights, str(tmp_path / "one"), steps=steps, env=two)
+    split, done = train(
+        "jax",
+        records,
+        initial_weights,
+        str(tmp_path / "two"),
+        steps=steps,
+        extra=["--strategy", "data-parallel"],
+        env=two,
+    )
     assert "DataParallel with 2 replica(s)" in done.stdout
     assert split["replicas"] == 2
     np.testing.assert_allclose(split["interval_losses"], one["interval_losses"], atol=1e-4)
@@ -199,16 +267,26 @@ sys.exit(rc)
 
 def _imports_the_tokenizer(module: str) -> bool:
     with open(os.path.join(REPO_ROOT, "model", module), encoding="utf-8") as f:
-        return "from model.tokenizer import" in f.read()
+        return "from model.text.tokenizer import" in f.read()
 
 
-@pytest.mark.xfail(_imports_the_tokenizer("masking.py") or _imports_the_tokenizer("model_dir.py"),
-                   reason="model/masking.py and model/model_dir.py take SPECIAL_TOKENS and "
-                          "load_vocabulary from model.tokenizer, which imports tensorflow_text; "
-                          "model.wordpiece has the same names without TensorFlow",
-                   raises=AssertionError, strict=True)
+@pytest.mark.xfail(
+    _imports_the_tokenizer("pretraining/masking.py")
+    or _imports_the_tokenizer("checkpoints/model_dir.py"),
+    reason="model/pretraining/masking.py and model/checkpoints/model_dir.py take SPECIAL_TOKENS and "
+    "load_vocabulary from model.text.tokenizer, which imports tensorflow_text; "
+    "model.text.wordpiece has the same names without TensorFlow",
+    raises=AssertionError,
+    strict=True,
+)
 def test_a_jax_run_imports_no_tensorflow(records, initial_weights, tmp_path):
-    summary, done = train("jax", records, initial_weights, str(tmp_path / "run"), steps=2,
-                          python_prefix=[sys.executable, "-c", _NO_TENSORFLOW])
+    summary, done = train(
+        "jax",
+        records,
+        initial_weights,
+        str(tmp_path / "run"),
+        steps=2,
+        python_prefix=[sys.executable, "-c", _NO_TENSORFLOW],
+    )
     assert summary["steps"] == 2
     assert not os.path.isdir(tmp_path / "run" / "logs")  # no TensorBoard without TensorFlow

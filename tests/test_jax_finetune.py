@@ -2,8 +2,8 @@
 
     PYTHONPATH=. python -m pytest tests/test_jax_finetune.py
 
-- `FinetunePyDataset` (model/finetune_pydataset.py) yields exactly the
-  batches of the tf.data pipeline (`model.finetune.tf_dataset`): same rows in
+- `FinetunePyDataset` (model/training/finetune_pydataset.py) yields exactly the
+  batches of the tf.data pipeline (`model.training.finetune.tf_dataset`): same rows in
   the same order, same trimmed length, same dtypes, for inputs of one row
   (GLUE) or several (SWAG), labels per feature, per token (NER) or by name
   (SQuAD), sample weights, over several epochs, from a later batch (a
@@ -40,17 +40,33 @@ import keras
 import numpy as np
 import pytest
 
-from model.finetune_pydataset import (FinetunePyDataset, epoch_batches, epoch_order,
-                                      feature_lengths, grouped_batch_count, length_boundaries)
 from model.tasks.base import Encoded
-from tests.helpers import (REPO_ROOT, assert_same_weights, finetune_argv, kill_when_exists,
-                           make_init, run_evaluate, subprocess_env, weights_of, write_sst2)
+from model.training.finetune_pydataset import (
+    FinetunePyDataset,
+    epoch_batches,
+    epoch_order,
+    feature_lengths,
+    grouped_batch_count,
+    length_boundaries,
+)
+from tests.helpers import (
+    REPO_ROOT,
+    assert_same_weights,
+    finetune_argv,
+    kill_when_exists,
+    make_init,
+    run_evaluate,
+    subprocess_env,
+    weights_of,
+    write_sst2,
+)
 from tests.test_jax_backend import _NO_TENSORFLOW
 
 RUN_TIMEOUT = 300
 
 
 # === The batches ===
+
 
 def synthetic(kind: str, n: int = 37, seq_len: int = 48, seed: int = 0) -> Encoded:
     """Features of random lengths (2 to seq_len: every bucket of 48 tokens)
@@ -59,9 +75,11 @@ def synthetic(kind: str, n: int = 37, seq_len: int = 48, seed: int = 0) -> Encod
     shape = (n, 4, seq_len) if kind == "swag" else (n, seq_len)
     lengths = rng.integers(2, seq_len + 1, size=shape[:-1])
     mask = (np.arange(seq_len) < lengths[..., None]).astype(np.int32)
-    x = {"token_ids": rng.integers(5, 90, size=shape).astype(np.int32) * mask,
-         "segment_ids": (np.arange(seq_len) >= lengths[..., None] // 2).astype(np.int32) * mask,
-         "padding_mask": mask}
+    x = {
+        "token_ids": rng.integers(5, 90, size=shape).astype(np.int32) * mask,
+        "segment_ids": (np.arange(seq_len) >= lengths[..., None] // 2).astype(np.int32) * mask,
+        "padding_mask": mask,
+    }
     if kind == "ner":
         tags = np.where(mask == 1, rng.integers(0, 9, size=shape), -1).astype(np.int32)
         return Encoded(x=x, y=tags, sample_weight=mask.astype(np.float32))
@@ -87,7 +105,7 @@ def assert_same_batches(theirs, ours, what: str) -> None:
 def test_pydataset_yields_the_tf_pipeline_batches(kind):
     import tensorflow as tf
 
-    from model.finetune import tf_dataset
+    from model.training.finetune import tf_dataset
 
     encoded, seq_len, batch_size = synthetic(kind), 48, 5
     try:
@@ -96,10 +114,18 @@ def test_pydataset_yields_the_tf_pipeline_batches(kind):
             for grouped in (False, True):
                 for epoch, start in ((0, 0), (1, 0), (2, 3)):
                     what = f"{kind}, seed {seed}, grouped {grouped}, epoch {epoch} from {start}"
-                    theirs = tf_dataset(encoded, batch_size, seq_len, seed + epoch,
-                                        group_by_length=grouped).skip(start)
-                    ours = FinetunePyDataset(encoded, batch_size, seq_len, seed, epoch,
-                                             start=start, group_by_length=grouped)
+                    theirs = tf_dataset(
+                        encoded, batch_size, seq_len, seed + epoch, group_by_length=grouped
+                    ).skip(start)
+                    ours = FinetunePyDataset(
+                        encoded,
+                        batch_size,
+                        seq_len,
+                        seed,
+                        epoch,
+                        start=start,
+                        group_by_length=grouped,
+                    )
                     assert_same_batches(theirs, ours, what)
     finally:
         tf.random.set_seed(None)
@@ -113,7 +139,7 @@ def test_grouped_batches_are_trimmed_per_bucket_and_flushed_in_bucket_order():
     # After the full batches come the leftovers of each bucket, shortest first.
     sizes = [len(b) for b in ours.batches]
     leftovers = [w for w, s in zip(widths, sizes) if s < 5]
-    assert widths[-len(leftovers):] == leftovers == sorted(leftovers)
+    assert widths[-len(leftovers) :] == leftovers == sorted(leftovers)
     assert sorted(i for b in ours.batches for i in b) == list(range(len(encoded)))
 
 
@@ -123,7 +149,7 @@ def test_a_grouped_epoch_has_as_many_steps_as_batches_so_every_feature_is_traine
     last part-filled buckets of every epoch untrained)."""
     import tensorflow as tf
 
-    from model.finetune import tf_dataset
+    from model.training.finetune import tf_dataset
 
     encoded, seq_len, batch_size = synthetic("glue", n=37), 48, 5
     count = grouped_batch_count(feature_lengths(encoded), length_boundaries(seq_len), batch_size)
@@ -131,7 +157,9 @@ def test_a_grouped_epoch_has_as_many_steps_as_batches_so_every_feature_is_traine
     try:
         keras.utils.set_random_seed(7)
         for epoch in range(3):
-            batches = list(tf_dataset(encoded, batch_size, seq_len, 7 + epoch, group_by_length=True))
+            batches = list(
+                tf_dataset(encoded, batch_size, seq_len, 7 + epoch, group_by_length=True)
+            )
             assert len(batches) == count
             rows = sum(len(x["token_ids"]) for x, _ in batches)
             assert rows == len(encoded)
@@ -148,8 +176,9 @@ def test_data_parallel_batches_keep_a_multiple_of_the_devices():
     assert [len(b) for b in plain.batches] == [8, 8, 8, 8, 5]
     assert [len(b) for b in split.batches] == [8, 8, 8, 8, 4]
     np.testing.assert_array_equal(split.batches[-1], plain.batches[-1][:4])
-    grouped = FinetunePyDataset(encoded, 8, 48, seed=1, epoch=0, group_by_length=True,
-                                multiple_of=4)
+    grouped = FinetunePyDataset(
+        encoded, 8, 48, seed=1, epoch=0, group_by_length=True, multiple_of=4
+    )
     assert all(len(b) and len(b) % 4 == 0 for b in grouped.batches)
     with pytest.raises(ValueError, match="not a multiple of 4"):
         FinetunePyDataset(encoded, 6, 48, seed=1, epoch=0, multiple_of=4)
@@ -199,17 +228,39 @@ def finetune_child(backend: str, argv, head: str, block_tensorflow: bool = False
     it imported none."""
     script = _SAME_HEAD + (_NO_TENSORFLOW if block_tensorflow else _RUN_MAIN)
     env = {**subprocess_env(), **(env or {}), "KERAS_BACKEND": backend, "HEAD_WEIGHTS": head}
-    done = subprocess.run([sys.executable, "-c", script, *map(str, argv)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *map(str, argv)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
 
 
 def same_run_argv(data, init, output, extra=()):
     """6 steps (24 examples, batch 4), dropout 0, grouped by length, every loss printed."""
-    return finetune_argv("sst2", data, init, output, epochs="1", batch_size=4, seq_len=40,
-                         extra=["--dropout", "0.0", "--warmup-steps", "1", "--log-every", "1",
-                                "--group-by-length", *extra])
+    return finetune_argv(
+        "sst2",
+        data,
+        init,
+        output,
+        epochs="1",
+        batch_size=4,
+        seq_len=40,
+        extra=[
+            "--dropout",
+            "0.0",
+            "--warmup-steps",
+            "1",
+            "--log-every",
+            "1",
+            "--group-by-length",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -224,13 +275,17 @@ def two_runs(tmp_path_factory):
     rng = np.random.default_rng(0)
     hidden = BertConfig.preset("tiny").hidden_dim
     head = str(root / "head.npz")
-    np.savez(head, kernel=rng.normal(0, 0.02, (hidden, 2)).astype(np.float32),
-             bias=np.zeros(2, np.float32))
+    np.savez(
+        head,
+        kernel=rng.normal(0, 0.02, (hidden, 2)).astype(np.float32),
+        bias=np.zeros(2, np.float32),
+    )
     runs = {}
     for backend in ("jax", "tensorflow"):
         output = root / backend
-        done = finetune_child(backend, same_run_argv(data, init, output), head,
-                              block_tensorflow=backend == "jax")
+        done = finetune_child(
+            backend, same_run_argv(data, init, output), head, block_tensorflow=backend == "jax"
+        )
         runs[backend] = (str(output), done.stdout)
     return data, runs, init, head
 
@@ -249,16 +304,20 @@ def test_a_jax_finetune_imports_no_tensorflow_and_evaluate_scores_it(two_runs, c
     assert rows[0] == "tag,step,value" and "dev/accuracy,6," in "\n".join(rows)
     assert sum(r.startswith("train/loss,") for r in rows) == 6
     capsys.readouterr()
-    assert run_evaluate(["--task", "sst2", "--model", output, "--data",
-                         os.path.join(data, "dev.tsv")]) == 0
+    assert (
+        run_evaluate(["--task", "sst2", "--model", output, "--data", os.path.join(data, "dev.tsv")])
+        == 0
+    )
     scored = json.loads(capsys.readouterr().out)
     assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
 
 
 def test_jax_finetuning_follows_tensorflow(two_runs):
     _, runs, _, _ = two_runs
-    losses = {backend: [float(v) for _, v in STEP_LOSS.findall(stdout)]
-              for backend, (_, stdout) in runs.items()}
+    losses = {
+        backend: [float(v) for _, v in STEP_LOSS.findall(stdout)]
+        for backend, (_, stdout) in runs.items()
+    }
     assert len(losses["jax"]) == len(losses["tensorflow"]) == 6
     np.testing.assert_allclose(losses["jax"], losses["tensorflow"], rtol=0, atol=1.5e-4)
     w_tf = weights_of(os.path.join(runs["tensorflow"][0], "model.weights.h5"))
@@ -266,8 +325,7 @@ def test_jax_finetuning_follows_tensorflow(two_runs):
     assert set(w_tf) == set(w_jax)
     for name in w_tf:
         np.testing.assert_allclose(w_jax[name], w_tf[name], rtol=0, atol=1e-5, err_msg=name)
-    dev = {b: json.load(open(os.path.join(o, "metrics.json")))["dev"] for b, (o, _) in
-           runs.items()}
+    dev = {b: json.load(open(os.path.join(o, "metrics.json")))["dev"] for b, (o, _) in runs.items()}
     assert dev["jax"]["accuracy"] == dev["tensorflow"]["accuracy"]
 
 
@@ -278,8 +336,9 @@ def test_data_parallel_on_two_devices_finetunes_like_one(two_runs, tmp_path):
     data, runs, init, head = two_runs
     output = tmp_path / "two"
     argv = same_run_argv(data, init, output, ["--strategy", "data-parallel"])
-    done = finetune_child("jax", argv, head,
-                          env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    done = finetune_child(
+        "jax", argv, head, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    )
     assert "strategy: DataParallel with 2 replica(s)" in done.stdout
     one, two = (weights_of(os.path.join(d, "model.weights.h5")) for d in (runs["jax"][0], output))
     for name in one:
@@ -288,6 +347,7 @@ def test_data_parallel_on_two_devices_finetunes_like_one(two_runs, tmp_path):
 
 # === Resuming ===
 
+
 @pytest.mark.slow
 def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")  # the children's environment
@@ -295,22 +355,33 @@ def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, 
     init = make_init(tmp_path)
 
     def argv(output):  # 8 steps an epoch, 2 epochs, a checkpoint every 5 steps
-        return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, seq_len=40,
-                             extra=["--dropout", "0.1", "--checkpoint-every", "5",
-                                    "--group-by-length"])
+        return finetune_argv(
+            "sst2",
+            data,
+            init,
+            output,
+            epochs="2",
+            batch_size=4,
+            seq_len=40,
+            extra=["--dropout", "0.1", "--checkpoint-every", "5", "--group-by-length"],
+        )
 
     def run(output):
-        done = subprocess.run([sys.executable, "-m", "model.train", *map(str, argv(output))],
-                              cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-m", "model.train", *map(str, argv(output))],
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
     straight = tmp_path / "straight"
     run(straight)
     output = tmp_path / "killed"
-    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005",
-                     timeout=RUN_TIMEOUT)
+    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005", timeout=RUN_TIMEOUT)
     assert not (output / "metrics.json").exists(), "killed too late"
     assert "resuming from step" in run(output)
     assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")
@@ -325,13 +396,19 @@ def test_multiple_choice_model_builds_and_runs_under_jax():
     layer must say its output shape (it did not, and JAX runs of SWAG failed)."""
     script = (
         "import numpy as np\n"
-        "from model.encoder import BertEncoder\n"
-        "from model.multiple_choice import BertMultipleChoice\n"
+        "from model.networks.encoder import BertEncoder\n"
+        "from model.heads.multiple_choice import BertMultipleChoice\n"
         "model = BertMultipleChoice(BertEncoder.from_preset('tiny'), num_choices=4)\n"
         "x = {k: np.ones((2, 4, 8), 'int32') for k in ('token_ids', 'segment_ids', 'padding_mask')}\n"
-        "print(tuple(model.predict_on_batch(x).shape))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300,
-                          env={**subprocess_env(), "KERAS_BACKEND": "jax"})
+        "print(tuple(model.predict_on_batch(x).shape))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**subprocess_env(), "KERAS_BACKEND": "jax"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "(2, 4)"

@@ -1,11 +1,11 @@
-"""model.masking: the masked-LM corruption (15 %, then 80/10/10), specials, whole words, limits."""
+"""model.pretraining.masking: the masked-LM corruption (15 %, then 80/10/10), specials, whole words, limits."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.masking import Masker, MaskingConfig
+from model.pretraining.masking import Masker, MaskingConfig
 from tests.helpers import tiny_vocabulary
 
 SEQ_LEN = 128
@@ -30,12 +30,12 @@ def packed_sequences(n: int, rng: np.random.Generator, pieces: bool = False) -> 
             text.append(int(rng.choice(WORD_IDS)))
             if pieces:
                 text.extend(rng.choice(CONTINUATION_IDS, size=int(rng.integers(0, 3))).tolist())
-        text = np.array(text[:length - 3])
+        text = np.array(text[: length - 3])
         text[rng.random(len(text)) < 0.02] = ID["[UNK]"]
         text[rng.random(len(text)) < 0.02] = ID["[MASK]"]
         a = len(text) // 2
         row = [ID["[CLS]"], *text[:a], ID["[SEP]"], *text[a:], ID["[SEP]"]]
-        rows[r, :len(row)] = row
+        rows[r, : len(row)] = row
     return rows
 
 
@@ -161,8 +161,13 @@ def test_same_key_same_mask_and_batch_equals_rows():
 
 
 def test_config_and_vocabulary_checks():
-    for bad in (dict(mask_rate=0.0), dict(mask_rate=1.5), dict(mask_token_rate=0.95),
-                dict(random_token_rate=-0.1), dict(max_predictions=0)):
+    for bad in (
+        dict(mask_rate=0.0),
+        dict(mask_rate=1.5),
+        dict(mask_token_rate=0.95),
+        dict(random_token_rate=-0.1),
+        dict(max_predictions=0),
+    ):
         with pytest.raises(ValueError):
             MaskingConfig(**bad)
     with pytest.raises(ValueError, match=r"no \[MASK\]"):

@@ -30,8 +30,26 @@ def pretrainer(tmp_path_factory):
 
 def evaluate(model, text, tmp_path, name, *extra) -> dict:
     out = tmp_path / f"{name}.json"
-    assert run_evaluate(["--task", "mlm", "--model", model, "--data", text, "--max-seq-length",
-                         SEQ_LEN, "--batch-size", "8", "--out", str(out), *extra]) == 0
+    assert (
+        run_evaluate(
+            [
+                "--task",
+                "mlm",
+                "--model",
+                model,
+                "--data",
+                text,
+                "--max-seq-length",
+                SEQ_LEN,
+                "--batch-size",
+                "8",
+                "--out",
+                str(out),
+                *extra,
+            ]
+        )
+        == 0
+    )
     with open(out, encoding="utf-8") as f:
         return json.load(f)
 
@@ -68,10 +86,13 @@ def test_same_seed_same_masks_different_seed_different_figures(pretrainer, tmp_p
     first = evaluate(bundle, text, tmp_path, "a")
     again = evaluate(bundle, text, tmp_path, "b")
     other = evaluate(bundle, text, tmp_path, "c", "--seed", "7")
-    assert {k: v for k, v in first.items() if k != "seconds"} == \
-        {k: v for k, v in again.items() if k != "seconds"}
-    assert other["masked_positions"] != first["masked_positions"] or \
-        other["mlm_top5_accuracy"] != first["mlm_top5_accuracy"]
+    assert {k: v for k, v in first.items() if k != "seconds"} == {
+        k: v for k, v in again.items() if k != "seconds"
+    }
+    assert (
+        other["masked_positions"] != first["masked_positions"]
+        or other["mlm_top5_accuracy"] != first["mlm_top5_accuracy"]
+    )
 
 
 def test_top_k_hits_equal_the_ranks_of_full_logits():
@@ -100,11 +121,17 @@ def test_top_k_hits_equal_the_ranks_of_full_logits():
 
 def test_bundle_errors_name_the_problem(pretrainer, tmp_path, capsys):
     _, bundle, _, text = pretrainer
-    assert run_evaluate(["--task", "mlm", "--model", bundle, "--data", text,
-                         "--max-seq-length", "512"]) == 1
+    assert (
+        run_evaluate(
+            ["--task", "mlm", "--model", bundle, "--data", text, "--max-seq-length", "512"]
+        )
+        == 1
+    )
     assert "longer than the bundle's max_seq_length 128" in capsys.readouterr().err
     encoder = make_model_dir(tmp_path, "encoder", TASK_INFOS["encoder"])
     export(encoder, tmp_path / "encoder-bundle")
-    assert run_evaluate(["--task", "mlm", "--model", str(tmp_path / "encoder-bundle"),
-                         "--data", text]) == 1
+    assert (
+        run_evaluate(["--task", "mlm", "--model", str(tmp_path / "encoder-bundle"), "--data", text])
+        == 1
+    )
     assert "'encoder' bundle has no masked-LM head" in capsys.readouterr().err

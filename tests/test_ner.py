@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 
 from model import tasks
-from model.tasks.ner import (CONLL2003_LABELS, IGNORE, chunks, conll_metrics, encode_sentences)
-from tests.helpers import SHARED_DATA, WORDS
-from tests.helpers import (finetune_argv, make_init, run_evaluate, run_train,
-                                 write_task_vocab)
+from model.tasks.ner import CONLL2003_LABELS, IGNORE, chunks, conll_metrics, encode_sentences
+from tests.helpers import (
+    SHARED_DATA,
+    WORDS,
+    finetune_argv,
+    make_init,
+    run_evaluate,
+    run_train,
+    write_task_vocab,
+)
 
 CONLL_DIR = os.path.join(SHARED_DATA, "conll2003")
 TYPES = ("PER", "ORG", "LOC", "MISC")
@@ -57,6 +63,7 @@ def random_sentences(n: int, seed: int = 0, length=(2, 9)):
 
 # === conlleval, against seqeval ===
 
+
 def test_chunks_follow_conlleval():
     assert chunks(["B-PER", "I-PER", "O", "B-LOC"]) == {(0, 1, "PER"), (3, 3, "LOC")}
     assert chunks(["I-PER", "I-PER"]) == {(0, 1, "PER")}  # IOB1: I- starts a chunk
@@ -89,16 +96,22 @@ def test_metrics_equal_seqeval_on_random_tags(valid):
         lengths = [rng.randint(0, 12) for _ in range(rng.randint(1, 8))]
         gold = [random_tags(rng, n, valid) for n in lengths]
         # Predictions: gold with some tags changed, or fully random.
-        predicted = [[t if rng.random() < 0.7 else random_tags(rng, 1, valid)[0] for t in g]
-                     for g in gold]
+        predicted = [
+            [t if rng.random() < 0.7 else random_tags(rng, 1, valid)[0] for t in g] for g in gold
+        ]
         _check_against_seqeval(gold, predicted)
 
 
 def _check_against_seqeval(gold, predicted):
     import warnings
 
-    from seqeval.metrics import accuracy_score, classification_report, f1_score
-    from seqeval.metrics import precision_score, recall_score
+    from seqeval.metrics import (
+        accuracy_score,
+        classification_report,
+        f1_score,
+        precision_score,
+        recall_score,
+    )
 
     ours = conll_metrics(gold, predicted)
     with warnings.catch_warnings():
@@ -116,10 +129,15 @@ def _check_against_seqeval(gold, predicted):
 
 # === Reader ===
 
+
 def test_reader_reads_conll_2003(tmp_path):
-    path = write_conll(tmp_path / "train.txt", [(["EU", "rejects", "German"],
-                                                 ["B-ORG", "O", "B-MISC"]),
-                                                (["Peter", "Blackburn"], ["B-PER", "I-PER"])])
+    path = write_conll(
+        tmp_path / "train.txt",
+        [
+            (["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"]),
+            (["Peter", "Blackburn"], ["B-PER", "I-PER"]),
+        ],
+    )
     sentences = tasks.get("ner").read(path)
     assert [s.words for s in sentences] == [["EU", "rejects", "German"], ["Peter", "Blackburn"]]
     assert sentences[1].tags == ["B-PER", "I-PER"]
@@ -148,9 +166,10 @@ def test_unlabelled_file_is_read_but_not_evaluated(tmp_path):
 
 # === WordPiece alignment ===
 
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
 
     return WordPieceTokenizer(write_task_vocab(tmp_path_factory.mktemp("ner") / "vocab.txt"))
 
@@ -163,8 +182,10 @@ def test_labels_sit_on_first_pieces(tokenizer):
     tokens = [tokenizer.vocabulary[i] for i in x["token_ids"][0][:7]]
     assert tokens == ["[CLS]", "the", "cat", "##s", "[UNK]", "sang", "[SEP]"]
     assert fmap.positions == [[1, 2, 4, 5]]
-    assert y[0].tolist() == [IGNORE, index["O"], index["B-PER"], IGNORE, index["O"],
-                             index["B-LOC"]] + [IGNORE] * 6
+    assert (
+        y[0].tolist()
+        == [IGNORE, index["O"], index["B-PER"], IGNORE, index["O"], index["B-LOC"]] + [IGNORE] * 6
+    )
     assert x["padding_mask"][0].tolist() == [1] * 7 + [0] * 5
 
 
@@ -221,6 +242,7 @@ def test_alignment_round_trips_words_and_tags(tokenizer, tmp_path, seq_len):
 
 # === A few training steps, then model.evaluate on a file ===
 
+
 def test_ner_trains_and_evaluates(tmp_path, tmp_path_factory, capsys):
     data = tmp_path / "conll2003"
     data.mkdir()
@@ -239,14 +261,26 @@ def test_ner_trains_and_evaluates(tmp_path, tmp_path_factory, capsys):
     assert info["task"] == "token_classifier"
     assert list(info["id2label"].values()) == list(CONLL2003_LABELS)
     capsys.readouterr()
-    assert run_evaluate(["--task", "conll2003", "--model", str(output),
-                         "--data", os.path.join(data, "valid.txt")]) == 0
+    assert (
+        run_evaluate(
+            [
+                "--task",
+                "conll2003",
+                "--model",
+                str(output),
+                "--data",
+                os.path.join(data, "valid.txt"),
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(metrics["dev"]["f1"])
     assert run_evaluate(["--task", "ner", "--model", str(output), "--data", other]) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 5
 
 
 # === The real files (skipped where shared/data is absent) ===
+
 
 def test_real_conll_2003_files():
     if not os.path.isdir(CONLL_DIR):

@@ -1,4 +1,4 @@
-"""model.pretraining_data: document-aware segment pairs (google-research's algorithm).
+"""model.pretraining.instances: document-aware segment pairs (google-research's algorithm).
 
 Token ids here are positions in one running counter, so an id tells which
 document (and where in it) a token came from.
@@ -11,11 +11,12 @@ import random
 import numpy as np
 import pytest
 
-from model.pretraining_data import InstanceConfig, create_instances_from_document
+from model.pretraining.instances import InstanceConfig, create_instances_from_document
 
 
-def make_documents(num_documents: int, sentences: tuple[int, int], tokens: tuple[int, int],
-                   seed: int = 0) -> tuple[list[list[np.ndarray]], dict[int, int]]:
+def make_documents(
+    num_documents: int, sentences: tuple[int, int], tokens: tuple[int, int], seed: int = 0
+) -> tuple[list[list[np.ndarray]], dict[int, int]]:
     """Documents of sentences of consecutive ids; also the id -> document map."""
     rng = random.Random(seed)
     docs, owner, next_id = [], {}, 1000
@@ -32,8 +33,11 @@ def make_documents(num_documents: int, sentences: tuple[int, int], tokens: tuple
 
 def all_instances(docs, config, seed=0):
     rng = random.Random(seed)
-    return [(d, inst) for d in range(len(docs))
-            for inst in create_instances_from_document(docs, d, config, rng)]
+    return [
+        (d, inst)
+        for d in range(len(docs))
+        for inst in create_instances_from_document(docs, d, config, rng)
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,20 @@ LINE = re.compile(r"^\[(\d+)/(\d+) (\w+)\] (skip, (\S+) exists: )?(python -m .*)
 
 def dry_run(tmp_path, capsys, *extra) -> tuple[list, str]:
     """[(step, skipped, argv)] of the commands a dry run prints, and its stderr."""
-    rc = defaults.main(["--dry-run", "--minilm", str(tmp_path / "hf"), "--work",
-                        str(tmp_path / "w"), "--assets", str(tmp_path / "a"), "--data",
-                        str(tmp_path / "d"), *extra])
+    rc = defaults.main(
+        [
+            "--dry-run",
+            "--minilm",
+            str(tmp_path / "hf"),
+            "--work",
+            str(tmp_path / "w"),
+            "--assets",
+            str(tmp_path / "a"),
+            "--data",
+            str(tmp_path / "d"),
+            *extra,
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0
     commands = []
@@ -44,70 +55,163 @@ def flags(argv: list, name: str):
 def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys):
     commands, _ = dry_run(tmp_path, capsys)
     w, a, d = (str(tmp_path / n) for n in "wad")
-    modules = [(step, argv[2] + (f" {argv[3]}" if argv[2] == "model.train" else ""))
-               for step, _, argv in commands]
+    modules = [
+        (step, argv[2] + (f" {argv[3]}" if argv[2] == "model.train" else ""))
+        for step, _, argv in commands
+    ]
     assert modules == [
         ("convert", "model.convert"),
-        ("mlm", "model.data"), ("mlm", "model.train pretrain"), ("mlm", "model.train pretrain"),
+        ("mlm", "model.data"),
+        ("mlm", "model.train pretrain"),
+        ("mlm", "model.train pretrain"),
         ("mlm", "model.evaluate"),
-        ("mlm", "export"), ("mlm", "model.evaluate"),
-        ("sst2", "model.train finetune"), ("sst2", "export"), ("sst2", "model.evaluate"),
-        ("conll2003", "model.train finetune"), ("conll2003", "export"),
+        ("mlm", "export"),
+        ("mlm", "model.evaluate"),
+        ("sst2", "model.train finetune"),
+        ("sst2", "export"),
+        ("sst2", "model.evaluate"),
+        ("conll2003", "model.train finetune"),
+        ("conll2003", "export"),
         ("conll2003", "model.evaluate"),
-        ("squad1", "model.train finetune"), ("squad1", "export"), ("squad1", "model.evaluate"),
+        ("squad1", "model.train finetune"),
+        ("squad1", "export"),
+        ("squad1", "model.evaluate"),
     ]
     assert not any(skipped for _, skipped, _ in commands)
     argv = {(step, i): c for i, (step, _, c) in enumerate(commands)}
-    assert argv["convert", 0][3:] == ["--from", "hf", str(tmp_path / "hf"), "--to", "keras",
-                                      f"{w}/minilm", "--overwrite"]
+    assert argv["convert", 0][3:] == [
+        "--from",
+        "hf",
+        str(tmp_path / "hf"),
+        "--to",
+        "keras",
+        f"{w}/minilm",
+        "--overwrite",
+    ]
     records = argv["mlm", 1]
     assert flags(records, "--input") == f"{d}/pretrain/enwiki-2015/AA/*.gz"
     assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
     assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "16"
-    keys = ("--config", "--data", "--init-checkpoint", "--steps", "--warmup-steps",
-            "--batch-size", "--learning-rate", "--mask-rate", "--max-predictions", "--dropout",
-            "--seed", "--output", "--checkpoint-every", "--mixed-precision")
-    common = {"--config": "minilm-l6", "--data": f"{w}/pretrain_records", "--batch-size": "32",
-              "--mask-rate": "0.2", "--max-predictions": "26", "--dropout": "0",
-              "--checkpoint-every": "200", "--mixed-precision": "mixed_bfloat16"}
+    keys = (
+        "--config",
+        "--data",
+        "--init-checkpoint",
+        "--steps",
+        "--warmup-steps",
+        "--batch-size",
+        "--learning-rate",
+        "--mask-rate",
+        "--max-predictions",
+        "--dropout",
+        "--seed",
+        "--output",
+        "--checkpoint-every",
+        "--mixed-precision",
+    )
+    common = {
+        "--config": "minilm-l6",
+        "--data": f"{w}/pretrain_records",
+        "--batch-size": "32",
+        "--mask-rate": "0.2",
+        "--max-predictions": "26",
+        "--dropout": "0",
+        "--checkpoint-every": "200",
+        "--mixed-precision": "mixed_bfloat16",
+    }
     # The second schedule starts from the first's model and writes the one that is exported.
     assert {k: flags(argv["mlm", 2], k) for k in keys} == {
-        **common, "--init-checkpoint": f"{w}/minilm", "--output": f"{w}/mlm-stage1",
-        "--steps": "6200", "--warmup-steps": "150", "--learning-rate": "3e-4", "--seed": "12345"}
+        **common,
+        "--init-checkpoint": f"{w}/minilm",
+        "--output": f"{w}/mlm-stage1",
+        "--steps": "6200",
+        "--warmup-steps": "150",
+        "--learning-rate": "3e-4",
+        "--seed": "12345",
+    }
     assert {k: flags(argv["mlm", 3], k) for k in keys} == {
-        **common, "--init-checkpoint": f"{w}/mlm-stage1", "--output": f"{w}/mlm",
-        "--steps": "5400", "--warmup-steps": "200", "--learning-rate": "2e-4", "--seed": "3"}
+        **common,
+        "--init-checkpoint": f"{w}/mlm-stage1",
+        "--output": f"{w}/mlm",
+        "--steps": "5400",
+        "--warmup-steps": "200",
+        "--learning-rate": "2e-4",
+        "--seed": "3",
+    }
     sst2 = argv["sst2", 7]
-    assert sst2[3:] == ["finetune", "--task", "sst2", "--data", f"{d}/glue/SST-2", "--init",
-                        f"{w}/minilm", "--output", f"{w}/sst2", "--group-by-length",
-                        "--seq-len", "64", "--learning-rate", "5e-5", "--epochs", "2"]
+    assert sst2[3:] == [
+        "finetune",
+        "--task",
+        "sst2",
+        "--data",
+        f"{d}/glue/SST-2",
+        "--init",
+        f"{w}/minilm",
+        "--output",
+        f"{w}/sst2",
+        "--group-by-length",
+        "--seq-len",
+        "64",
+        "--learning-rate",
+        "5e-5",
+        "--epochs",
+        "2",
+    ]
     conll = argv["conll2003", 10]
-    assert (flags(conll, "--data"), flags(conll, "--learning-rate"), flags(conll, "--epochs"),
-            "--group-by-length" in conll) == (f"{d}/conll2003", "8e-5", "4", True)
+    assert (
+        flags(conll, "--data"),
+        flags(conll, "--learning-rate"),
+        flags(conll, "--epochs"),
+        "--group-by-length" in conll,
+    ) == (f"{d}/conll2003", "8e-5", "4", True)
     squad = argv["squad1", 13]
-    assert {k: flags(squad, k) for k in ("--data", "--learning-rate", "--epochs", "--batch-size",
-                                         "--mixed-precision", "--checkpoint-every")} == {
-        "--data": f"{d}/squad/train-v1.1.reconstructed.json", "--learning-rate": "1e-4",
-        "--epochs": "0.8", "--batch-size": "32", "--mixed-precision": "mixed_bfloat16",
-        "--checkpoint-every": "100"}
+    assert {
+        k: flags(squad, k)
+        for k in (
+            "--data",
+            "--learning-rate",
+            "--epochs",
+            "--batch-size",
+            "--mixed-precision",
+            "--checkpoint-every",
+        )
+    } == {
+        "--data": f"{d}/squad/train-v1.1.reconstructed.json",
+        "--learning-rate": "1e-4",
+        "--epochs": "0.8",
+        "--batch-size": "32",
+        "--mixed-precision": "mixed_bfloat16",
+        "--checkpoint-every": "100",
+    }
     assert "--group-by-length" in squad
     exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
     assert sorted(exports) == ["conll2003", "mlm", "squad1", "sst2"]  # no encoder bundle
     for step, folder, model, dev, extra in (
-            ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw", ["--encoder-signature"]),
-            ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv", []),
-            ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt", []),
-            ("squad1", "squad", "squad1", "squad/dev-v1.1.json", [])):
-        assert exports[step][3:] == ["--model", f"{w}/{model}", "--quantize", "dynamic", "--out",
-                                     f"{a}/{folder}", "--data", f"{d}/{dev}", *extra], step
+        ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw", ["--encoder-signature"]),
+        ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv", []),
+        ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt", []),
+        ("squad1", "squad", "squad1", "squad/dev-v1.1.json", []),
+    ):
+        assert exports[step][3:] == [
+            "--model",
+            f"{w}/{model}",
+            "--quantize",
+            "dynamic",
+            "--out",
+            f"{a}/{folder}",
+            "--data",
+            f"{d}/{dev}",
+            *extra,
+        ], step
     evaluations = [(step, c) for (step, _), c in argv.items() if c[2] == "model.evaluate"]
-    assert [(s, flags(c, "--task"), flags(c, "--model"), flags(c, "--out"))
-            for s, c in evaluations] == [
+    assert [
+        (s, flags(c, "--task"), flags(c, "--model"), flags(c, "--out")) for s, c in evaluations
+    ] == [
         ("mlm", "mlm", f"{w}/mlm", f"{w}/mlm.metrics.json"),
         ("mlm", "mlm", f"{a}/mlm", f"{w}/mlm.bundle-metrics.json"),
         ("sst2", "sst2", f"{a}/sst2", f"{w}/sst2.bundle-metrics.json"),
         ("conll2003", "conll2003", f"{a}/conll2003", f"{w}/conll2003.bundle-metrics.json"),
-        ("squad1", "squad1", f"{a}/squad", f"{w}/squad1.bundle-metrics.json")]
+        ("squad1", "squad1", f"{a}/squad", f"{w}/squad1.bundle-metrics.json"),
+    ]
     assert os.listdir(tmp_path) == []  # a dry run writes nothing
 
 
@@ -119,13 +223,20 @@ def test_every_flag_exists_in_the_program_it_is_given_to(tmp_path, capsys):
     from model.evaluate import parse_args as evaluate_args
     from model.train import parse_args as train_args
 
-    parsers = {"export": export_args, "model.data": data_args, "model.evaluate": evaluate_args,
-               "model.train": train_args}
+    parsers = {
+        "export": export_args,
+        "model.data": data_args,
+        "model.evaluate": evaluate_args,
+        "model.train": train_args,
+    }
     commands, _ = dry_run(tmp_path, capsys)
-    for step, _, argv in commands:
+    for _step, _, argv in commands:
         if argv[2] == "model.convert":
-            assert set(a for a in argv[3:] if a.startswith("--")) <= {"--from", "--to",
-                                                                     "--overwrite"}
+            assert set(a for a in argv[3:] if a.startswith("--")) <= {
+                "--from",
+                "--to",
+                "--overwrite",
+            }
             continue
         parsers[argv[2]](argv[3:])  # SystemExit (2) on an unknown flag
 
@@ -135,8 +246,18 @@ def test_only_selects_steps_in_recipe_order(tmp_path, capsys):
     assert [step for step, _, _ in commands] == ["mlm"] * 6 + ["sst2"] * 3
     # They read WORK/minilm, which neither makes: a dry run says so, a real run refuses.
     assert "step mlm needs step convert's output" in err and "add convert to --only" in err
-    rc = defaults.main(["--only", "sst2", "--work", str(tmp_path / "w"), "--assets",
-                        str(tmp_path / "a"), "--data", str(tmp_path / "d")])
+    rc = defaults.main(
+        [
+            "--only",
+            "sst2",
+            "--work",
+            str(tmp_path / "w"),
+            "--assets",
+            str(tmp_path / "a"),
+            "--data",
+            str(tmp_path / "d"),
+        ]
+    )
     assert rc == 1
     assert "error: step sst2 needs step convert's output" in capsys.readouterr().err
 
@@ -157,8 +278,9 @@ def test_convert_needs_the_minilm_folder(tmp_path, capsys, monkeypatch):
     rc = defaults.main(["--only", "convert", "--work", str(tmp_path / "w")])
     assert rc == 1
     assert "pass --minilm DIR or set BERT_MINILM_DIR" in capsys.readouterr().err
-    rc = defaults.main(["--only", "convert", "--minilm", str(tmp_path / "none"),
-                        "--work", str(tmp_path / "w")])
+    rc = defaults.main(
+        ["--only", "convert", "--minilm", str(tmp_path / "none"), "--work", str(tmp_path / "w")]
+    )
     assert rc == 1 and "no such directory" in capsys.readouterr().err
 
 
@@ -172,7 +294,10 @@ def test_a_command_whose_output_exists_is_skipped(tmp_path, capsys):
     bundle.write_text(json.dumps({"source": {"model_dir": str(w / "sst2")}}))
     commands, err = dry_run(tmp_path, capsys, "--only", "sst2")
     assert [(skipped, argv[2]) for _, skipped, argv in commands] == [
-        (True, "model.train"), (True, "export"), (False, "model.evaluate")]
+        (True, "model.train"),
+        (True, "export"),
+        (False, "model.evaluate"),
+    ]
     assert err == ""  # convert's output exists: nothing missing
 
 
@@ -187,7 +312,10 @@ def test_a_shipped_bundle_of_another_model_is_exported_over(tmp_path, capsys):
         (a / "sst2" / "bundle.json").write_text(json.dumps(bundle))
         commands, _ = dry_run(tmp_path, capsys, "--only", "sst2")
         assert [(skipped, argv[2]) for _, skipped, argv in commands] == [
-            (True, "model.train"), (False, "export"), (False, "model.evaluate")]
+            (True, "model.train"),
+            (False, "export"),
+            (False, "model.evaluate"),
+        ]
 
 
 def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
@@ -205,9 +333,13 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
     lines.clear()
     assert defaults.run([step], log=lines.append) == 0
     assert lines[1].startswith(f"[1/1 demo] skip, {out} exists")
-    broken = defaults.Step("broken", (
-        defaults.Command("json.tool", (str(tmp_path / "missing.json"), never), never),
-        defaults.Command("json.tool", (str(source), never), never)))
+    broken = defaults.Step(
+        "broken",
+        (
+            defaults.Command("json.tool", (str(tmp_path / "missing.json"), never), never),
+            defaults.Command("json.tool", (str(source), never), never),
+        ),
+    )
     lines.clear()
     rc = defaults.run([broken], log=lines.append)
     assert rc != 0 and not os.path.exists(never)

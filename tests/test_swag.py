@@ -11,11 +11,28 @@ import random
 import pytest
 
 from model import tasks
-from tests.helpers import (finetune_argv, make_init, run_evaluate, run_train, sentence,
-                                 write_task_vocab)
+from tests.helpers import (
+    finetune_argv,
+    make_init,
+    run_evaluate,
+    run_train,
+    sentence,
+    write_task_vocab,
+)
 
-HEADER = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
-          "ending0", "ending1", "ending2", "ending3", "label"]
+HEADER = [
+    "video-id",
+    "fold-ind",
+    "startphrase",
+    "sent1",
+    "sent2",
+    "gold-source",
+    "ending0",
+    "ending1",
+    "ending2",
+    "ending3",
+    "label",
+]
 
 
 def write_swag(path, n: int, seed: int = 0, labelled: bool = True) -> str:
@@ -62,12 +79,13 @@ def test_reader_rejects_malformed_rows_with_file_and_line(tmp_path):
 
 
 def test_each_choice_is_context_then_ending(tmp_path):
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(write_task_vocab(tmp_path / "vocab.txt"))
     path = tmp_path / "val.csv"
-    path.write_text(",".join(HEADER) + "\nv,0,s,the cat,a dog,gold,sat,ran,ate fish,sang,2\n",
-                    encoding="utf-8")
+    path.write_text(
+        ",".join(HEADER) + "\nv,0,s,the cat,a dog,gold,sat,ran,ate fish,sang,2\n", encoding="utf-8"
+    )
     task = tasks.get("swag")
     encoded = task.encode(task.read(str(path)), tokenizer, 10)
     assert encoded.x["token_ids"].shape == (1, 4, 10)
@@ -93,8 +111,12 @@ def test_swag_trains_and_evaluates(tmp_path, tmp_path_factory, capsys):
         info = json.load(f)
     assert info["task"] == "multiple_choice" and info["num_choices"] == 4
     capsys.readouterr()
-    assert run_evaluate(["--task", "swag", "--model", str(output),
-                         "--data", os.path.join(data, "val.csv")]) == 0
+    assert (
+        run_evaluate(
+            ["--task", "swag", "--model", str(output), "--data", os.path.join(data, "val.csv")]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
     assert printed["examples"] == 6

@@ -1,4 +1,4 @@
-"""model.tokenizer.WordPieceTokenizer against the reference BERT tokenizer.
+"""model.text.tokenizer.WordPieceTokenizer against the reference BERT tokenizer.
 
 `fixtures/tokenizer_reference.jsonl.gz` holds ids from Hugging Face
 `transformers.BertTokenizer` (bert-base-uncased vocabulary) for a deterministic
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.tokenizer import WordPieceTokenizer, clean_text
+from model.text.tokenizer import WordPieceTokenizer, clean_text
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 VOCAB = os.path.join(FIXTURES, "bert-base-uncased-vocab.txt")
@@ -44,8 +44,7 @@ KNOWN_DIVERGENCES = {
     # user becomes the mask id. Google's original tokenizer does not, and ours
     # does not either on purpose (text cannot inject [SEP]/[CLS]); the
     # brackets are split off as punctuation like any other text.
-    "special_token_text": ["a", "[", "mask", "]", "b", "[", "un", "##k", "]", "[", "sep", "]",
-                           "c"],
+    "special_token_text": ["a", "[", "mask", "]", "b", "[", "un", "##k", "]", "[", "sep", "]", "c"],
     # U+13430 (Egyptian hieroglyph format control) is a format character (Cf)
     # since Unicode 12. The reference's Rust character tables predate it, so it
     # keeps the character and the word becomes [UNK]; RE2's current tables
@@ -72,12 +71,18 @@ def _tokens(tok, ids):
 
 # === Parity with the reference ===
 
+
 def test_fixture_matches_vocab_and_reference_config():
     with open(VOCAB, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == META["vocab_sha256"]
     assert META["class"].endswith("BertTokenizer")
-    assert META["normalizer"] == {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
-                                  "strip_accents": None, "lowercase": True}
+    assert META["normalizer"] == {
+        "type": "BertNormalizer",
+        "clean_text": True,
+        "handle_chinese_chars": True,
+        "strip_accents": None,
+        "lowercase": True,
+    }
     assert META["max_input_chars_per_word"] == 100
     assert {r["source"] for r in SAMPLE} == {"wikitext2", "sst2", "enwiki"}
     assert len(SAMPLE) >= 600
@@ -86,16 +91,23 @@ def test_fixture_matches_vocab_and_reference_config():
 def test_fixture_has_every_hard_case():
     """The fixture is regenerated whenever tokenizer_parity.HARD_CASES changes."""
     spec = importlib.util.spec_from_file_location(
-        "tokenizer_parity", os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer_parity.py"))
+        "tokenizer_parity",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer_parity.py"),
+    )
     parity = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(parity)
-    assert {name: text for name, text in parity.HARD_CASES} == {n: r["text"] for n, r in HARD.items()}
+    assert {name: text for name, text in parity.HARD_CASES} == {
+        n: r["text"] for n, r in HARD.items()
+    }
 
 
 @pytest.mark.parametrize("source", ["wikitext2", "sst2", "enwiki", None])
 def test_sample_agreement(tok, ours, source):
-    pairs = [(r, ids) for r, ids in zip(RECORDS, ours)
-             if r["source"] != "hard" and (source is None or r["source"] == source)]
+    pairs = [
+        (r, ids)
+        for r, ids in zip(RECORDS, ours)
+        if r["source"] != "hard" and (source is None or r["source"] == source)
+    ]
     assert pairs
     mismatches = [r for r, ids in pairs if ids != r["ids"]]
     agreement = 1 - len(mismatches) / len(pairs)
@@ -108,7 +120,9 @@ def test_hard_case(tok, ours, name):
     index = RECORDS.index(HARD[name])
     record, got = RECORDS[index], ours[index]
     if name in KNOWN_DIVERGENCES:
-        assert got != record["ids"], f"{name} now matches the reference: drop it from KNOWN_DIVERGENCES"
+        assert got != record["ids"], (
+            f"{name} now matches the reference: drop it from KNOWN_DIVERGENCES"
+        )
         assert _tokens(tok, got) == KNOWN_DIVERGENCES[name]
         return
     assert _tokens(tok, got) == _tokens(tok, record["ids"]), repr(record["text"])
@@ -125,7 +139,10 @@ def test_long_words_become_one_unk(tok):
 
 
 def test_clean_text_keeps_shape():
-    for strings in (tf.constant("ΣΑΣ\u00a0" + "a" * 120), tf.constant([["x\ue000y", "b" * 101], ["", "Á"]])):
+    for strings in (
+        tf.constant("ΣΑΣ\u00a0" + "a" * 120),
+        tf.constant([["x\ue000y", "b" * 101], ["", "Á"]]),
+    ):
         cleaned = clean_text(strings, lowercase=True)
         assert cleaned.shape == strings.shape
     assert cleaned.numpy().tolist() == [[b"xy", "\ue000".encode()], [b"", b"a"]]
@@ -137,11 +154,14 @@ def test_encode_tf_in_a_graph(tok):
     ragged = fn(tf.constant(["Hello world", "z" * 150 + "!"]))
     assert ragged.shape.as_list() == [2, None]
     assert ragged.to_list() == [[7592, 2088], [tok.unk_id, 999]]
-    dataset = tf.data.Dataset.from_tensor_slices(["Hello world", "a\u00a0b"]).batch(2).map(tok.encode_tf)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(["Hello world", "a\u00a0b"]).batch(2).map(tok.encode_tf)
+    )
     assert [r.to_list() for r in dataset] == [[[7592, 2088], [1037, 1038]]]
 
 
 # === encode / decode ===
+
 
 def test_encode_decode(tok):
     ids = tok.encode(["Hello, World! The unaffable café.", ""])
@@ -159,6 +179,7 @@ def test_encode_rejects_a_bare_string(tok):
 
 
 # === pack ===
+
 
 def test_pack_single_segment(tok):
     ids, segments, mask = tok.pack([7, 8, 9], seq_len=8)
@@ -182,16 +203,16 @@ def test_pack_pair_segments_and_padding(tok):
 # (len A, len B, seq_len) -> kept (len A, len B), as transformers 5.23's
 # BertTokenizer(...)(a, b, truncation="longest_first", max_length=seq_len) keeps.
 LONGEST_FIRST = [
-    ((10, 2, 10), (5, 2)),   # only the longer one is cut
+    ((10, 2, 10), (5, 2)),  # only the longer one is cut
     ((2, 10, 10), (2, 5)),
-    ((10, 4, 10), (4, 3)),   # both cut: halves, the odd token to the longer one
+    ((10, 4, 10), (4, 3)),  # both cut: halves, the odd token to the longer one
     ((4, 10, 10), (3, 4)),
-    ((5, 5, 10), (3, 4)),    # equal: the odd token to B
+    ((5, 5, 10), (3, 4)),  # equal: the odd token to B
     ((6, 6, 11), (4, 4)),
     ((3, 2, 6), (2, 1)),
     ((20, 20, 11), (4, 4)),
     ((8, 3, 10), (4, 3)),
-    ((2, 2, 8), (2, 2)),     # fits
+    ((2, 2, 8), (2, 2)),  # fits
 ]
 
 
@@ -201,8 +222,14 @@ def test_pack_pair_longest_first(tok, lengths, kept):
     a, b = list(range(1000, 1000 + len_a)), list(range(2000, 2000 + len_b))
     ids, segments, mask = tok.pack(a, b, seq_len=seq_len)
     used = 3 + kept[0] + kept[1]
-    assert ids.tolist() == ([tok.cls_id] + a[:kept[0]] + [tok.sep_id] + b[:kept[1]] + [tok.sep_id]
-                            + [tok.pad_id] * (seq_len - used))
+    assert ids.tolist() == (
+        [tok.cls_id]
+        + a[: kept[0]]
+        + [tok.sep_id]
+        + b[: kept[1]]
+        + [tok.sep_id]
+        + [tok.pad_id] * (seq_len - used)
+    )
     assert segments.tolist() == [0] * (kept[0] + 2) + [1] * (kept[1] + 1) + [0] * (seq_len - used)
     assert mask.tolist() == [1] * used + [0] * (seq_len - used)
 
@@ -218,12 +245,13 @@ def test_pack_errors(tok):
 
 # === encode_flat: one graph call, one shard per thread ===
 
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_encode_flat_shards_keep_order_and_ids(tok, monkeypatch, threads):
     """Every fixture text (hard cases included), split into `threads` shards, gives the
     pure-Python tokenizer's ids in the original order; Flat.rows() is encode()."""
-    from model import tokenizer as tokenizer_module
-    from model.wordpiece import WordPieceTokenizer as PythonTokenizer
+    from model.text import tokenizer as tokenizer_module
+    from model.text.wordpiece import WordPieceTokenizer as PythonTokenizer
 
     monkeypatch.setattr(tokenizer_module, "_threads", lambda: threads)
     texts = [r["text"] for r in RECORDS]
@@ -238,6 +266,7 @@ def test_encode_flat_shards_keep_order_and_ids(tok, monkeypatch, threads):
 
 # === pack_batch: pack for many rows at once, in numpy ===
 
+
 def test_pack_batch_longest_first_table(tok):
     """Every row of the transformers table above, in one call."""
     for seq_len in sorted({s for (_, _, s), _ in LONGEST_FIRST}):
@@ -247,11 +276,17 @@ def test_pack_batch_longest_first_table(tok):
         ids, segments, mask = tok.pack_batch(a, b, seq_len=seq_len)
         for row, (_, _, kept) in enumerate(cases):
             used = 3 + kept[0] + kept[1]
-            assert ids[row].tolist() == ([tok.cls_id] + a[row][:kept[0]] + [tok.sep_id]
-                                         + b[row][:kept[1]] + [tok.sep_id]
-                                         + [tok.pad_id] * (seq_len - used))
-            assert segments[row].tolist() == ([0] * (kept[0] + 2) + [1] * (kept[1] + 1)
-                                              + [0] * (seq_len - used))
+            assert ids[row].tolist() == (
+                [tok.cls_id]
+                + a[row][: kept[0]]
+                + [tok.sep_id]
+                + b[row][: kept[1]]
+                + [tok.sep_id]
+                + [tok.pad_id] * (seq_len - used)
+            )
+            assert segments[row].tolist() == (
+                [0] * (kept[0] + 2) + [1] * (kept[1] + 1) + [0] * (seq_len - used)
+            )
             assert mask[row].tolist() == [1] * used + [0] * (seq_len - used)
 
 
@@ -261,14 +296,21 @@ def test_pack_batch_equals_pack_row_by_row(tok, mode):
     rng = np.random.default_rng({"single": 1, "pairs": 2, "mixed": 3}[mode])
     for seq_len in (5, 8, 33, 128):
         n = 200
+
         def row():
             return rng.integers(1000, 30000, size=rng.choice([0, 1, 2, 3, 7, 31, 200])).tolist()
+
         firsts = [row() for _ in range(n)]
-        seconds = (None if mode == "single" else
-                   [None if mode == "mixed" and rng.random() < 0.5 else row() for _ in range(n)])
+        seconds = (
+            None
+            if mode == "single"
+            else [None if mode == "mixed" and rng.random() < 0.5 else row() for _ in range(n)]
+        )
         got = tok.pack_batch(firsts, seconds, seq_len=seq_len)
-        want = [tok.pack(a, None if seconds is None else seconds[i], seq_len=seq_len)
-                for i, a in enumerate(firsts)]
+        want = [
+            tok.pack(a, None if seconds is None else seconds[i], seq_len=seq_len)
+            for i, a in enumerate(firsts)
+        ]
         for k in range(3):
             assert got[k].dtype == np.int32 and got[k].shape == (n, seq_len)
             np.testing.assert_array_equal(got[k], np.stack([w[k] for w in want]))
@@ -287,6 +329,7 @@ def test_pack_batch_empty_and_errors(tok):
 
 # === Vocabulary errors ===
 
+
 def test_missing_vocab_names_the_path(tmp_path):
     path = str(tmp_path / "nope" / "vocab.txt")
     with pytest.raises(FileNotFoundError, match="nope/vocab.txt"):
@@ -298,7 +341,9 @@ def test_vocab_without_special_tokens(tmp_path, missing):
     tokens = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "##b") if t != missing]
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"lacks the special tokens \['\[" + missing[1:-1] + r"\]'\]") as e:
+    with pytest.raises(
+        ValueError, match=r"lacks the special tokens \['\[" + missing[1:-1] + r"\]'\]"
+    ) as e:
         WordPieceTokenizer(str(path))
     assert str(path) in str(e.value)
 

@@ -25,12 +25,19 @@ import pytest
 import tensorflow as tf
 
 from model import evaluate, train
-from model.checkpointing import ResumableCheckpoint
-from model.encoder import BertEncoder
-from model.optimizer import WarmupLinearDecay, bert_adamw
-from model.pretrainer import BertPretrainer
-from tests.helpers import (assert_same_weights, make_records, pretrain_argv, random_encoder_inputs,
-                           weights_of, write_corpus, write_vocab)
+from model.heads.pretrainer import BertPretrainer
+from model.networks.encoder import BertEncoder
+from model.training.checkpointing import ResumableCheckpoint
+from model.training.optimizer import WarmupLinearDecay, bert_adamw
+from tests.helpers import (
+    assert_same_weights,
+    make_records,
+    pretrain_argv,
+    random_encoder_inputs,
+    weights_of,
+    write_corpus,
+    write_vocab,
+)
 
 # 40 steps of 4, a checkpoint every 10, the tiny preset's dropout of 0.1 (so
 # the dropout seed state has to survive the restart too), on the CPU in every
@@ -53,8 +60,10 @@ def uninterrupted(records, tmp_path_factory):
 
 
 def checkpoint_steps(output) -> list[int]:
-    return [step for step, _ in ResumableCheckpoint(os.path.join(output, "checkpoints"), 1)
-            .checkpoints()]
+    return [
+        step
+        for step, _ in ResumableCheckpoint(os.path.join(output, "checkpoints"), 1).checkpoints()
+    ]
 
 
 def sha256(path) -> str:
@@ -63,6 +72,7 @@ def sha256(path) -> str:
 
 
 # === It learns ===
+
 
 def test_tiny_model_overfits_one_batch():
     keras.utils.set_random_seed(0)
@@ -73,16 +83,25 @@ def test_tiny_model_overfits_one_batch():
     x["mask_positions"] = np.stack(
         [np.sort(rng.choice(np.arange(1, 16), 3, replace=False)) for _ in range(8)]
     ).astype("int32")  # (batch, 3)
-    y = {"mlm": rng.integers(5, vocab, (8, 3)).astype("int32"),
-         "nsp": rng.integers(0, 2, (8,)).astype("int32")}
+    y = {
+        "mlm": rng.integers(5, vocab, (8, 3)).astype("int32"),
+        "nsp": rng.integers(0, 2, (8,)).astype("int32"),
+    }
     steps = 40
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=bert_adamw(1e-2, warmup_steps=0, total_steps=steps, weight_decay=0.0),
-                  loss={"mlm": loss, "nsp": loss})
+    model.compile(
+        optimizer=bert_adamw(1e-2, warmup_steps=0, total_steps=steps, weight_decay=0.0),
+        loss={"mlm": loss, "nsp": loss},
+    )
     # One step per epoch: the history holds each step's loss, the first one
     # taken before any update.
-    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), steps_per_epoch=1,
-                        epochs=steps, shuffle=False, verbose=0).history["loss"]
+    history = model.fit(
+        tf.data.Dataset.from_tensors((x, y)).repeat(),
+        steps_per_epoch=1,
+        epochs=steps,
+        shuffle=False,
+        verbose=0,
+    ).history["loss"]
     before, after = history[0], history[-1]
     assert before > 4.0  # ~ln(64) + ln(2) at initialisation
     assert after <= 0.1 * before, f"loss {before:.3f} -> {after:.3f}"
@@ -94,8 +113,11 @@ def test_learning_rate_schedule():
     np.testing.assert_allclose(rates[:5], [0.0, 0.25, 0.5, 0.75, 1.0], atol=1e-6)
     np.testing.assert_allclose(rates[8:], [0.5, 0.375, 0.25, 0.125, 0.0, 0.0], atol=1e-6)
     # No warm-up: the first step gets the peak, not 0.
-    np.testing.assert_allclose([float(WarmupLinearDecay(1.0, 0, 4)(t)) for t in range(5)],
-                               [1.0, 0.75, 0.5, 0.25, 0.0], atol=1e-6)
+    np.testing.assert_allclose(
+        [float(WarmupLinearDecay(1.0, 0, 4)(t)) for t in range(5)],
+        [1.0, 0.75, 0.5, 0.25, 0.0],
+        atol=1e-6,
+    )
 
 
 def test_no_weight_decay_on_layer_norm_and_biases():
@@ -113,8 +135,10 @@ def test_no_weight_decay_on_layer_norm_and_biases():
 # === Checkpoints ===
 # Killed with SIGKILL and resumed: tests/test_faults.py (three kills, mid-save too).
 
+
 def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_one(
-        records, uninterrupted, tmp_path, capsys):
+    records, uninterrupted, tmp_path, capsys
+):
     output = str(tmp_path / "run")
     argv = pretrain_argv(records, output, **RUN)
     assert train.main([*argv, "--stop-at", "25"]) == 0  # between checkpoints, on purpose
@@ -127,15 +151,18 @@ def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_
     going_on = weights_of(os.path.join(output, "model.weights.h5"))
     assert any(not np.array_equal(stopped[k], going_on[k]) for k in stopped)  # it went on
     # The schedule spanned --steps all along: the weights of the uninterrupted run.
-    assert_same_weights(os.path.join(uninterrupted, "model.weights.h5"),
-                        os.path.join(output, "model.weights.h5"))
+    assert_same_weights(
+        os.path.join(uninterrupted, "model.weights.h5"), os.path.join(output, "model.weights.h5")
+    )
 
 
 def tiny_compiled_pretrainer(seed):
     keras.utils.set_random_seed(seed)
     model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=64))
-    model.compile(optimizer=bert_adamw(1e-3, 1, 10),
-                  loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    model.compile(
+        optimizer=bert_adamw(1e-3, 1, 10),
+        loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+    )
     model.optimizer.build(model.trainable_variables)
     return model
 
@@ -184,7 +211,8 @@ def test_restore_never_loads_a_half_written_checkpoint(tmp_path, monkeypatch):
 
 
 def test_resuming_with_another_model_stops_instead_of_starting_over(
-        records, uninterrupted, tmp_path, capsys):
+    records, uninterrupted, tmp_path, capsys
+):
     # Without dropout the model has no seed generators, so no checkpoint fits;
     # starting from scratch would rotate the real checkpoints away.
     output = str(tmp_path / "run")
@@ -197,6 +225,7 @@ def test_resuming_with_another_model_stops_instead_of_starting_over(
 
 # === Bad input ===
 
+
 @pytest.fixture
 def bad_vocab(tmp_path):
     path = write_vocab(tmp_path / "vocab-without-mask.txt", mask=False)
@@ -205,11 +234,14 @@ def bad_vocab(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing data", r"missing-data-dir\S*: no record files match"),
-    ("vocab without [MASK]", r"vocab-without-mask.txt: the vocabulary has no \[MASK\] token"),
-    ("tpu without a TPU", r"--strategy tpu: no TPU found"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing data", r"missing-data-dir\S*: no record files match"),
+        ("vocab without [MASK]", r"vocab-without-mask.txt: the vocabulary has no \[MASK\] token"),
+        ("tpu without a TPU", r"--strategy tpu: no TPU found"),
+    ],
+)
 def test_bad_input_fails_early_with_a_message(records, bad_vocab, tmp_path, capsys, case, message):
     output = str(tmp_path / "out")
     data, extra = records, []
@@ -239,8 +271,9 @@ def run_as_main(module: str, argv, monkeypatch) -> int | str | None:
 def test_tpu_without_tpu_exits_non_zero(records, tmp_path, monkeypatch, capsys):
     # Through the `__main__` block, for the exit status a shell sees.
     output = str(tmp_path / "out")
-    code = run_as_main("model.train", pretrain_argv(records, output,
-                                                    extra=["--strategy", "tpu"]), monkeypatch)
+    code = run_as_main(
+        "model.train", pretrain_argv(records, output, extra=["--strategy", "tpu"]), monkeypatch
+    )
     assert code not in (0, None)
     assert "--strategy tpu: no TPU found" in capsys.readouterr().err
     assert not any(os.path.exists(os.path.join(output, f)) for f in FINAL_FILES)
@@ -248,8 +281,10 @@ def test_tpu_without_tpu_exits_non_zero(records, tmp_path, monkeypatch, capsys):
 
 # === The NaN guard ===
 
+
 def test_nan_loss_stops_with_exit_3_and_keeps_the_last_good_checkpoint(
-        records, uninterrupted, tmp_path, capsys):
+    records, uninterrupted, tmp_path, capsys
+):
     # Resume the finished 40-step run for 2 more steps at a learning rate of
     # 1e30: step 41 makes the weights ~1e29, step 42's forward pass overflows
     # to NaN. Step 42 is both the last step and (every 1) a checkpoint step,
@@ -258,15 +293,23 @@ def test_nan_loss_stops_with_exit_3_and_keeps_the_last_good_checkpoint(
     shutil.copytree(uninterrupted, output)
     published = sha256(os.path.join(output, "model.weights.h5"))
     assert checkpoint_steps(output) == [20, 30, 40]
-    rc = train.main(pretrain_argv(records, output, steps=42, checkpoint_every=1,
-                                  extra=["--learning-rate", "1e30", "--warmup-steps", "0"]))
+    rc = train.main(
+        pretrain_argv(
+            records,
+            output,
+            steps=42,
+            checkpoint_every=1,
+            extra=["--learning-rate", "1e30", "--warmup-steps", "0"],
+        )
+    )
     err = capsys.readouterr().err
     assert rc == 3, err[-2000:]
     assert re.search(r"training stopped at step 42: the loss is not finite", err)
     assert "last good checkpoint is kept" in err
     assert checkpoint_steps(output) == [30, 40, 41]  # no ckpt-00000042
-    for name, value in weights_of(os.path.join(output, "checkpoints", "ckpt-00000041",
-                                               "model.weights.h5")).items():
+    for name, value in weights_of(
+        os.path.join(output, "checkpoints", "ckpt-00000041", "model.weights.h5")
+    ).items():
         assert np.all(np.isfinite(value)), name
     # The published model is the earlier run's, untouched.
     assert sha256(os.path.join(output, "model.weights.h5")) == published
@@ -274,10 +317,23 @@ def test_nan_loss_stops_with_exit_3_and_keeps_the_last_good_checkpoint(
 
 # === Evaluation ===
 
+
 def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
     text = write_corpus(tmp_path / "eval.txt", num_documents=4, sentences=(3, 6), seed=7)
-    rc = evaluate.main(["--task", "mlm", "--model", uninterrupted, "--data", text,
-                        "--max-seq-length", "32", "--batch-size", "8"])
+    rc = evaluate.main(
+        [
+            "--task",
+            "mlm",
+            "--model",
+            uninterrupted,
+            "--data",
+            text,
+            "--max-seq-length",
+            "32",
+            "--batch-size",
+            "8",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     metrics = json.loads(out)  # stdout is the JSON and nothing else
@@ -288,6 +344,7 @@ def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
 
 
 # === --help ===
+
 
 @pytest.mark.parametrize("argv", [["--help"], ["pretrain", "--help"]])
 def test_help_names_the_main_flags(monkeypatch, capsys, argv):

@@ -25,8 +25,12 @@ import pytest
 from tests.helpers import REPO_ROOT, run_evaluate, subprocess_env
 from tests.test_export import sst2, sst2_bundle  # noqa: F401 (fixtures: a classifier, its bundle)
 
-CUTS = {"half": lambda n: n // 2, "one byte short": lambda n: n - 1, "8 bytes": lambda n: 8,
-        "empty": lambda n: 0}
+CUTS = {
+    "half": lambda n: n // 2,
+    "one byte short": lambda n: n - 1,
+    "8 bytes": lambda n: 8,
+    "empty": lambda n: 0,
+}
 
 
 def truncate(path, cut: str) -> int:
@@ -53,10 +57,11 @@ def names(path) -> str:
 
 # === A model directory's model.weights.h5 ===
 
+
 @pytest.mark.parametrize("cut", sorted(CUTS))
 def test_truncated_model_weights(sst2, tmp_path, cut, capsys):  # noqa: F811
     import model
-    from model import model_dir
+    from model.checkpoints import model_dir
     from model.convert import main as convert
 
     directory = copy(sst2[0], tmp_path)
@@ -76,6 +81,7 @@ def test_truncated_model_weights(sst2, tmp_path, cut, capsys):  # noqa: F811
 
 # === Hugging Face model.safetensors (one file, or shards and their index) ===
 
+
 @pytest.fixture(scope="module")
 def hf_dir(sst2, tmp_path_factory):  # noqa: F811
     """The classifier as a Hugging Face folder, written by `python -m model.convert`."""
@@ -89,7 +95,7 @@ def hf_dir(sst2, tmp_path_factory):  # noqa: F811
 @pytest.mark.parametrize("cut", sorted(CUTS))
 def test_truncated_safetensors(hf_dir, tmp_path, cut, capsys):
     import model
-    from model import safetensors_io
+    from model.checkpoints import safetensors_io
     from model.convert import main as convert
 
     directory = copy(hf_dir, tmp_path)
@@ -113,26 +119,31 @@ def test_truncated_safetensors(hf_dir, tmp_path, cut, capsys):
 @pytest.fixture(scope="module")
 def sharded_hf_dir(hf_dir, tmp_path_factory):
     """`hf_dir` with its weights in two shards and a model.safetensors.index.json."""
-    from model import safetensors_io
-    from model.io import write_json
+    from model.checkpoints import safetensors_io
+    from model.io.files import write_json
 
     directory = copy(hf_dir, tmp_path_factory.mktemp("sharded"), "model")
     single = os.path.join(directory, "model.safetensors")
     tensors = safetensors_io.read(single)
     os.remove(single)
     ordered = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": ordered[::2],
-              "model-00002-of-00002.safetensors": ordered[1::2]}
+    shards = {
+        "model-00001-of-00002.safetensors": ordered[::2],
+        "model-00002-of-00002.safetensors": ordered[1::2],
+    }
     for shard, keys in shards.items():
         safetensors_io.write(os.path.join(directory, shard), {k: tensors[k] for k in keys})
-    write_json(os.path.join(directory, "model.safetensors.index.json"),
-               {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}})
+    write_json(
+        os.path.join(directory, "model.safetensors.index.json"),
+        {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}},
+    )
     return directory
 
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
-@pytest.mark.parametrize("damaged", ["model-00002-of-00002.safetensors",
-                                     "model.safetensors.index.json"])
+@pytest.mark.parametrize(
+    "damaged", ["model-00002-of-00002.safetensors", "model.safetensors.index.json"]
+)
 def test_truncated_shard_or_index(sharded_hf_dir, tmp_path, cut, damaged):
     import model
 
@@ -144,13 +155,14 @@ def test_truncated_shard_or_index(sharded_hf_dir, tmp_path, cut, damaged):
         model.load(directory)
 
 
-# === Training checkpoints (model/checkpointing.py) ===
+# === Training checkpoints (model/training/checkpointing.py) ===
+
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """A checkpoint directory with ckpt-00000004 and ckpt-00000005 (different
     weights), and the weights of each."""
-    from model.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import ResumableCheckpoint
     from tests.test_train import tiny_compiled_pretrainer
 
     directory = str(tmp_path_factory.mktemp("checkpoints") / "checkpoints")
@@ -166,7 +178,7 @@ def checkpoints(tmp_path_factory):
 
 
 def restore(directory):
-    from model.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import ResumableCheckpoint
     from tests.test_train import tiny_compiled_pretrainer
 
     fresh = tiny_compiled_pretrainer(seed=2)
@@ -175,8 +187,9 @@ def restore(directory):
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
 @pytest.mark.parametrize("damaged", ["model.weights.h5", "rng.npz", "state.json"])
-def test_truncated_checkpoint_falls_back_to_the_one_before(checkpoints, tmp_path, cut, damaged,
-                                                           capsys):
+def test_truncated_checkpoint_falls_back_to_the_one_before(
+    checkpoints, tmp_path, cut, damaged, capsys
+):
     """A damaged newest checkpoint is skipped, with a warning naming the file,
     for the one before, loaded whole (no mix of the two)."""
     directory = copy(checkpoints[0], tmp_path)
@@ -187,8 +200,9 @@ def test_truncated_checkpoint_falls_back_to_the_one_before(checkpoints, tmp_path
     for expected, got in zip(checkpoints[1][4], fresh.get_weights()):
         np.testing.assert_array_equal(got, expected)
     out = capsys.readouterr().out
-    assert re.search(rf"warning: checkpoint .*ckpt-00000005 is unreadable \({names(path)}: ",
-                     out), out
+    assert re.search(
+        rf"warning: checkpoint .*ckpt-00000005 is unreadable \({names(path)}: ", out
+    ), out
 
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
@@ -200,12 +214,16 @@ def test_every_checkpoint_truncated_stops_naming_the_file(checkpoints, tmp_path,
     for step in (4, 5):
         truncate(os.path.join(directory, f"ckpt-{step:08d}", damaged), cut)
     newest = os.path.join(directory, "ckpt-00000005", damaged)
-    with pytest.raises(ValueError, match=rf"{names(directory)}: no checkpoint .*\(the newest: "
-                                         rf"{names(newest)}: "):
+    with pytest.raises(
+        ValueError,
+        match=rf"{names(directory)}: no checkpoint .*\(the newest: "
+        rf"{names(newest)}: ",
+    ):
         restore(directory)
 
 
 # === A LiteRT bundle's model.tflite ===
+
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
 def test_truncated_tflite(sst2, sst2_bundle, tmp_path, cut, capsys):  # noqa: F811
@@ -217,9 +235,14 @@ def test_truncated_tflite(sst2, sst2_bundle, tmp_path, cut, capsys):  # noqa: F8
     truncate(path, cut)
     message = names(path) + ": not a loadable LiteRT model"
     # First in a child process: were LiteRT to crash on the file, only the child would die.
-    child = subprocess.run([sys.executable, "-m", "export.runtime", bundle, "classify", "A film."],
-                           cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True,
-                           timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-m", "export.runtime", bundle, "classify", "A film."],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == 1, (child.returncode, child.stderr[-2000:])
     assert re.search("error: " + message, child.stderr), child.stderr[-2000:]
     assert "Traceback" not in child.stderr

@@ -1,4 +1,4 @@
-"""model.wordpiece (pure Python) gives the TensorFlow tokenizer's ids, and knows its characters.
+"""model.text.wordpiece (pure Python) gives the TensorFlow tokenizer's ids, and knows its characters.
 
     PYTHONPATH=. python -m pytest -q tests/test_wordpiece.py
 
@@ -22,8 +22,8 @@ import unicodedata
 
 import pytest
 
-from model import wordpiece
-from model.wordpiece import MAX_WORD_CHARS, WordPieceTokenizer
+from model.text import wordpiece
+from model.text.wordpiece import MAX_WORD_CHARS, WordPieceTokenizer
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 VOCAB = os.path.join(TESTS, "fixtures", "bert-base-uncased-vocab.txt")
@@ -35,7 +35,7 @@ ODD = [
     "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645\u061f \u200f(\u0661\u0662\u0663)",
     "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd! \u202bembedded \u202cend \u2067isolate\u2069",
     "\u0627\u0644\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629 with harakat",
-    "emoji \U0001F9D1\U0001F3FD\u200d\U0001F4BB \U0001F3F3\ufe0f\u200d\U0001F308 #\ufe0f\u20e3 \U0001F600!!",
+    "emoji \U0001f9d1\U0001f3fd\u200d\U0001f4bb \U0001f3f3\ufe0f\u200d\U0001f308 #\ufe0f\u20e3 \U0001f600!!",
     "ctrl\x01a\x02b\x03 \x1cfile\x1dgroup\x1erecord\x1funit \x85next \x0bvt\x0cff",
     "ΣΊΣΥΦΟΣ ΟΔΥΣΣΕΥΣ ὈΔΥΣΣΕΎΣ ﬃ ß ẞ ǅ İstanbul ıi",
     "x" * (MAX_WORD_CHARS - 1) + "é " + "x" * MAX_WORD_CHARS + "é " + "ab" * 300,
@@ -52,8 +52,9 @@ ODD = [
 
 
 def _load_parity_module():
-    spec = importlib.util.spec_from_file_location("tokenizer_parity",
-                                                  os.path.join(TESTS, "tokenizer_parity.py"))
+    spec = importlib.util.spec_from_file_location(
+        "tokenizer_parity", os.path.join(TESTS, "tokenizer_parity.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -81,14 +82,17 @@ def _wikitext() -> list[str]:
         return [line for line in f.read().split("\n") if line.strip()]
 
 
-REAL = {"sst2_dev": lambda: _sst2("dev"), "sst2_train_every_20th": lambda: _sst2("train", 20),
-        "wikitext2_valid": _wikitext}
+REAL = {
+    "sst2_dev": lambda: _sst2("dev"),
+    "sst2_train_every_20th": lambda: _sst2("train", 20),
+    "wikitext2_valid": _wikitext,
+}
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])
 def pair(request):
     """(pure-Python tokenizer, TensorFlow tokenizer) on the bert-base-uncased vocabulary."""
-    from model.tokenizer import WordPieceTokenizer as TfTokenizer
+    from model.text.tokenizer import WordPieceTokenizer as TfTokenizer
 
     return WordPieceTokenizer(VOCAB, request.param), TfTokenizer(VOCAB, request.param)
 
@@ -102,12 +106,15 @@ def _mismatches(texts, ours, theirs, vocab) -> list[str]:
     out = []
     for text, a, b in zip(texts, ours, theirs):
         if a != b:
-            out.append(f"{text[:60]!r}: python {[vocab[i] for i in a][:12]} vs "
-                       f"tensorflow {[vocab[i] for i in b][:12]}")
+            out.append(
+                f"{text[:60]!r}: python {[vocab[i] for i in a][:12]} vs "
+                f"tensorflow {[vocab[i] for i in b][:12]}"
+            )
     return out
 
 
 # === Same ids as the TensorFlow tokenizer ===
+
 
 @pytest.mark.parametrize("source", sorted(REAL))
 def test_same_ids_on_real_text(pair, source):
@@ -129,8 +136,11 @@ def test_same_ids_on_a_sweep_of_code_points(pair):
     above, alone and between letters: each one's cleaning, splitting, case
     and accent rules."""
     py, tf_tok = pair
-    points = [c for c in list(range(0x2500)) + list(range(0x2500, 0x110000, 13))
-              if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) != "Cn"]
+    points = [
+        c
+        for c in list(range(0x2500)) + list(range(0x2500, 0x110000, 13))
+        if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) != "Cn"
+    ]
     texts = [f"a{chr(c)}b {chr(c)} x{chr(c)}{chr(c)}" for c in points]
     bad = _mismatches(texts, py.encode(texts), tf_tok.encode(texts), py.vocabulary)
     assert not bad, f"{len(bad)} of {len(texts)} code points differ, e.g. {bad[:5]}"
@@ -138,13 +148,23 @@ def test_same_ids_on_a_sweep_of_code_points(pair):
 
 # === Words and their characters ===
 
+
 def test_words_map_back_to_the_original_characters(tok):
     text = "  Café,\u200bnaïve  U.S.\u00a0Σ東京!"
     words = tok.words(text)
-    assert [(w.text, text[w.start:w.end], w.chunk) for w in words] == [
-        ("cafe", "Café", 0), (",", ",", 0), ("naive", "naïve", 0),
-        ("u", "U", 1), (".", ".", 1), ("s", "S", 1), (".", ".", 1),
-        ("σ", "Σ", 2), ("東", "東", 2), ("京", "京", 2), ("!", "!", 2)]
+    assert [(w.text, text[w.start : w.end], w.chunk) for w in words] == [
+        ("cafe", "Café", 0),
+        (",", ",", 0),
+        ("naive", "naïve", 0),
+        ("u", "U", 1),
+        (".", ".", 1),
+        ("s", "S", 1),
+        (".", ".", 1),
+        ("σ", "Σ", 2),
+        ("東", "東", 2),
+        ("京", "京", 2),
+        ("!", "!", 2),
+    ]
     # A dropped character inside a word joins its neighbours and belongs to it.
     [word] = tok.words("a\u200bb\x07c")
     assert (word.text, word.start, word.end) == ("abc", 0, 5)
@@ -156,7 +176,7 @@ def test_words_concatenate_to_encode_and_reencode_alone(tok):
     for text in texts:
         words = tok.words(text)
         assert [i for w in words for i in w.ids] == tok.encode([text])[0], repr(text)
-        alone = tok.encode([text[w.start:w.end] for w in words])
+        alone = tok.encode([text[w.start : w.end] for w in words])
         assert [list(w.ids) for w in words] == alone, repr(text)
         assert all(0 <= w.start < w.end <= len(text) for w in words)
         assert [w.start for w in words] == sorted(w.start for w in words)
@@ -166,13 +186,15 @@ def test_long_words_become_one_unk(tok):
     unk, y = tok.unk_id, tok.token_to_id["y"]
     assert tok.encode(["y" * MAX_WORD_CHARS]) == [[y] + [tok.token_to_id["##y"]] * 99]
     assert tok.encode(["y" * (MAX_WORD_CHARS + 1), "(" + "é" * 101 + ")"]) == [
-        [unk], [tok.token_to_id["("], unk, tok.token_to_id[")"]]]
+        [unk],
+        [tok.token_to_id["("], unk, tok.token_to_id[")"]],
+    ]
     # The limit counts normalised characters: 101 accents are dropped, not counted.
     assert tok.encode(["y" * 100 + "\u0301" * 101]) == tok.encode(["y" * 100])
 
 
 def test_tensorflow_tokenizer_shares_this_class():
-    from model import tokenizer
+    from model.text import tokenizer
 
     assert issubclass(tokenizer.WordPieceTokenizer, WordPieceTokenizer)
     assert tokenizer.load_vocabulary is wordpiece.load_vocabulary
@@ -220,9 +242,11 @@ def test_a_full_cache_starts_again(monkeypatch):
 
 
 def test_imports_no_tensorflow():
-    code = ("import sys, model.wordpiece; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, model.text.wordpiece; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]; "
+        "assert not bad, bad"
+    )
     env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

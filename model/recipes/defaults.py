@@ -62,35 +62,70 @@ QUANTIZATION = "dynamic"  # int8 weights, float activations: ~26 % of float32, ~
 # (AA/wiki_00..99), as the records actually used were built (their dataset.json:
 # 225,864 instances, 6,510 documents, 21,756,342 tokens, seed 12345).
 PRETRAIN_INPUTS = ("pretrain/enwiki-2015/AA/*.gz",)
-RECORDS_FLAGS = ("--max-seq-length", "128", "--num-shards", "16", "--masking", "dynamic",
-                 "--seed", "12345")
+RECORDS_FLAGS = (
+    "--max-seq-length",
+    "128",
+    "--num-shards",
+    "16",
+    "--masking",
+    "dynamic",
+    "--seed",
+    "12345",
+)
 # Continued pre-training: the flags of both schedules, then each schedule's own (its model
 # directory under --work; the first starts from WORK/minilm, the second from the first's
 # model, heads included). No dropout (the model underfits: less than one pass per schedule),
 # 20 % of the tokens masked in training (the evaluation masks 15 %). The shipped first schedule
 # was lengthened while it ran (3,200 -> 4,000 -> 5,600 -> 6,200 steps, assets/MODEL_CARD.md);
 # this is the schedule it ended with.
-PRETRAIN_FLAGS = ("--config", "minilm-l6", "--batch-size", "32", "--mask-rate", "0.2",
-                  "--max-predictions", "26", "--mixed-precision", "mixed_bfloat16",
-                  "--checkpoint-every", "200", "--dropout", "0")
+PRETRAIN_FLAGS = (
+    "--config",
+    "minilm-l6",
+    "--batch-size",
+    "32",
+    "--mask-rate",
+    "0.2",
+    "--max-predictions",
+    "26",
+    "--mixed-precision",
+    "mixed_bfloat16",
+    "--checkpoint-every",
+    "200",
+    "--dropout",
+    "0",
+)
 PRETRAIN_STAGES = (
-    ("mlm-stage1", ("--steps", "6200", "--warmup-steps", "150", "--learning-rate", "3e-4",
-                    "--seed", "12345")),
-    ("mlm", ("--steps", "5400", "--warmup-steps", "200", "--learning-rate", "2e-4",
-             "--seed", "3")),
+    (
+        "mlm-stage1",
+        ("--steps", "6200", "--warmup-steps", "150", "--learning-rate", "3e-4", "--seed", "12345"),
+    ),
+    ("mlm", ("--steps", "5400", "--warmup-steps", "200", "--learning-rate", "2e-4", "--seed", "3")),
 )
 
 # Fine-tuning: task -> (--data, relative to --data; flags). `--seq-len` is the
 # sequence-length flag of `python -m model.train finetune` (sst2 ran at 64).
 FINETUNE = {
-    "sst2": ("glue/SST-2", ("--group-by-length", "--seq-len", "64", "--learning-rate", "5e-5",
-                            "--epochs", "2")),
-    "conll2003": ("conll2003", ("--learning-rate", "8e-5", "--epochs", "4",
-                                "--group-by-length")),
-    "squad1": ("squad/train-v1.1.reconstructed.json",
-               ("--learning-rate", "1e-4", "--epochs", "0.8", "--batch-size", "32",
-                "--mixed-precision", "mixed_bfloat16", "--checkpoint-every", "100",
-                "--group-by-length")),
+    "sst2": (
+        "glue/SST-2",
+        ("--group-by-length", "--seq-len", "64", "--learning-rate", "5e-5", "--epochs", "2"),
+    ),
+    "conll2003": ("conll2003", ("--learning-rate", "8e-5", "--epochs", "4", "--group-by-length")),
+    "squad1": (
+        "squad/train-v1.1.reconstructed.json",
+        (
+            "--learning-rate",
+            "1e-4",
+            "--epochs",
+            "0.8",
+            "--batch-size",
+            "32",
+            "--mixed-precision",
+            "mixed_bfloat16",
+            "--checkpoint-every",
+            "100",
+            "--group-by-length",
+        ),
+    ),
 }
 
 # The file (relative to --data) each model is verified and scored on.
@@ -109,17 +144,23 @@ ASSET_FOLDERS = {"mlm": "mlm", "sst2": "sst2", "conll2003": "conll2003", "squad1
 STEPS = ("convert", "mlm", "sst2", "conll2003", "squad1")
 
 # The figures of the final table: step -> metric keys of model.evaluate's JSON.
-TABLE_METRICS = {"mlm": ("mlm_top1_accuracy", "mlm_top5_accuracy"), "sst2": ("accuracy",),
-                 "conll2003": ("f1",), "squad1": ("exact_match", "f1")}
+TABLE_METRICS = {
+    "mlm": ("mlm_top1_accuracy", "mlm_top5_accuracy"),
+    "sst2": ("accuracy",),
+    "conll2003": ("f1",),
+    "squad1": ("exact_match", "f1"),
+}
 
 
 # === The plan ===
+
 
 @dataclass(frozen=True)
 class Command:
     """`python -m module argv`; done when `output` exists (and, for an export, when the
     bundle there was made from `bundle_of`: the shipped bundles of a fresh clone were not made
     from this run's models, so the recipe exports over them)."""
+
     module: str
     argv: tuple
     output: str
@@ -133,7 +174,8 @@ class Command:
         source = _read(self.output).get("source")
         made_from = source.get("model_dir") if isinstance(source, dict) else None
         return isinstance(made_from, str) and os.path.abspath(made_from) == os.path.abspath(
-            self.bundle_of)
+            self.bundle_of
+        )
 
     def shell(self) -> str:
         """The command as one would type it (shell-quoted: globs reach the program unexpanded)."""
@@ -144,7 +186,7 @@ class Command:
 class Step:
     name: str
     commands: tuple
-    needs: tuple = ()            # steps whose outputs this one reads
+    needs: tuple = ()  # steps whose outputs this one reads
     summary: str = ""
 
 
@@ -170,11 +212,17 @@ def export_and_score(step: str, model: str, p: Paths, task: str, *flags: str) ->
     dev file as `task`."""
     bundle, dev = p.bundle(step), p.d(DEV[step])
     out = p.w(f"{step}.bundle-metrics.json")
-    return [Command("export", ("--model", model, "--quantize", QUANTIZATION, "--out", bundle,
-                               "--data", dev, *flags), os.path.join(bundle, "bundle.json"),
-                    bundle_of=model),
-            Command("model.evaluate", ("--task", task, "--model", bundle, "--data", dev,
-                                       "--out", out), out)]
+    return [
+        Command(
+            "export",
+            ("--model", model, "--quantize", QUANTIZATION, "--out", bundle, "--data", dev, *flags),
+            os.path.join(bundle, "bundle.json"),
+            bundle_of=model,
+        ),
+        Command(
+            "model.evaluate", ("--task", task, "--model", bundle, "--data", dev, "--out", out), out
+        ),
+    ]
 
 
 def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
@@ -182,9 +230,23 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
     commands = []
     for name, flags in PRETRAIN_STAGES:
         output = p.w(name)
-        commands.append(Command("model.train", (
-            "pretrain", "--data", records, "--init-checkpoint", start, "--output", output,
-            *PRETRAIN_FLAGS, *flags), os.path.join(output, "train_summary.json")))
+        commands.append(
+            Command(
+                "model.train",
+                (
+                    "pretrain",
+                    "--data",
+                    records,
+                    "--init-checkpoint",
+                    start,
+                    "--output",
+                    output,
+                    *PRETRAIN_FLAGS,
+                    *flags,
+                ),
+                os.path.join(output, "train_summary.json"),
+            )
+        )
         start = output
     return commands
 
@@ -193,36 +255,99 @@ def plan(p: Paths) -> list[Step]:
     """Every step of the recipe, in order."""
     minilm = p.w("minilm")
     steps = [
-        Step("convert", (Command("model.convert", (
-            "--from", "hf", p.minilm or f"${MINILM_ENV}", "--to", "keras", minilm,
-            # A conversion killed half-way leaves a partial directory (no config.json yet):
-            # the rerun writes over it.
-            "--overwrite"), os.path.join(minilm, "config.json")),),
-            summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm"),
+        Step(
+            "convert",
+            (
+                Command(
+                    "model.convert",
+                    (
+                        "--from",
+                        "hf",
+                        p.minilm or f"${MINILM_ENV}",
+                        "--to",
+                        "keras",
+                        minilm,
+                        # A conversion killed half-way leaves a partial directory (no config.json yet):
+                        # the rerun writes over it.
+                        "--overwrite",
+                    ),
+                    os.path.join(minilm, "config.json"),
+                ),
+            ),
+            summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm",
+        ),
     ]
     records, mlm = p.w("pretrain_records"), p.w(PRETRAIN_STAGES[-1][0])
     inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
     keras_metrics = p.w("mlm.metrics.json")
-    steps.append(Step("mlm", (
-        Command("model.data", (*inputs, "--vocab", os.path.join(minilm, "vocab.txt"),
-                               "--output", records, *RECORDS_FLAGS),
-                os.path.join(records, "dataset.json")),
-        *pretrain_stages(records, minilm, p),
-        Command("model.evaluate", ("--task", "mlm", "--model", mlm, "--data", p.d(DEV["mlm"]),
-                                   "--out", keras_metrics), keras_metrics),
-        # --encoder-signature (the default for pre-training models, written for the record):
-        # the same file draws the Attention view.
-        *export_and_score("mlm", mlm, p, "mlm", "--encoder-signature"),
-    ), ("convert",), "continued pre-training (masked LM + NSP) and the fill-mask bundle "
-                      "(which also draws the attention maps)"))
+    steps.append(
+        Step(
+            "mlm",
+            (
+                Command(
+                    "model.data",
+                    (
+                        *inputs,
+                        "--vocab",
+                        os.path.join(minilm, "vocab.txt"),
+                        "--output",
+                        records,
+                        *RECORDS_FLAGS,
+                    ),
+                    os.path.join(records, "dataset.json"),
+                ),
+                *pretrain_stages(records, minilm, p),
+                Command(
+                    "model.evaluate",
+                    (
+                        "--task",
+                        "mlm",
+                        "--model",
+                        mlm,
+                        "--data",
+                        p.d(DEV["mlm"]),
+                        "--out",
+                        keras_metrics,
+                    ),
+                    keras_metrics,
+                ),
+                # --encoder-signature (the default for pre-training models, written for the record):
+                # the same file draws the Attention view.
+                *export_and_score("mlm", mlm, p, "mlm", "--encoder-signature"),
+            ),
+            ("convert",),
+            "continued pre-training (masked LM + NSP) and the fill-mask bundle "
+            "(which also draws the attention maps)",
+        )
+    )
     for task, (data, flags) in FINETUNE.items():
         output = p.w(task)
-        steps.append(Step(task, (
-            Command("model.train", ("finetune", "--task", task, "--data", p.d(data),
-                                    "--init", minilm, "--output", output, *flags),
-                    os.path.join(output, "metrics.json")),
-            *export_and_score(task, output, p, task),
-        ), ("convert",), f"fine-tuned on {task} and its bundle"))
+        steps.append(
+            Step(
+                task,
+                (
+                    Command(
+                        "model.train",
+                        (
+                            "finetune",
+                            "--task",
+                            task,
+                            "--data",
+                            p.d(data),
+                            "--init",
+                            minilm,
+                            "--output",
+                            output,
+                            *flags,
+                        ),
+                        os.path.join(output, "metrics.json"),
+                    ),
+                    *export_and_score(task, output, p, task),
+                ),
+                ("convert",),
+                f"fine-tuned on {task} and its bundle",
+            )
+        )
     assert tuple(s.name for s in steps) == STEPS
     return steps
 
@@ -234,9 +359,11 @@ def select(steps: list[Step], only: str | None) -> list[Step]:
     names = [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in names if n not in STEPS]
     if unknown or not names:
-        raise ValueError(f"--only: unknown step{'s' * (len(unknown) > 1)} "
-                         f"{', '.join(map(repr, unknown)) or repr(only)}; the steps are "
-                         f"{', '.join(STEPS)}")
+        raise ValueError(
+            f"--only: unknown step{'s' * (len(unknown) > 1)} "
+            f"{', '.join(map(repr, unknown)) or repr(only)}; the steps are "
+            f"{', '.join(STEPS)}"
+        )
     return [s for s in steps if s.name in names]
 
 
@@ -249,12 +376,15 @@ def missing_inputs(steps: list[Step], chosen: list[Step]) -> list[str]:
         for need in step.needs:
             final = by_name[need].commands[-1].output
             if need not in chosen_names and not os.path.exists(final):
-                problems.append(f"step {step.name} needs step {need}'s output ({final}), which "
-                                f"does not exist: add {need} to --only")
+                problems.append(
+                    f"step {step.name} needs step {need}'s output ({final}), which "
+                    f"does not exist: add {need} to --only"
+                )
     return problems
 
 
 # === Running ===
+
 
 def child_env() -> dict:
     """The environment of the children: this repository importable wherever they start."""
@@ -281,12 +411,15 @@ def run(chosen: list[Step], dry_run: bool = False, log=print) -> int:
             if dry_run:
                 continue
             start = time.time()
-            rc = subprocess.call([sys.executable, "-m", command.module, *command.argv],
-                                 env=child_env())
+            rc = subprocess.call(
+                [sys.executable, "-m", command.module, *command.argv], env=child_env()
+            )
             seconds = time.time() - start
             if rc != 0:
-                log(f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
-                    f"the same command line again (finished commands are skipped)")
+                log(
+                    f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
+                    f"the same command line again (finished commands are skipped)"
+                )
                 return rc
             if not os.path.exists(command.output):
                 log(f"{tag} exited 0 but did not write {command.output}")
@@ -299,6 +432,7 @@ def run(chosen: list[Step], dry_run: bool = False, log=print) -> int:
 
 # === The final table ===
 
+
 def _read(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
@@ -310,18 +444,22 @@ def _read(path: str) -> dict:
 
 def table(p: Paths) -> list[str]:
     """Markdown lines: every bundle, its size, its score and its Keras model's."""
-    lines = ["| step | bundle | MB | metric | Keras model | bundle |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| step | bundle | MB | metric | Keras model | bundle |", "|---|---|---|---|---|---|"]
     for step in STEPS[1:]:
         bundle = p.bundle(step)
         model = os.path.join(bundle, "model.tflite")
         size = f"{os.path.getsize(model) / 1e6:.1f}" if os.path.isfile(model) else "-"
         lite = _read(p.w(f"{step}.bundle-metrics.json"))
-        keras_metrics = (_read(p.w("mlm.metrics.json")) if step == "mlm"
-                         else _read(p.w(step, "metrics.json")).get("dev", {}))
+        keras_metrics = (
+            _read(p.w("mlm.metrics.json"))
+            if step == "mlm"
+            else _read(p.w(step, "metrics.json")).get("dev", {})
+        )
         for key in TABLE_METRICS.get(step, ("-",)):
-            lines.append(f"| {step} | {bundle} | {size} | {key} | {_figure(keras_metrics, key)} | "
-                         f"{_figure(lite, key)} |")
+            lines.append(
+                f"| {step} | {bundle} | {size} | {key} | {_figure(keras_metrics, key)} | "
+                f"{_figure(lite, key)} |"
+            )
     return lines
 
 
@@ -332,20 +470,33 @@ def _figure(metrics: dict, key: str) -> str:
 
 # === CLI ===
 
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m model.recipes.defaults",
-                                     description=__doc__.split("\n\n")[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minilm", default=os.environ.get(MINILM_ENV),
-                        help="the Hugging Face all-MiniLM-L6-v2 folder (config.json, vocab.txt, "
-                             f"model.safetensors); default ${MINILM_ENV}")
+    parser = argparse.ArgumentParser(
+        prog="python -m model.recipes.defaults",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--minilm",
+        default=os.environ.get(MINILM_ENV),
+        help="the Hugging Face all-MiniLM-L6-v2 folder (config.json, vocab.txt, "
+        f"model.safetensors); default ${MINILM_ENV}",
+    )
     parser.add_argument("--work", default=DEFAULT_WORK, help="intermediate model directories")
     parser.add_argument("--assets", default=DEFAULT_ASSETS, help="where the bundles go")
     parser.add_argument("--data", default=DEFAULT_DATA, help="the shared data folder")
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated steps to run, of {','.join(STEPS)} (default: all)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the commands (and which are done) without running them")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated steps to run, of {','.join(STEPS)} (default: all)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the commands (and which are done) without running them",
+    )
     return parser, parser.parse_args(argv)
 
 
@@ -361,8 +512,10 @@ def main(argv=None) -> int:
     convert = steps[0].commands[0]
     if any(s.name == "convert" for s in chosen) and not os.path.exists(convert.output):
         if not args.minilm:
-            problems.append(f"step convert needs the all-MiniLM-L6-v2 folder: pass --minilm "
-                            f"DIR or set {MINILM_ENV}")
+            problems.append(
+                f"step convert needs the all-MiniLM-L6-v2 folder: pass --minilm "
+                f"DIR or set {MINILM_ENV}"
+            )
         elif not os.path.isdir(args.minilm):
             problems.append(f"--minilm {args.minilm}: no such directory")
     for problem in problems:
@@ -377,5 +530,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

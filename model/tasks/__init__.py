@@ -37,16 +37,23 @@ def get(name: str):
     """A new `Task` for `name` (case-insensitive; aliases: ner, sst-2, sts-b)."""
     key = ALIASES.get(name.lower(), name.lower())
     if key not in _MODULES:
-        raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)} "
-                         f"(aliases: {', '.join(ALIASES)})")
+        raise ValueError(
+            f"unknown task {name!r}; choose from {', '.join(TASKS)} (aliases: {', '.join(ALIASES)})"
+        )
     module = importlib.import_module(_MODULES[key])
     from model.tasks.base import Task
 
     found = getattr(module, "TASKS", {}).get(key)
     if found is None:
         # A module without a TASKS dict: its Task subclass named `key`.
-        found = next((v for v in vars(module).values()
-                      if isinstance(v, type) and issubclass(v, Task) and v.name == key), None)
+        found = next(
+            (
+                v
+                for v in vars(module).values()
+                if isinstance(v, type) and issubclass(v, Task) and v.name == key
+            ),
+            None,
+        )
     if found is None:
         raise ValueError(f"{_MODULES[key]} defines no task {key!r}")
     return found if isinstance(found, Task) else found()  # a class or a factory

@@ -2,7 +2,7 @@
 
 A task reads its standard file format, turns examples into model inputs,
 builds its thin head over the shared encoder, and scores predictions with
-its official metric. `model.finetune` (training) and `model.evaluate`
+its official metric. `model.training.finetune` (training) and `model.evaluate`
 (scoring a model directory or, later, an exported bundle) only talk to this
 interface, so a new task is one new file in `model/tasks/`.
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -47,8 +48,8 @@ class Task(abc.ABC):
     """One fine-tuning task. Subclasses set the class attributes and the methods."""
 
     name: str = ""
-    head: str = "classifier"          # model_dir task: classifier | token_classifier | ...
-    main_metric: str = "accuracy"     # the dev metric that picks the best checkpoint
+    head: str = "classifier"  # model_dir task: classifier | token_classifier | ...
+    main_metric: str = "accuracy"  # the dev metric that picks the best checkpoint
     default_seq_len: int = 128
     default_learning_rate: float = 2e-5
     # File names inside a `--data` directory; the default `files()` reads them.
@@ -103,7 +104,7 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def build_model(self, encoder, dropout: float = 0.1):
-        """The head over `encoder`, a `model.model_dir`-known task model."""
+        """The head over `encoder`, a `model.checkpoints.model_dir`-known task model."""
 
     @abc.abstractmethod
     def loss(self):
@@ -112,8 +113,15 @@ class Task(abc.ABC):
     # === Metric ===
 
     @abc.abstractmethod
-    def evaluate(self, predict: Predict, examples: list, tokenizer, seq_len: int,
-                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+    def evaluate(
+        self,
+        predict: Predict,
+        examples: list,
+        tokenizer,
+        seq_len: int,
+        batch_size: int = 64,
+        output_dir: str | None = None,
+    ) -> dict:
         """Runs `predict` over `examples` and returns the task's metrics
         (floats, computed as the official script does)."""
 
@@ -125,23 +133,29 @@ def check_labelled(examples: list, what: str = "label") -> None:
         raise ValueError("no examples to evaluate")
     for e in examples:
         if getattr(e, what) is None:
-            raise ValueError(f"{e.source}: no {what}: this file is unlabelled (e.g. a GLUE "
-                             f"test.tsv), so it cannot be trained on or evaluated")
+            raise ValueError(
+                f"{e.source}: no {what}: this file is unlabelled (e.g. a GLUE "
+                f"test.tsv), so it cannot be trained on or evaluated"
+            )
 
 
 def encode_texts(tokenizer, texts: list[str], chunk: int = 4096) -> list[list[int]]:
     """`tokenizer.encode` over a long list, `chunk` texts per TensorFlow call."""
     out = []
     for i in range(0, len(texts), chunk):
-        out.extend(tokenizer.encode(list(texts[i:i + chunk])))
+        out.extend(tokenizer.encode(list(texts[i : i + chunk])))
     return out
 
 
 def pack_rows(tokenizer, firsts: list, seconds: list | None, seq_len: int) -> dict[str, np.ndarray]:
     """`tokenizer.pack_batch` as model inputs: {"token_ids", "segment_ids", "padding_mask"},
     each (len(firsts), seq_len) int32 (`seconds` may be None, or hold None for single rows)."""
-    return dict(zip(("token_ids", "segment_ids", "padding_mask"),
-                    tokenizer.pack_batch(firsts, seconds, seq_len)))
+    return dict(
+        zip(
+            ("token_ids", "segment_ids", "padding_mask"),
+            tokenizer.pack_batch(firsts, seconds, seq_len),
+        )
+    )
 
 
 # Batches are cut to their longest row rounded up to this many tokens: few
@@ -159,8 +173,9 @@ def trimmed_length(padding_mask: np.ndarray, multiple: int = LENGTH_MULTIPLE) ->
     return min(seq_len, -(-max(longest, 1) // multiple) * multiple)
 
 
-def predict_in_batches(predict: Predict, x: dict[str, np.ndarray], batch_size: int,
-                       sequence_outputs: bool = False):
+def predict_in_batches(
+    predict: Predict, x: dict[str, np.ndarray], batch_size: int, sequence_outputs: bool = False
+):
     """Concatenated outputs of `predict` over `x`, `batch_size` rows at a time.
 
     Rows are batched in order of length and each batch is cut to its longest
@@ -182,13 +197,17 @@ def predict_in_batches(predict: Predict, x: dict[str, np.ndarray], batch_size: i
         out = predict({k: v[rows][..., :length] for k, v in x.items()})
         if not sequence_outputs:
             return out
-        pad = lambda a: np.pad(np.asarray(a), [(0, 0), (0, seq_len - length)]  # noqa: E731
-                               + [(0, 0)] * (np.ndim(a) - 2), constant_values=PADDED_LOGIT)
+        pad = lambda a: np.pad(
+            np.asarray(a),
+            [(0, 0), (0, seq_len - length)]  # noqa: E731
+            + [(0, 0)] * (np.ndim(a) - 2),
+            constant_values=PADDED_LOGIT,
+        )
         if isinstance(out, dict):
             return {k: pad(v) for k, v in out.items()}
         return [pad(v) for v in out] if isinstance(out, (list, tuple)) else pad(out)
 
-    chunks = [run(order[i:i + batch_size]) for i in range(0, n, batch_size)]
+    chunks = [run(order[i : i + batch_size]) for i in range(0, n, batch_size)]
     inverse = np.argsort(order, kind="stable")
     join = lambda parts: np.concatenate([np.asarray(p) for p in parts])[inverse]  # noqa: E731
     if isinstance(chunks[0], dict):

@@ -5,7 +5,7 @@
     python -m model.evaluate --task mrpc --model runs/mrpc --data ../shared/data/glue/MRPC/dev.tsv
 
 Every task is `[CLS] A [SEP] (B [SEP])` -> pooled output -> dropout -> one
-Dense (`model.classifier.BertClassifier`), as in the paper; STS-B is a
+Dense (`model.heads.classifier.BertClassifier`), as in the paper; STS-B is a
 regression (one output, mean squared error).
 
     task  dev file(s) beside train.tsv   columns (by header name)            metrics
@@ -37,9 +37,8 @@ import sys
 
 import numpy as np
 
-from model.io import limited_lines, reading
-from model.tasks.base import (Encoded, Task, check_labelled, predict_in_batches,
-                              pack_rows)
+from model.io.files import limited_lines, reading
+from model.tasks.base import Encoded, Task, check_labelled, pack_rows, predict_in_batches
 
 
 @dataclasses.dataclass
@@ -56,7 +55,7 @@ class PairExample:
 def _rows(path: str):
     """(line number, cells) of a GLUE .tsv file."""
     # The GLUE files hold fields over 128 KiB in places (csv's default limit).
-    csv.field_size_limit(min(sys.maxsize, 2 ** 31 - 1))
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with reading(path):
         # utf-8-sig: MRPC's files start with a byte-order mark.
         with open(path, encoding="utf-8-sig", newline="") as f:
@@ -109,13 +108,17 @@ class GlueTask(Task):
         if self.positions is not None and first[1][0] != "index":
             # Header-less (CoLA): columns by position, the first row is data.
             a, b, label, width = self.positions
-            return [self._example(path, line, row, a, b, label, width)
-                    for line, row in _chain(first, rows)]
+            return [
+                self._example(path, line, row, a, b, label, width)
+                for line, row in _chain(first, rows)
+            ]
         line, header = first
         missing = [c for c in (self.text_a, self.text_b) if c is not None and c not in header]
         if missing:
-            raise ValueError(f"{path}:{line}: the header lacks column(s) {missing} of "
-                             f"{self.name.upper()} (found {header})")
+            raise ValueError(
+                f"{path}:{line}: the header lacks column(s) {missing} of "
+                f"{self.name.upper()} (found {header})"
+            )
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None
         label = header.index(self.label_column) if self.label_column in header else None
@@ -125,8 +128,12 @@ class GlueTask(Task):
         source = f"{path}:{line}"
         if len(row) != width:
             raise ValueError(f"{source}: expected {width} tab-separated columns, found {len(row)}")
-        return PairExample(row[a], row[b] if b is not None else None,
-                           self._label(row[label], source) if label is not None else None, source)
+        return PairExample(
+            row[a],
+            row[b] if b is not None else None,
+            self._label(row[label], source) if label is not None else None,
+            source,
+        )
 
     def _label(self, value: str, source: str):
         value = value.strip()
@@ -135,7 +142,8 @@ class GlueTask(Task):
                 score = float(value)
             except ValueError:
                 raise ValueError(
-                    f"{source}: {self.label_column} {value!r} is not a number") from None
+                    f"{source}: {self.label_column} {value!r} is not a number"
+                ) from None
             if not math.isfinite(score):
                 raise ValueError(f"{source}: {self.label_column} {value!r} is not finite")
             return score
@@ -143,13 +151,15 @@ class GlueTask(Task):
             raise ValueError(f"{source}: label {value!r} is not one of {list(self.label_names)}")
         return value
 
-    def encode(self, examples: list[PairExample], tokenizer, seq_len: int,
-               training: bool = False) -> Encoded:
+    def encode(
+        self, examples: list[PairExample], tokenizer, seq_len: int, training: bool = False
+    ) -> Encoded:
         if training:
             check_labelled(examples)
         ids_a = tokenizer.encode_flat([e.text_a for e in examples])
-        ids_b = (tokenizer.encode_flat([e.text_b for e in examples])
-                 if self.text_b is not None else None)
+        ids_b = (
+            tokenizer.encode_flat([e.text_b for e in examples]) if self.text_b is not None else None
+        )
         x = pack_rows(tokenizer, ids_a, ids_b, seq_len)
         y = None
         if examples and all(e.label is not None for e in examples):
@@ -163,11 +173,15 @@ class GlueTask(Task):
     # === Model ===
 
     def build_model(self, encoder, dropout: float = 0.1):
-        from model.classifier import BertClassifier
+        from model.heads.classifier import BertClassifier
 
         labels = self.labels()
-        return BertClassifier(encoder, num_labels=len(labels) if labels else 1, dropout=dropout,
-                              id2label=dict(enumerate(labels)) if labels else None)
+        return BertClassifier(
+            encoder,
+            num_labels=len(labels) if labels else 1,
+            dropout=dropout,
+            id2label=dict(enumerate(labels)) if labels else None,
+        )
 
     def loss(self):
         import keras
@@ -178,8 +192,15 @@ class GlueTask(Task):
 
     # === Metric ===
 
-    def evaluate(self, predict, examples: list[PairExample], tokenizer, seq_len: int,
-                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+    def evaluate(
+        self,
+        predict,
+        examples: list[PairExample],
+        tokenizer,
+        seq_len: int,
+        batch_size: int = 64,
+        output_dir: str | None = None,
+    ) -> dict:
         check_labelled(examples)
         encoded = self.encode(examples, tokenizer, seq_len)
         logits = np.asarray(predict_in_batches(predict, encoded.x, batch_size), dtype=np.float64)
@@ -207,6 +228,7 @@ def f1(y, predictions, positive: int) -> float:
 
 # === The tasks ===
 
+
 class Cola(GlueTask):
     name = "cola"
     display_names = ("unacceptable", "acceptable")
@@ -219,8 +241,10 @@ class Cola(GlueTask):
 
         predictions = logits.argmax(-1)
         # sklearn gives 0.0 (not NaN) when either side is constant.
-        return {"matthews_corr": float(matthews_corrcoef(y, predictions)),
-                "accuracy": accuracy(y, predictions)}
+        return {
+            "matthews_corr": float(matthews_corrcoef(y, predictions)),
+            "accuracy": accuracy(y, predictions),
+        }
 
 
 class Sst2(GlueTask):
@@ -264,8 +288,10 @@ class Stsb(GlueTask):
             # Undefined (NaN) for a constant side; 0.0 keeps the JSON valid
             # and ranks such a model as uncorrelated, as MCC does.
             return {"pearson": 0.0, "spearman": 0.0}
-        return {"pearson": float(pearsonr(scores, y)[0]),
-                "spearman": float(spearmanr(scores, y)[0])}
+        return {
+            "pearson": float(pearsonr(scores, y)[0]),
+            "spearman": float(spearmanr(scores, y)[0]),
+        }
 
 
 class Mnli(GlueTask):

@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from model.io import limited_lines, reading
+from model.io.files import limited_lines, reading
 from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predict_in_batches
 
 IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
@@ -43,6 +43,7 @@ class Sentence:
 
 # === conlleval ===
 
+
 def _split(tag: str) -> tuple[str, str]:
     """("B", "PER") for "B-PER"; ("O", "") for "O"."""
     if tag == "O" or "-" not in tag:
@@ -53,16 +54,20 @@ def _split(tag: str) -> tuple[str, str]:
 
 def _end_of_chunk(prev_tag, tag, prev_type, kind) -> bool:
     # conlleval's endOfChunk, for IOB1/IOB2/IOE/IOBES tags.
-    return (prev_tag in ("E", "S")
-            or (prev_tag in ("B", "I") and tag in ("B", "S", "O"))
-            or (prev_tag != "O" and prev_type != kind))
+    return (
+        prev_tag in ("E", "S")
+        or (prev_tag in ("B", "I") and tag in ("B", "S", "O"))
+        or (prev_tag != "O" and prev_type != kind)
+    )
 
 
 def _start_of_chunk(prev_tag, tag, prev_type, kind) -> bool:
     # conlleval's startOfChunk.
-    return (tag in ("B", "S")
-            or (prev_tag in ("E", "S", "O") and tag in ("E", "I"))
-            or (tag != "O" and prev_type != kind))
+    return (
+        tag in ("B", "S")
+        or (prev_tag in ("E", "S", "O") and tag in ("E", "I"))
+        or (tag != "O" and prev_type != kind)
+    )
 
 
 def chunks(tags: list[str]) -> set[tuple[int, int, str]]:
@@ -108,12 +113,15 @@ def conll_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
         return {"precision": precision, "recall": recall, "f1": f}
 
     total = scores(sum(correct.values()), sum(found_pred.values()), sum(found_gold.values()))
-    per_type = {kind: scores(correct.get(kind, 0), found_pred.get(kind, 0), found_gold.get(kind, 0))
-                for kind in sorted(set(found_gold) | set(found_pred))}
+    per_type = {
+        kind: scores(correct.get(kind, 0), found_pred.get(kind, 0), found_gold.get(kind, 0))
+        for kind in sorted(set(found_gold) | set(found_pred))
+    }
     return {**total, "accuracy": right / tokens if tokens else 0.0, "per_type": per_type}
 
 
 # === WordPiece alignment ===
+
 
 def word_pieces(tokenizer, sentences: list[list[str]], unk_id: int) -> list[list[list[int]]]:
     """The WordPieces of every word; a word the tokenizer drops entirely
@@ -121,7 +129,7 @@ def word_pieces(tokenizer, sentences: list[list[str]], unk_id: int) -> list[list
     flat = encode_texts(tokenizer, [w for words in sentences for w in words])
     out, i = [], 0
     for words in sentences:
-        out.append([pieces or [unk_id] for pieces in flat[i:i + len(words)]])
+        out.append([pieces or [unk_id] for pieces in flat[i : i + len(words)]])
         i += len(words)
     return out
 
@@ -146,7 +154,7 @@ def align(pieces: list[list[int]], label_ids: list[int] | None, budget: int):
     [CLS]), and per-piece labels (IGNORE except at first pieces)."""
     ids, firsts, labels = [], [], []
     for w, p in enumerate(pieces):
-        p = p[:max(0, budget - len(ids))]
+        p = p[: max(0, budget - len(ids))]
         if not p:
             # split_features gives every word of a feature room for a piece.
             raise ValueError("a feature's words do not fit its budget")
@@ -170,12 +178,13 @@ class FeatureMap:
         (num_features, seq_len, ...) feature values."""
         out = [np.zeros((n, *piece_values.shape[2:]), piece_values.dtype) for n in lengths]
         for f, (s, start, pos) in enumerate(zip(self.sentence, self.start, self.positions)):
-            out[s][start:start + len(pos)] = piece_values[f, pos]
+            out[s][start : start + len(pos)] = piece_values[f, pos]
         return out
 
 
-def encode_sentences(sentences: list[list[str]], tags: list[list[int]] | None, tokenizer,
-                     seq_len: int):
+def encode_sentences(
+    sentences: list[list[str]], tags: list[list[int]] | None, tokenizer, seq_len: int
+):
     """(x, y, FeatureMap): features of `[CLS] pieces [SEP]`, y (num_features,
     seq_len) int32 with IGNORE off the first pieces (None without tags)."""
     budget = seq_len - 2
@@ -186,28 +195,32 @@ def encode_sentences(sentences: list[list[str]], tags: list[list[int]] | None, t
     fmap = FeatureMap([], [], [])
     for s, pieces in enumerate(all_pieces):
         for start, end in split_features(pieces, budget):
-            ids, firsts, labels = align(pieces[start:end],
-                                        tags[s][start:end] if tags is not None else None, budget)
+            ids, firsts, labels = align(
+                pieces[start:end], tags[s][start:end] if tags is not None else None, budget
+            )
             token_ids = np.full(seq_len, tokenizer.pad_id, np.int32)
-            token_ids[:len(ids) + 2] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+            token_ids[: len(ids) + 2] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
             mask = np.zeros(seq_len, np.int32)
-            mask[:len(ids) + 2] = 1
+            mask[: len(ids) + 2] = 1
             y = np.full(seq_len, IGNORE, np.int32)
-            y[1:len(ids) + 1] = labels
+            y[1 : len(ids) + 1] = labels
             rows.append((token_ids, mask))
             ys.append(y)
             fmap.sentence.append(s)
             fmap.start.append(start)
             fmap.positions.append(firsts)
     n = len(rows)
-    x = {"token_ids": np.stack([r[0] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
-         "segment_ids": np.zeros((n, seq_len), np.int32),
-         "padding_mask": np.stack([r[1] for r in rows]) if n else np.zeros((0, seq_len), np.int32)}
+    x = {
+        "token_ids": np.stack([r[0] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
+        "segment_ids": np.zeros((n, seq_len), np.int32),
+        "padding_mask": np.stack([r[1] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
+    }
     y = (np.stack(ys) if n else np.zeros((0, seq_len), np.int32)) if tags is not None else None
     return x, y, fmap
 
 
 # === The task ===
+
 
 class Conll2003(Task):
     """CoNLL-2003 NER with a token-classification head (`BertTokenClassifier`)."""
@@ -234,8 +247,9 @@ class Conll2003(Task):
         def flush():
             nonlocal words, tags, first_line
             if words:
-                sentences.append(Sentence(words, tags if columns > 1 else None,
-                                          f"{path}:{first_line}"))
+                sentences.append(
+                    Sentence(words, tags if columns > 1 else None, f"{path}:{first_line}")
+                )
             words, tags, first_line = [], [], None
 
         with reading(path):
@@ -251,11 +265,15 @@ class Conll2003(Task):
                     if columns is None:
                         columns = len(parts)
                     elif len(parts) != columns:
-                        raise ValueError(f"{path}:{line_no}: expected {columns} space-separated "
-                                         f"columns like the lines before, found {len(parts)}")
+                        raise ValueError(
+                            f"{path}:{line_no}: expected {columns} space-separated "
+                            f"columns like the lines before, found {len(parts)}"
+                        )
                     if columns > 1 and parts[-1] not in allowed:
-                        raise ValueError(f"{path}:{line_no}: tag {parts[-1]!r} is not one of "
-                                         f"{list(self.label_names)}")
+                        raise ValueError(
+                            f"{path}:{line_no}: tag {parts[-1]!r} is not one of "
+                            f"{list(self.label_names)}"
+                        )
                     if first_line is None:
                         first_line = line_no
                     words.append(parts[0])
@@ -263,8 +281,9 @@ class Conll2003(Task):
                 flush()
         return sentences
 
-    def encode(self, examples: list[Sentence], tokenizer, seq_len: int,
-               training: bool = False) -> Encoded:
+    def encode(
+        self, examples: list[Sentence], tokenizer, seq_len: int, training: bool = False
+    ) -> Encoded:
         if training:
             check_labelled(examples, "tags")
         labelled = bool(examples) and all(e.tags is not None for e in examples)
@@ -276,10 +295,14 @@ class Conll2003(Task):
     # === Model ===
 
     def build_model(self, encoder, dropout: float = 0.1):
-        from model.token_classifier import BertTokenClassifier
+        from model.heads.token_classifier import BertTokenClassifier
 
-        return BertTokenClassifier(encoder, num_labels=len(self.label_names), dropout=dropout,
-                                   id2label=dict(enumerate(self.label_names)))
+        return BertTokenClassifier(
+            encoder,
+            num_labels=len(self.label_names),
+            dropout=dropout,
+            id2label=dict(enumerate(self.label_names)),
+        )
 
     def loss(self):
         import keras
@@ -289,8 +312,9 @@ class Conll2003(Task):
 
     # === Metric ===
 
-    def predict_tags(self, predict, examples: list[Sentence], tokenizer, seq_len: int,
-                     batch_size: int = 64) -> list[list[str]]:
+    def predict_tags(
+        self, predict, examples: list[Sentence], tokenizer, seq_len: int, batch_size: int = 64
+    ) -> list[list[str]]:
         """One predicted tag per word of each sentence."""
         encoded = self.encode(examples, tokenizer, seq_len)
         logits = predict_in_batches(predict, encoded.x, batch_size, sequence_outputs=True)
@@ -298,8 +322,15 @@ class Conll2003(Task):
         words = encoded.meta.to_words(ids, [len(e.words) for e in examples])
         return [[self.label_names[i] for i in w] for w in words]
 
-    def evaluate(self, predict, examples: list[Sentence], tokenizer, seq_len: int,
-                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+    def evaluate(
+        self,
+        predict,
+        examples: list[Sentence],
+        tokenizer,
+        seq_len: int,
+        batch_size: int = 64,
+        output_dir: str | None = None,
+    ) -> dict:
         check_labelled(examples, "tags")
         predicted = self.predict_tags(predict, examples, tokenizer, seq_len, batch_size)
         metrics = conll_metrics([e.tags for e in examples], predicted)

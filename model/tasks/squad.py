@@ -16,7 +16,7 @@
     python -m model.tasks.squad_metric DATA.json runs/squad2/predictions.json \\
         --na-prob-file runs/squad2/null_odds.json      # the official v2.0 script's numbers
 
-The model (`model.question_answerer.BertQuestionAnswerer`) is the paper's: a
+The model (`model.heads.question_answerer.BertQuestionAnswerer`) is the paper's: a
 start vector and an end vector dotted with every token's final hidden state.
 
 Inputs. A context is split at whitespace into words (`Paragraph`, google's
@@ -86,10 +86,10 @@ import sys
 
 import numpy as np
 
-from model.io import check_size, reading
+from model.io.files import check_size, reading
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
-from model.wordpiece import basic_tokenize
+from model.text.wordpiece import basic_tokenize
 
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
@@ -104,6 +104,7 @@ _WORD = re.compile(r"[^ \t\r\n\u202f]+")
 
 
 # === Examples ===
+
 
 class Paragraph:
     """A context and its whitespace-separated words (google's `doc_tokens`).
@@ -169,21 +170,21 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
     """
     dataset = load_json(path)
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-        raise ValueError(f"{path}: not a SQuAD file: the top level needs a \"data\" list")
+        raise ValueError(f'{path}: not a SQuAD file: the top level needs a "data" list')
     examples, skipped, seen = [], [], {}
     for ai, article in enumerate(dataset["data"]):
         where_article = f"{path}: data[{ai}]"
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
-            raise ValueError(f"{where_article}: an article needs a \"paragraphs\" list")
+            raise ValueError(f'{where_article}: an article needs a "paragraphs" list')
         title = article.get("title", "")
         if title:
             where_article += f" (title {title!r})"
         for pi, para in enumerate(article["paragraphs"]):
             where_para = f"{where_article}, paragraphs[{pi}]"
             if not isinstance(para, dict) or not isinstance(para.get("context"), str):
-                raise ValueError(f"{where_para}: a paragraph needs a \"context\" string")
+                raise ValueError(f'{where_para}: a paragraph needs a "context" string')
             if not isinstance(para.get("qas"), list):
-                raise ValueError(f"{where_para}: a paragraph needs a \"qas\" list")
+                raise ValueError(f'{where_para}: a paragraph needs a "qas" list')
             paragraph = Paragraph(para["context"])
             if not paragraph.words:
                 raise ValueError(f"{where_para}: the context has no text")
@@ -199,10 +200,19 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
                     skipped.append(f"{where}: {problem}")
                     continue
                 seen[qid] = where
-                answers = [{"text": a["text"], "answer_start": a["answer_start"]}
-                           for a in qa["answers"]]
-                examples.append(SquadExample(qid, qa["question"], paragraph, answers,
-                                             is_impossible=not answers, title=title))
+                answers = [
+                    {"text": a["text"], "answer_start": a["answer_start"]} for a in qa["answers"]
+                ]
+                examples.append(
+                    SquadExample(
+                        qid,
+                        qa["question"],
+                        paragraph,
+                        answers,
+                        is_impossible=not answers,
+                        title=title,
+                    )
+                )
     return examples, skipped
 
 
@@ -211,44 +221,48 @@ def _check_question(qa, context: str, version_2: bool) -> str | None:
     if not isinstance(qa, dict):
         return "a question must be an object"
     if not isinstance(qa.get("id"), str) or not qa["id"]:
-        return "\"id\" must be a non-empty string"
+        return '"id" must be a non-empty string'
     if not isinstance(qa.get("question"), str) or not qa["question"].strip():
-        return "\"question\" must be a non-empty string"
+        return '"question" must be a non-empty string'
     answers = qa.get("answers")
     if not isinstance(answers, list):
-        return "\"answers\" must be a list"
+        return '"answers" must be a list'
     # A v2.0 question without the field is unanswerable iff it has no
     # answers, as the official v2.0 script decides.
     impossible = qa.get("is_impossible", version_2 and answers == [])
     if not isinstance(impossible, bool):
-        return f"\"is_impossible\" must be true or false, not {impossible!r}"
+        return f'"is_impossible" must be true or false, not {impossible!r}'
     if impossible and not version_2:
         return "unanswerable question (is_impossible) in SQuAD v1.1; use the squad2 task"
     if impossible and answers:
         return f"is_impossible is true but the question has {len(answers)} answer(s)"
     if not answers and not impossible:
-        return ("no answers" if not version_2 else
-                "no answers but is_impossible is false")
+        return "no answers" if not version_2 else "no answers but is_impossible is false"
     for k, answer in enumerate(answers):
         if not isinstance(answer, dict):
             return f"answers[{k}] must be an object"
         text, start = answer.get("text"), answer.get("answer_start")
         if not isinstance(text, str) or not text.strip():
-            return f"answers[{k}]: \"text\" must be a non-empty string"
+            return f'answers[{k}]: "text" must be a non-empty string'
         if not isinstance(start, int) or isinstance(start, bool):
-            return f"answers[{k}]: \"answer_start\" must be an integer, not {start!r}"
+            return f'answers[{k}]: "answer_start" must be an integer, not {start!r}'
         if start < 0 or start + len(text) > len(context):
-            return (f"answers[{k}]: answer_start {start} is out of range: {text!r} "
-                    f"({len(text)} characters) does not fit in the context "
-                    f"({len(context)} characters)")
-        found = context[start:start + len(text)]
+            return (
+                f"answers[{k}]: answer_start {start} is out of range: {text!r} "
+                f"({len(text)} characters) does not fit in the context "
+                f"({len(context)} characters)"
+            )
+        found = context[start : start + len(text)]
         if found != text:
-            return (f"answers[{k}]: mismatch: the context at answer_start {start} reads "
-                    f"{found!r}, not the answer text {text!r}")
+            return (
+                f"answers[{k}]: mismatch: the context at answer_start {start} reads "
+                f"{found!r}, not the answer text {text!r}"
+            )
     return None
 
 
 # === Windows ===
+
 
 def doc_spans(num_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
     """(start, length) of the windows over `num_tokens` context tokens: at
@@ -293,7 +307,7 @@ def improve_answer_span(doc_ids, start: int, end: int, answer_ids) -> tuple[int,
     answer_ids = list(answer_ids)
     for new_start in range(start, end + 1):
         for new_end in range(end, new_start - 1, -1):
-            if list(doc_ids[new_start:new_end + 1]) == answer_ids:
+            if list(doc_ids[new_start : new_end + 1]) == answer_ids:
                 return new_start, new_end
     return start, end
 
@@ -331,9 +345,9 @@ def tokenize_paragraphs(paragraphs: list[Paragraph], tokenizer):
     out, w = {}, 0
     for p in paragraphs:
         n = len(p.words)
-        ids = values[splits[w]:splits[w + n]]
-        tok_to_word = np.repeat(np.arange(n, dtype=np.int32), lengths[w:w + n])
-        word_to_tok = (splits[w:w + n] - splits[w]).astype(np.int32)
+        ids = values[splits[w] : splits[w + n]]
+        tok_to_word = np.repeat(np.arange(n, dtype=np.int32), lengths[w : w + n])
+        word_to_tok = (splits[w : w + n] - splits[w]).astype(np.int32)
         out[id(p)] = (ids, tok_to_word, word_to_tok)
         w += n
     return out
@@ -350,20 +364,26 @@ def answer_token_span(example: SquadExample, doc, answer_ids) -> tuple[int, int]
     end_word = paragraph.char_to_word(start_char + len(answer["text"]) - 1)
     if start_word < 0 or end_word < start_word:
         return None
-    actual = " ".join(paragraph.words[start_word:end_word + 1])
+    actual = " ".join(paragraph.words[start_word : end_word + 1])
     if actual.find(" ".join(answer["text"].split())) == -1:
         return None
     start = int(word_to_tok[start_word])
-    end = (int(word_to_tok[end_word + 1]) - 1 if end_word + 1 < len(paragraph.words)
-           else len(ids) - 1)
+    end = (
+        int(word_to_tok[end_word + 1]) - 1 if end_word + 1 < len(paragraph.words) else len(ids) - 1
+    )
     if end < start:  # the answer's words have no tokens (only dropped characters)
         return None
     return improve_answer_span(ids, start, end, answer_ids)
 
 
-def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
-                 doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
-                 training: bool = False) -> Encoded:
+def encode_squad(
+    examples: list[SquadExample],
+    tokenizer,
+    seq_len: int,
+    doc_stride: int = DOC_STRIDE,
+    max_query_length: int = MAX_QUERY_LENGTH,
+    training: bool = False,
+) -> Encoded:
     """`[CLS] question [SEP] window [SEP]` features of `examples`.
 
     Returns an `Encoded` with x (num_features, seq_len) int32 inputs,
@@ -375,8 +395,12 @@ def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
     docs = tokenize_paragraphs(paragraphs, tokenizer)
     questions = encode_texts(tokenizer, [e.question for e in examples])
     answerable = [e for e in examples if training and not e.is_impossible]
-    answer_ids = dict(zip((id(e) for e in answerable),
-                          encode_texts(tokenizer, [e.answers[0]["text"] for e in answerable])))
+    answer_ids = dict(
+        zip(
+            (id(e) for e in answerable),
+            encode_texts(tokenizer, [e.answers[0]["text"] for e in answerable]),
+        )
+    )
     # First the windows of every example, then one array for all of them:
     # the train set makes ~90k windows of 384 tokens.
     plan, skipped = [], 0  # (example index, question ids, spans, answer token span)
@@ -410,12 +434,12 @@ def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
         for s, (start, length) in enumerate(spans):
             stop = offset + length  # the final [SEP]
             token_ids[f, 0] = tokenizer.cls_id
-            token_ids[f, 1:offset - 1] = query
+            token_ids[f, 1 : offset - 1] = query
             token_ids[f, offset - 1] = tokenizer.sep_id
-            token_ids[f, offset:stop] = ids[start:start + length]
+            token_ids[f, offset:stop] = ids[start : start + length]
             token_ids[f, stop] = tokenizer.sep_id
-            segment_ids[f, offset:stop + 1] = 1
-            padding_mask[f, :stop + 1] = 1
+            segment_ids[f, offset : stop + 1] = 1
+            padding_mask[f, : stop + 1] = 1
             windows.example_index[f] = i
             if training:
                 if answer[0] >= start and answer[1] <= start + length - 1:
@@ -423,8 +447,8 @@ def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
                     ends[f] = answer[1] - start + offset
                 # else: no answer in this window (or none at all): [CLS], 0.
             else:
-                windows.token_to_word[f, offset:stop] = tok_to_word[start:start + length]
-                windows.max_context[f, offset:stop] = best[s, start:start + length]
+                windows.token_to_word[f, offset:stop] = tok_to_word[start : start + length]
+                windows.max_context[f, offset:stop] = best[s, start : start + length]
             f += 1
 
     x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
@@ -433,6 +457,7 @@ def encode_squad(examples: list[SquadExample], tokenizer, seq_len: int,
 
 
 # === Answers back to the text (google's get_final_text) ===
+
 
 def _strip_spaces(text: str):
     ns_chars, ns_to_s_map = [], {}
@@ -444,8 +469,9 @@ def _strip_spaces(text: str):
     return "".join(ns_chars), ns_to_s_map
 
 
-def final_char_span(pred_text: str, paragraph: Paragraph, first_word: int, last_word: int,
-                    lowercase: bool) -> tuple[int, int]:
+def final_char_span(
+    pred_text: str, paragraph: Paragraph, first_word: int, last_word: int, lowercase: bool
+) -> tuple[int, int]:
     """[start, end) characters of the context that the tokens `pred_text`
     (WordPieces glued back, e.g. "steve smith") cover, inside the words
     `first_word..last_word` (e.g. "Steve Smith's").
@@ -456,7 +482,7 @@ def final_char_span(pred_text: str, paragraph: Paragraph, first_word: int, last_
     normalisation changed their number; when the lookup or the alignment fails,
     the whole words are the answer.
     """
-    words = paragraph.words[first_word:last_word + 1]
+    words = paragraph.words[first_word : last_word + 1]
     whole = (paragraph.starts[first_word], paragraph.word_end(last_word))
     orig_text = " ".join(words)
     # Character of orig_text -> character of the context (-1 for the joining spaces).
@@ -490,20 +516,29 @@ def wordpiece_text(tokens: list[str]) -> str:
     return " ".join(text.split())
 
 
-def window_char_span(example: SquadExample, windows: Windows, token_ids: np.ndarray,
-                     feature: int, start: int, end: int, vocabulary: list[str],
-                     lowercase: bool) -> tuple[int, int]:
+def window_char_span(
+    example: SquadExample,
+    windows: Windows,
+    token_ids: np.ndarray,
+    feature: int,
+    start: int,
+    end: int,
+    vocabulary: list[str],
+    lowercase: bool,
+) -> tuple[int, int]:
     """[start, end) characters of the context for tokens `start..end` of window `feature`."""
     first_word = int(windows.token_to_word[feature, start])
     last_word = int(windows.token_to_word[feature, end])
     if first_word < 0 or last_word < 0:
         raise ValueError(f"tokens {start}..{end} of window {feature} are not all context")
-    tokens = [vocabulary[int(t)] for t in token_ids[feature, start:end + 1]]
-    return final_char_span(wordpiece_text(tokens), example.paragraph, first_word, last_word,
-                           lowercase)
+    tokens = [vocabulary[int(t)] for t in token_ids[feature, start : end + 1]]
+    return final_char_span(
+        wordpiece_text(tokens), example.paragraph, first_word, last_word, lowercase
+    )
 
 
 # === Predictions ===
+
 
 @dataclasses.dataclass
 class SquadPredictions:
@@ -533,11 +568,19 @@ def _softmax(scores: list[float]) -> list[float]:
     return [e / total for e in exp]
 
 
-def postprocess(examples: list[SquadExample], windows: Windows, token_ids: np.ndarray,
-                start_logits: np.ndarray, end_logits: np.ndarray, vocabulary: list[str],
-                lowercase: bool = True, n_best_size: int = N_BEST_SIZE,
-                max_answer_length: int = MAX_ANSWER_LENGTH, version_2: bool = False,
-                null_threshold: float = 0.0) -> SquadPredictions:
+def postprocess(
+    examples: list[SquadExample],
+    windows: Windows,
+    token_ids: np.ndarray,
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    vocabulary: list[str],
+    lowercase: bool = True,
+    n_best_size: int = N_BEST_SIZE,
+    max_answer_length: int = MAX_ANSWER_LENGTH,
+    version_2: bool = False,
+    null_threshold: float = 0.0,
+) -> SquadPredictions:
     """google's `write_predictions`: window logits -> an answer per question."""
     by_example = collections.defaultdict(list)
     for f, i in enumerate(windows.example_index):
@@ -556,18 +599,34 @@ def postprocess(examples: list[SquadExample], windows: Windows, token_ids: np.nd
                 if feature_null < score_null:
                     score_null, null_feature = feature_null, f
                     null_start_logit, null_end_logit = s_logits[0], e_logits[0]
-            starts, ends = np.meshgrid(best_indexes(s_logits, n_best_size),
-                                       best_indexes(e_logits, n_best_size), indexing="ij")
+            starts, ends = np.meshgrid(
+                best_indexes(s_logits, n_best_size),
+                best_indexes(e_logits, n_best_size),
+                indexing="ij",
+            )
             starts, ends = starts.ravel(), ends.ravel()  # google's nested loops' order
             words = windows.token_to_word[f]
-            ok = ((words[starts] >= 0) & (words[ends] >= 0) & windows.max_context[f][starts]
-                  & (ends >= starts) & (ends - starts + 1 <= max_answer_length))
+            ok = (
+                (words[starts] >= 0)
+                & (words[ends] >= 0)
+                & windows.max_context[f][starts]
+                & (ends >= starts)
+                & (ends - starts + 1 <= max_answer_length)
+            )
             for s, e in zip(starts[ok], ends[ok]):
                 sl, el = float(s_logits[s]), float(e_logits[e])
                 prelim.append((sl + el, f, int(s), int(e), sl, el))
         if version_2:
-            prelim.append((null_start_logit + null_end_logit, null_feature, null_start,
-                           null_end, float(null_start_logit), float(null_end_logit)))
+            prelim.append(
+                (
+                    null_start_logit + null_end_logit,
+                    null_feature,
+                    null_start,
+                    null_end,
+                    float(null_start_logit),
+                    float(null_end_logit),
+                )
+            )
         prelim.sort(key=lambda p: p[0], reverse=True)  # stable, as google's sorted()
 
         seen, nbest = set(), []
@@ -575,30 +634,40 @@ def postprocess(examples: list[SquadExample], windows: Windows, token_ids: np.nd
             if len(nbest) >= n_best_size:
                 break
             if s > 0:  # a span, not the null answer
-                begin, stop = window_char_span(example, windows, token_ids, f, s, e,
-                                               vocabulary, lowercase)
+                begin, stop = window_char_span(
+                    example, windows, token_ids, f, s, e, vocabulary, lowercase
+                )
                 text = example.context[begin:stop]
                 if text in seen:
                     continue
-                entry = {"text": text, "start_logit": sl, "end_logit": el,
-                         "answer_start": begin}
+                entry = {"text": text, "start_logit": sl, "end_logit": el, "answer_start": begin}
             else:
                 text = ""
                 entry = {"text": "", "start_logit": sl, "end_logit": el}
             seen.add(text)
             nbest.append(entry)
         if version_2 and "" not in seen:
-            nbest.append({"text": "", "start_logit": float(null_start_logit),
-                          "end_logit": float(null_end_logit)})
+            nbest.append(
+                {
+                    "text": "",
+                    "start_logit": float(null_start_logit),
+                    "end_logit": float(null_end_logit),
+                }
+            )
         if not nbest:  # no valid span at all (google's fallback)
             nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
         probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
         best_non_null = next((n for n in nbest if n["text"]), None)
         out.nbest[example.qas_id] = [
-            {"text": n["text"], "probability": p, "start_logit": n["start_logit"],
-             "end_logit": n["end_logit"],
-             **({"answer_start": n["answer_start"]} if "answer_start" in n else {})}
-            for n, p in zip(nbest, probs)]
+            {
+                "text": n["text"],
+                "probability": p,
+                "start_logit": n["start_logit"],
+                "end_logit": n["end_logit"],
+                **({"answer_start": n["answer_start"]} if "answer_start" in n else {}),
+            }
+            for n, p in zip(nbest, probs)
+        ]
         if not version_2:
             out.predictions[example.qas_id] = nbest[0]["text"]
             out.best_non_null[example.qas_id] = nbest[0]["text"]
@@ -606,12 +675,14 @@ def postprocess(examples: list[SquadExample], windows: Windows, token_ids: np.nd
         if best_non_null is None:
             score_diff = NO_SPAN_ODDS
         else:
-            score_diff = (float(score_null) - best_non_null["start_logit"]
-                          - best_non_null["end_logit"])
+            score_diff = (
+                float(score_null) - best_non_null["start_logit"] - best_non_null["end_logit"]
+            )
         out.null_odds[example.qas_id] = score_diff
         out.best_non_null[example.qas_id] = best_non_null["text"] if best_non_null else ""
         out.predictions[example.qas_id] = (
-            "" if score_diff > null_threshold else out.best_non_null[example.qas_id])
+            "" if score_diff > null_threshold else out.best_non_null[example.qas_id]
+        )
     return out
 
 
@@ -637,6 +708,7 @@ def split_logits(outputs) -> tuple[np.ndarray, np.ndarray]:
 
 # === SQuAD v2.0 training data from v1.1 ===
 
+
 def make_v2_train(dataset: dict, negative_ratio: float = 0.5, seed: int = 0) -> dict:
     """A SQuAD v2.0-format training set: every v1.1 question, plus
     unanswerable ones, each a v1.1 question (drawn at random from articles
@@ -658,14 +730,22 @@ def make_v2_train(dataset: dict, negative_ratio: float = 0.5, seed: int = 0) -> 
     for ai, article in enumerate(dataset["data"]):
         paragraphs = []
         for pi, para in enumerate(article["paragraphs"]):
-            qas = [{"question": qa["question"], "id": qa["id"],
+            qas = [
+                {
+                    "question": qa["question"],
+                    "id": qa["id"],
                     "answers": [dict(a) for a in qa["answers"]],
-                    "is_impossible": bool(qa.get("is_impossible", False))}
-                   for qa in para["qas"]]
+                    "is_impossible": bool(qa.get("is_impossible", False)),
+                }
+                for qa in para["qas"]
+            ]
             paragraphs.append({"context": para["context"], "qas": qas})
             if len(article["paragraphs"]) > 1:
-                candidates.extend((ai, pi, qi) for qi, qa in enumerate(qas)
-                                  if not qa["is_impossible"] and qa["answers"])
+                candidates.extend(
+                    (ai, pi, qi)
+                    for qi, qa in enumerate(qas)
+                    if not qa["is_impossible"] and qa["answers"]
+                )
         articles.append({"title": article.get("title", ""), "paragraphs": paragraphs})
 
     wanted = round(negative_ratio * len(candidates))
@@ -673,32 +753,44 @@ def make_v2_train(dataset: dict, negative_ratio: float = 0.5, seed: int = 0) -> 
     while len(order) < wanted and candidates:  # ratio > 1: every question again, reshuffled
         batch = list(candidates)
         rng.shuffle(batch)
-        order.extend(batch[:wanted - len(order)])
+        order.extend(batch[: wanted - len(order)])
     normalized = {}  # (article, paragraph) -> normalised context, for the leak check
     used = set()
     for ai, pi, qi in order:
         qa = articles[ai]["paragraphs"][pi]["qas"][qi]
         answers = {squad_metric.normalize_answer(a["text"]) for a in qa["answers"]}
-        others = [j for j in range(len(articles[ai]["paragraphs"]))
-                  if j != pi and (ai, j, qa["id"]) not in used]
+        others = [
+            j
+            for j in range(len(articles[ai]["paragraphs"]))
+            if j != pi and (ai, j, qa["id"]) not in used
+        ]
         rng.shuffle(others)
         for j in others:
             if (ai, j) not in normalized:
-                normalized[ai, j] = " " + squad_metric.normalize_answer(
-                    articles[ai]["paragraphs"][j]["context"]) + " "
+                normalized[ai, j] = (
+                    " "
+                    + squad_metric.normalize_answer(articles[ai]["paragraphs"][j]["context"])
+                    + " "
+                )
             # Leave out paragraphs where the answer appears: there the question
             # might well be answerable.
             if any(f" {a} " in normalized[ai, j] for a in answers if a):
                 continue
             used.add((ai, j, qa["id"]))
             articles[ai]["paragraphs"][j]["qas"].append(
-                {"question": qa["question"], "id": f"{qa['id']}-unanswerable-p{j}",
-                 "answers": [], "is_impossible": True})
+                {
+                    "question": qa["question"],
+                    "id": f"{qa['id']}-unanswerable-p{j}",
+                    "answers": [],
+                    "is_impossible": True,
+                }
+            )
             break
     return {"version": "v2.0", "data": articles}
 
 
 # === The tasks ===
+
 
 @functools.cache
 def span_loss():
@@ -709,7 +801,8 @@ def span_loss():
     class HalfSpanLoss(keras.losses.Loss):
         def call(self, y_true, y_pred):
             return 0.5 * keras.losses.sparse_categorical_crossentropy(
-                y_true, y_pred, from_logits=True)
+                y_true, y_pred, from_logits=True
+            )
 
     return HalfSpanLoss
 
@@ -737,9 +830,15 @@ class SquadTask(Task):
     train_names: tuple[str, ...] = ()
     dev_names: tuple[str, ...] = ()
 
-    def __init__(self, doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
-                 n_best_size: int = N_BEST_SIZE, max_answer_length: int = MAX_ANSWER_LENGTH,
-                 null_threshold: float = 0.0, skip_invalid: bool = False):
+    def __init__(
+        self,
+        doc_stride: int = DOC_STRIDE,
+        max_query_length: int = MAX_QUERY_LENGTH,
+        n_best_size: int = N_BEST_SIZE,
+        max_answer_length: int = MAX_ANSWER_LENGTH,
+        null_threshold: float = 0.0,
+        skip_invalid: bool = False,
+    ):
         self.doc_stride = doc_stride
         self.max_query_length = max_query_length
         self.n_best_size = n_best_size
@@ -754,8 +853,11 @@ class SquadTask(Task):
         skip = self.skip_invalid if skip_invalid is None else skip_invalid
         examples, self.skipped = read_squad(path, self.version_2, skip)
         if self.skipped:
-            print(f"warning: {path}: skipped {len(self.skipped)} invalid question(s); the first: "
-                  f"{self.skipped[0]}", file=sys.stderr)
+            print(
+                f"warning: {path}: skipped {len(self.skipped)} invalid question(s); the first: "
+                f"{self.skipped[0]}",
+                file=sys.stderr,
+            )
         return examples
 
     def files(self, data: str) -> tuple[str, str | None]:
@@ -764,10 +866,15 @@ class SquadTask(Task):
         if os.path.isdir(data):
             folder, train = data, _first(data, self.train_names)
             if train is None:
-                hint = (" (make one from v1.1 with `python -m model.tasks.squad make-v2-train`)"
-                        if self.version_2 else "")
-                raise FileNotFoundError(f"{data}: no training file for task {self.name!r}: "
-                                        f"looked for {list(self.train_names)}{hint}")
+                hint = (
+                    " (make one from v1.1 with `python -m model.tasks.squad make-v2-train`)"
+                    if self.version_2
+                    else ""
+                )
+                raise FileNotFoundError(
+                    f"{data}: no training file for task {self.name!r}: "
+                    f"looked for {list(self.train_names)}{hint}"
+                )
         elif os.path.isfile(data):
             train, folder = data, os.path.dirname(os.path.abspath(data))
         else:
@@ -777,19 +884,24 @@ class SquadTask(Task):
             dev = None
         return train, dev
 
-    def encode(self, examples: list[SquadExample], tokenizer, seq_len: int,
-               training: bool = False) -> Encoded:
-        encoded = encode_squad(examples, tokenizer, seq_len, self.doc_stride,
-                               self.max_query_length, training)
+    def encode(
+        self, examples: list[SquadExample], tokenizer, seq_len: int, training: bool = False
+    ) -> Encoded:
+        encoded = encode_squad(
+            examples, tokenizer, seq_len, self.doc_stride, self.max_query_length, training
+        )
         if encoded.meta.skipped:
-            print(f"warning: {encoded.meta.skipped} training question(s) left out: the answer "
-                  f"text is not in the context words at answer_start", file=sys.stderr)
+            print(
+                f"warning: {encoded.meta.skipped} training question(s) left out: the answer "
+                f"text is not in the context words at answer_start",
+                file=sys.stderr,
+            )
         return encoded
 
     # === Model ===
 
     def build_model(self, encoder, dropout: float = 0.1):
-        from model.question_answerer import BertQuestionAnswerer
+        from model.heads.question_answerer import BertQuestionAnswerer
 
         # The paper's head has no dropout of its own; `dropout` is the encoder's.
         return BertQuestionAnswerer(encoder)
@@ -800,20 +912,39 @@ class SquadTask(Task):
 
     # === Metric ===
 
-    def predict(self, predict, examples: list[SquadExample], tokenizer, seq_len: int,
-                batch_size: int = 64) -> SquadPredictions:
+    def predict(
+        self, predict, examples: list[SquadExample], tokenizer, seq_len: int, batch_size: int = 64
+    ) -> SquadPredictions:
         """Answers to `examples` by the model behind `predict`."""
         if not examples:
             raise ValueError("no examples to evaluate")
         encoded = self.encode(examples, tokenizer, seq_len)
-        start, end = split_logits(predict_in_batches(predict, encoded.x, batch_size,
-                                                         sequence_outputs=True))
-        return postprocess(examples, encoded.meta, encoded.x["token_ids"], start, end,
-                           tokenizer.vocabulary, tokenizer.lowercase, self.n_best_size,
-                           self.max_answer_length, self.version_2, self.null_threshold)
+        start, end = split_logits(
+            predict_in_batches(predict, encoded.x, batch_size, sequence_outputs=True)
+        )
+        return postprocess(
+            examples,
+            encoded.meta,
+            encoded.x["token_ids"],
+            start,
+            end,
+            tokenizer.vocabulary,
+            tokenizer.lowercase,
+            self.n_best_size,
+            self.max_answer_length,
+            self.version_2,
+            self.null_threshold,
+        )
 
-    def evaluate(self, predict, examples: list[SquadExample], tokenizer, seq_len: int,
-                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+    def evaluate(
+        self,
+        predict,
+        examples: list[SquadExample],
+        tokenizer,
+        seq_len: int,
+        batch_size: int = 64,
+        output_dir: str | None = None,
+    ) -> dict:
         """The official script's metrics of the model's answers to `examples`;
         with `output_dir`, also predictions.json, nbest_predictions.json (and
         for v2.0 null_odds.json) there, as google-research writes them."""
@@ -843,8 +974,7 @@ class Squad2Task(SquadTask):
     version_2 = True
     default_epochs = 2.0
     default_batch_size = 48
-    train_names = ("train-v2.0.json", "train-v2.0.from-v1.1.json",
-                   "train-v2.0.reconstructed.json")
+    train_names = ("train-v2.0.json", "train-v2.0.from-v1.1.json", "train-v2.0.reconstructed.json")
     dev_names = ("dev-v2.0.json", "dev-v2.0.reconstructed.json")
 
     def score(self, examples: list[SquadExample], predictions: SquadPredictions) -> dict:
@@ -853,12 +983,14 @@ class Squad2Task(SquadTask):
         the always-no-answer baseline."""
         gold = {e.qas_id: [a["text"] for a in e.answers] for e in examples}
         odds = predictions.null_odds
-        metrics = squad_metric.evaluate_v2(gold, predictions.predictions, odds,
-                                           na_prob_thresh=self.null_threshold)
+        metrics = squad_metric.evaluate_v2(
+            gold, predictions.predictions, odds, na_prob_thresh=self.null_threshold
+        )
         exact_raw, f1_raw = squad_metric.get_raw_scores(gold, predictions.best_non_null)
         has_ans = {qid: bool(answers) for qid, answers in gold.items()}
-        squad_metric.find_all_best_thresh(metrics, predictions.best_non_null, exact_raw,
-                                          f1_raw, odds, has_ans)
+        squad_metric.find_all_best_thresh(
+            metrics, predictions.best_non_null, exact_raw, f1_raw, odds, has_ans
+        )
         baseline = squad_metric.evaluate_v2(gold, {qid: "" for qid in gold})
         metrics["null_threshold"] = self.null_threshold
         metrics["always_no_answer_exact"] = baseline["exact"]
@@ -878,7 +1010,7 @@ def _first(folder: str, names: tuple[str, ...]) -> str | None:
 
 
 def write_predictions(output_dir: str, predictions: SquadPredictions, version_2: bool) -> None:
-    from model.io import write_json
+    from model.io.files import write_json
 
     os.makedirs(output_dir, exist_ok=True)
     write_json(os.path.join(output_dir, "predictions.json"), predictions.predictions)
@@ -889,21 +1021,30 @@ def write_predictions(output_dir: str, predictions: SquadPredictions, version_2:
 
 # === Command line ===
 
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.tasks.squad",
-                                description="SQuAD data tools.")
+    p = argparse.ArgumentParser(prog="python -m model.tasks.squad", description="SQuAD data tools.")
     sub = p.add_subparsers(dest="command", required=True)
-    make = sub.add_parser("make-v2-train",
-                          help="a SQuAD v2.0-format train set from v1.1 (proxy negatives)",
-                          description=make_v2_train.__doc__)
+    make = sub.add_parser(
+        "make-v2-train",
+        help="a SQuAD v2.0-format train set from v1.1 (proxy negatives)",
+        description=make_v2_train.__doc__,
+    )
     make.add_argument("--input", required=True, help="SQuAD v1.1 train JSON")
     make.add_argument("--output", required=True, help="v2.0-format JSON to write")
-    make.add_argument("--negative-ratio", type=float, default=0.5,
-                      help="unanswerable questions per answerable one (default 0.5)")
+    make.add_argument(
+        "--negative-ratio",
+        type=float,
+        default=0.5,
+        help="unanswerable questions per answerable one (default 0.5)",
+    )
     make.add_argument("--seed", type=int, default=0)
-    make.add_argument("--dev", default=None,
-                      help="a SQuAD v2.0 dev file to copy beside --output as dev-v2.0.json, "
-                           "making that folder a complete --data for --task squad2")
+    make.add_argument(
+        "--dev",
+        default=None,
+        help="a SQuAD v2.0 dev file to copy beside --output as dev-v2.0.json, "
+        "making that folder a complete --data for --task squad2",
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         # Read through the strict reader first: a malformed input stops here.
@@ -914,7 +1055,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from model.io import atomic_path, write_json
+    from model.io.files import atomic_path, write_json
 
     write_json(args.output, dataset)
     if args.dev is not None:
@@ -922,11 +1063,23 @@ def main(argv=None) -> int:
         if not os.path.exists(dev) or not os.path.samefile(dev, args.dev):
             with atomic_path(dev) as tmp:
                 shutil.copyfile(args.dev, tmp)
-    negatives = sum(qa["is_impossible"] for a in dataset["data"] for para in a["paragraphs"]
-                    for qa in para["qas"])
-    print(json.dumps({"output": args.output, "answerable": len(examples),
-                      "unanswerable": negatives, "seed": args.seed,
-                      "negative_ratio": args.negative_ratio}))
+    negatives = sum(
+        qa["is_impossible"]
+        for a in dataset["data"]
+        for para in a["paragraphs"]
+        for qa in para["qas"]
+    )
+    print(
+        json.dumps(
+            {
+                "output": args.output,
+                "answerable": len(examples),
+                "unanswerable": negatives,
+                "seed": args.seed,
+                "negative_ratio": args.negative_ratio,
+            }
+        )
+    )
     return 0
 
 

@@ -37,8 +37,10 @@ _PUNCTUATION = set(string.punctuation)
 
 # === Normalisation (shared by both scripts) ===
 
+
 def normalize_answer(s: str) -> str:
     """Lower text and remove punctuation, articles and extra whitespace."""
+
     def remove_articles(text):
         return re.sub(_ARTICLES, " ", text)
 
@@ -55,6 +57,7 @@ def normalize_answer(s: str) -> str:
 
 
 # === evaluate-v1.1.py ===
+
 
 def f1_score(prediction: str, ground_truth: str) -> float:
     prediction_tokens = normalize_answer(prediction).split()
@@ -76,8 +79,7 @@ def metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
     return max(metric_fn(prediction, ground_truth) for ground_truth in ground_truths)
 
 
-def evaluate_v1(gold: dict[str, list[str]], predictions: dict[str, str],
-                warn=None) -> dict:
+def evaluate_v1(gold: dict[str, list[str]], predictions: dict[str, str], warn=None) -> dict:
     """evaluate-v1.1.py's `evaluate`, over `{question id: [gold answer texts]}`
     (use `gold_answers(dataset)` for the official JSON's `data`)."""
     f1 = exact_match = total = 0
@@ -96,6 +98,7 @@ def evaluate_v1(gold: dict[str, list[str]], predictions: dict[str, str],
 
 
 # === evaluate-v2.0.py ===
+
 
 def get_tokens(s: str) -> list[str]:
     if not s:
@@ -154,13 +157,17 @@ def apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
 def make_eval_dict(exact_scores, f1_scores, qid_list=None) -> dict:
     if not qid_list:
         total = len(exact_scores)
-        return {"exact": 100.0 * sum(exact_scores.values()) / total,
-                "f1": 100.0 * sum(f1_scores.values()) / total,
-                "total": total}
+        return {
+            "exact": 100.0 * sum(exact_scores.values()) / total,
+            "f1": 100.0 * sum(f1_scores.values()) / total,
+            "total": total,
+        }
     total = len(qid_list)
-    return {"exact": 100.0 * sum(exact_scores[k] for k in qid_list) / total,
-            "f1": 100.0 * sum(f1_scores[k] for k in qid_list) / total,
-            "total": total}
+    return {
+        "exact": 100.0 * sum(exact_scores[k] for k in qid_list) / total,
+        "f1": 100.0 * sum(f1_scores[k] for k in qid_list) / total,
+        "total": total,
+    }
 
 
 def merge_eval(main_eval: dict, new_eval: dict, prefix: str) -> None:
@@ -203,9 +210,13 @@ def find_all_best_thresh(main_eval, preds, exact_raw, f1_raw, na_probs, qid_to_h
     main_eval["best_f1_thresh"] = f1_thresh
 
 
-def evaluate_v2(gold: dict[str, list[str]], preds: dict[str, str],
-                na_probs: dict[str, float] | None = None, na_prob_thresh: float = 1.0,
-                warn=None) -> dict:
+def evaluate_v2(
+    gold: dict[str, list[str]],
+    preds: dict[str, str],
+    na_probs: dict[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+    warn=None,
+) -> dict:
     """evaluate-v2.0.py's `main` after loading, over `{question id: [gold
     answer texts]}` (an empty list for an unanswerable question)."""
     with_na_probs = na_probs is not None
@@ -221,11 +232,11 @@ def evaluate_v2(gold: dict[str, list[str]], preds: dict[str, str],
     f1_thresh = apply_no_ans_threshold(f1_raw, na_probs, qid_to_has_ans, na_prob_thresh)
     out_eval = make_eval_dict(exact_thresh, f1_thresh)
     if has_ans_qids:
-        merge_eval(out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=has_ans_qids),
-                   "HasAns")
+        merge_eval(
+            out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=has_ans_qids), "HasAns"
+        )
     if no_ans_qids:
-        merge_eval(out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=no_ans_qids),
-                   "NoAns")
+        merge_eval(out_eval, make_eval_dict(exact_thresh, f1_thresh, qid_list=no_ans_qids), "NoAns")
     if with_na_probs:
         find_all_best_thresh(out_eval, preds, exact_raw, f1_raw, na_probs, qid_to_has_ans)
     return out_eval
@@ -233,33 +244,56 @@ def evaluate_v2(gold: dict[str, list[str]], preds: dict[str, str],
 
 # === The official JSON ===
 
+
 def gold_answers(dataset: list) -> dict[str, list[str]]:
     """`{question id: [answer texts]}` of the official JSON's `data` list, in file order."""
-    return {qa["id"]: [a["text"] for a in qa["answers"]]
-            for article in dataset for paragraph in article["paragraphs"]
-            for qa in paragraph["qas"]}
+    return {
+        qa["id"]: [a["text"] for a in qa["answers"]]
+        for article in dataset
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    }
 
 
 def is_v2(dataset_json: dict) -> bool:
     """A v2.0 file: its version says so, or a question has `is_impossible`."""
     if str(dataset_json.get("version", "")).lstrip("v").startswith("2"):
         return True
-    return any("is_impossible" in qa for article in dataset_json["data"]
-               for paragraph in article["paragraphs"] for qa in paragraph["qas"])
+    return any(
+        "is_impossible" in qa
+        for article in dataset_json["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.tasks.squad_metric",
-                                description="Official SQuAD v1.1 / v2.0 evaluation.")
+    p = argparse.ArgumentParser(
+        prog="python -m model.tasks.squad_metric",
+        description="Official SQuAD v1.1 / v2.0 evaluation.",
+    )
     p.add_argument("data_file", help="input data JSON file")
     p.add_argument("pred_file", help="model predictions ({question id: answer text})")
-    p.add_argument("--na-prob-file", "-n", default=None,
-                   help="v2.0: model estimates of probability of no answer (e.g. null_odds.json)")
-    p.add_argument("--na-prob-thresh", "-t", type=float, default=1.0,
-                   help="v2.0: predict \"\" if no-answer probability exceeds this (default 1.0)")
-    p.add_argument("--version", choices=("auto", "1.1", "2.0"), default="auto",
-                   help="which official script (default: 2.0 for a v2.0 file or with "
-                        "--na-prob-file, else 1.1)")
+    p.add_argument(
+        "--na-prob-file",
+        "-n",
+        default=None,
+        help="v2.0: model estimates of probability of no answer (e.g. null_odds.json)",
+    )
+    p.add_argument(
+        "--na-prob-thresh",
+        "-t",
+        type=float,
+        default=1.0,
+        help='v2.0: predict "" if no-answer probability exceeds this (default 1.0)',
+    )
+    p.add_argument(
+        "--version",
+        choices=("auto", "1.1", "2.0"),
+        default="auto",
+        help="which official script (default: 2.0 for a v2.0 file or with "
+        "--na-prob-file, else 1.1)",
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         with open(args.data_file, encoding="utf-8") as f:

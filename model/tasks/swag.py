@@ -22,9 +22,15 @@ import dataclasses
 
 import numpy as np
 
-from model.io import reading
-from model.tasks.base import (Encoded, Task, check_labelled, encode_texts, predict_in_batches,
-                              pack_rows)
+from model.io.files import reading
+from model.tasks.base import (
+    Encoded,
+    Task,
+    check_labelled,
+    encode_texts,
+    pack_rows,
+    predict_in_batches,
+)
 
 NUM_CHOICES = 4
 COLUMNS = ("sent1", "sent2", *(f"ending{i}" for i in range(NUM_CHOICES)))
@@ -65,8 +71,9 @@ class Swag(Task):
                         return []
                     missing = [c for c in COLUMNS if c not in header]
                     if missing:
-                        raise ValueError(f"{path}:1: the header lacks SWAG column(s) {missing} "
-                                         f"(found {header})")
+                        raise ValueError(
+                            f"{path}:1: the header lacks SWAG column(s) {missing} (found {header})"
+                        )
                     at = {c: header.index(c) for c in COLUMNS}
                     label_at = header.index("label") if "label" in header else None
                     for row in reader:
@@ -74,31 +81,43 @@ class Swag(Task):
                             continue
                         source = f"{path}:{reader.line_num}"
                         if len(row) != len(header):
-                            raise ValueError(f"{source}: expected {len(header)} comma-separated "
-                                             f"columns, found {len(row)}")
+                            raise ValueError(
+                                f"{source}: expected {len(header)} comma-separated "
+                                f"columns, found {len(row)}"
+                            )
                         label = None
                         if label_at is not None:
                             value = row[label_at].strip()
                             if value not in [str(i) for i in range(NUM_CHOICES)]:
-                                raise ValueError(f"{source}: label {value!r} is not one of "
-                                                 f"0..{NUM_CHOICES - 1}")
+                                raise ValueError(
+                                    f"{source}: label {value!r} is not one of 0..{NUM_CHOICES - 1}"
+                                )
                             label = int(value)
-                        examples.append(ChoiceExample(
-                            row[at["sent1"]], row[at["sent2"]],
-                            [row[at[f"ending{i}"]] for i in range(NUM_CHOICES)], label, source))
+                        examples.append(
+                            ChoiceExample(
+                                row[at["sent1"]],
+                                row[at["sent2"]],
+                                [row[at[f"ending{i}"]] for i in range(NUM_CHOICES)],
+                                label,
+                                source,
+                            )
+                        )
                 except csv.Error as e:
                     raise ValueError(f"{path}:{reader.line_num}: {e}") from None
         return examples
 
-    def encode(self, examples: list[ChoiceExample], tokenizer, seq_len: int,
-               training: bool = False) -> Encoded:
+    def encode(
+        self, examples: list[ChoiceExample], tokenizer, seq_len: int, training: bool = False
+    ) -> Encoded:
         if training:
             check_labelled(examples)
         contexts = encode_texts(tokenizer, [e.context for e in examples])
-        endings = encode_texts(tokenizer, [f"{e.start} {ending}".strip()
-                                           for e in examples for ending in e.endings])
-        flat = pack_rows(tokenizer, [contexts[i // NUM_CHOICES] for i in range(len(endings))],
-                         endings, seq_len)  # (num_examples * 4, seq_len)
+        endings = encode_texts(
+            tokenizer, [f"{e.start} {ending}".strip() for e in examples for ending in e.endings]
+        )
+        flat = pack_rows(
+            tokenizer, [contexts[i // NUM_CHOICES] for i in range(len(endings))], endings, seq_len
+        )  # (num_examples * 4, seq_len)
         x = {k: v.reshape(len(examples), NUM_CHOICES, seq_len) for k, v in flat.items()}
         y = None
         if examples and all(e.label is not None for e in examples):
@@ -108,7 +127,7 @@ class Swag(Task):
     # === Model ===
 
     def build_model(self, encoder, dropout: float = 0.1):
-        from model.multiple_choice import BertMultipleChoice
+        from model.heads.multiple_choice import BertMultipleChoice
 
         return BertMultipleChoice(encoder, num_choices=NUM_CHOICES, dropout=dropout)
 
@@ -119,8 +138,15 @@ class Swag(Task):
 
     # === Metric ===
 
-    def evaluate(self, predict, examples: list[ChoiceExample], tokenizer, seq_len: int,
-                 batch_size: int = 64, output_dir: str | None = None) -> dict:
+    def evaluate(
+        self,
+        predict,
+        examples: list[ChoiceExample],
+        tokenizer,
+        seq_len: int,
+        batch_size: int = 64,
+        output_dir: str | None = None,
+    ) -> dict:
         check_labelled(examples)
         encoded = self.encode(examples, tokenizer, seq_len)
         # Each example is 4 sequences: a quarter of the usual batch.

@@ -1,0 +1,1 @@
+"""Checkpoints: our model directory, Hugging Face, Google TF1, safetensors, and the name mapping between them."""

@@ -1,0 +1,379 @@
+"""Hugging Face BERT folders in and out: config.json, model.safetensors, vocab.txt.
+
+    DIR/config.json            transformers' BertConfig (+ architectures, id2label/label2id)
+    DIR/model.safetensors      the weights (or model.safetensors.index.json + shards)
+    DIR/vocab.txt              the WordPiece vocabulary
+    DIR/tokenizer_config.json  do_lower_case (written; read when present)
+
+Architectures and our models:
+
+    BertModel                       BertEncoder
+    BertForPreTraining              BertPretrainer(next_sentence=True)
+    BertForMaskedLM                 BertPretrainer(next_sentence=False)
+    BertForSequenceClassification   BertClassifier
+    BertForTokenClassification      BertTokenClassifier
+    BertForQuestionAnswering        BertQuestionAnswerer
+    BertForMultipleChoice           BertMultipleChoice
+
+`pytorch_model.bin` is a pickle: reading it runs whatever code it names, so it
+is refused (convert it to safetensors where it is trusted). Weights are read
+with the numpy reader in `model.checkpoints.safetensors_io`, not torch.
+
+    python -m model.convert --from hf DIR --to keras OUT
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+
+from model.checkpoints import safetensors_io
+from model.checkpoints.mapping import Entry, assign, export
+from model.config import GELU, GELU_APPROXIMATE, BertConfig
+from model.io.files import atomic_path, read_json_object, write_json
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+PICKLE_WEIGHTS = "pytorch_model.bin"
+VOCAB = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+# architecture -> (our task, task options)
+ARCHITECTURES = {
+    "BertModel": ("encoder", {}),
+    "BertForPreTraining": ("pretraining", {"next_sentence": True}),
+    "BertForMaskedLM": ("pretraining", {"next_sentence": False}),
+    "BertForSequenceClassification": ("classifier", {}),
+    "BertForTokenClassification": ("token_classifier", {}),
+    "BertForQuestionAnswering": ("question_answerer", {}),
+    "BertForMultipleChoice": ("multiple_choice", {}),
+}
+# transformers builds these with `add_pooling_layer=False`: no pooler weights.
+WITHOUT_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
+HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+
+
+def architecture_of(info: dict) -> str:
+    """The transformers class name for one of our model descriptions."""
+    task = info["task"]
+    if task == "pretraining":
+        return "BertForPreTraining" if info.get("next_sentence", True) else "BertForMaskedLM"
+    for arch, (t, _) in ARCHITECTURES.items():
+        if t == task:
+            return arch
+    raise ValueError(f"no Hugging Face architecture for task {task!r}")
+
+
+# === Mapping ===
+
+
+def weight_entries(model, prefix: str) -> list[Entry]:
+    """One Entry per Keras variable of `model`, named as transformers names it.
+
+    `prefix` is "bert." in every task model and "" in a bare `BertModel`.
+    """
+    from model.checkpoints.model_dir import encoder_of
+
+    cfg = encoder_of(model).config
+    hidden, heads = cfg.hidden_dim, cfg.num_heads
+    head_dim = hidden // heads
+    v = {w.path: w for w in model.weights}
+    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
+    p = prefix
+    entries = [
+        Entry(f"{p}embeddings.word_embeddings.weight", v["token_embedding/embeddings"]),
+        Entry(f"{p}embeddings.position_embeddings.weight", v["position_embedding/embeddings"]),
+        Entry(f"{p}embeddings.token_type_embeddings.weight", v["segment_embedding/embeddings"]),
+        Entry(f"{p}embeddings.LayerNorm.weight", v["embeddings_layer_norm/gamma"]),
+        Entry(f"{p}embeddings.LayerNorm.bias", v["embeddings_layer_norm/beta"]),
+    ]
+    for i in range(cfg.num_layers):
+        k, h = f"transformer_layer_{i}/", f"{p}encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            entries += [
+                # (hidden, hidden) -> (hidden, num_heads, head_dim): heads are
+                # contiguous slices of the output features in both.
+                Entry(
+                    f"{h}attention.self.{name}.weight",
+                    v[f"{k}self_attention_layer/{name}/kernel"],
+                    lambda a: a.T.reshape(hidden, heads, head_dim),
+                    lambda a: a.reshape(hidden, hidden).T,
+                ),
+                Entry(
+                    f"{h}attention.self.{name}.bias",
+                    v[f"{k}self_attention_layer/{name}/bias"],
+                    lambda a: a.reshape(heads, head_dim),
+                    lambda a: a.reshape(hidden),
+                ),
+            ]
+        entries += [
+            Entry(
+                f"{h}attention.output.dense.weight",
+                v[f"{k}self_attention_layer/attention_output/kernel"],
+                lambda a: a.T.reshape(heads, head_dim, hidden),
+                lambda a: a.reshape(hidden, hidden).T,
+            ),
+            Entry(
+                f"{h}attention.output.dense.bias",
+                v[f"{k}self_attention_layer/attention_output/bias"],
+            ),
+            Entry(
+                f"{h}attention.output.LayerNorm.weight", v[f"{k}self_attention_layer_norm/gamma"]
+            ),
+            Entry(f"{h}attention.output.LayerNorm.bias", v[f"{k}self_attention_layer_norm/beta"]),
+            Entry(
+                f"{h}intermediate.dense.weight",
+                v[f"{k}feedforward_intermediate_dense/kernel"],
+                T,
+                T,
+            ),
+            Entry(f"{h}intermediate.dense.bias", v[f"{k}feedforward_intermediate_dense/bias"]),
+            Entry(f"{h}output.dense.weight", v[f"{k}feedforward_output_dense/kernel"], T, T),
+            Entry(f"{h}output.dense.bias", v[f"{k}feedforward_output_dense/bias"]),
+            Entry(f"{h}output.LayerNorm.weight", v[f"{k}feedforward_layer_norm/gamma"]),
+            Entry(f"{h}output.LayerNorm.bias", v[f"{k}feedforward_layer_norm/beta"]),
+        ]
+    entries += [
+        Entry(f"{p}pooler.dense.weight", v["pooled_dense/kernel"], T, T, part="pooled_dense"),
+        Entry(f"{p}pooler.dense.bias", v["pooled_dense/bias"], part="pooled_dense"),
+    ]
+    if "masked_lm_head/output_bias" in v:
+        mlm = "masked_lm_head"
+        entries += [
+            Entry(
+                "cls.predictions.transform.dense.weight",
+                v[f"{mlm}/intermediate_dense/kernel"],
+                T,
+                T,
+                part=mlm,
+            ),
+            Entry(
+                "cls.predictions.transform.dense.bias",
+                v[f"{mlm}/intermediate_dense/bias"],
+                part=mlm,
+            ),
+            Entry(
+                "cls.predictions.transform.LayerNorm.weight",
+                v[f"{mlm}/intermediate_layer_norm/gamma"],
+                part=mlm,
+            ),
+            Entry(
+                "cls.predictions.transform.LayerNorm.bias",
+                v[f"{mlm}/intermediate_layer_norm/beta"],
+                part=mlm,
+            ),
+            # The decoder weight is the word embedding (tied); only the bias is its own.
+            Entry("cls.predictions.bias", v[f"{mlm}/output_bias"], part=mlm),
+        ]
+    if "next_sentence_head/kernel" in v:
+        nsp = "next_sentence_head"
+        entries += [
+            Entry("cls.seq_relationship.weight", v[f"{nsp}/kernel"], T, T, part=nsp),
+            Entry("cls.seq_relationship.bias", v[f"{nsp}/bias"], part=nsp),
+        ]
+    if "logits/kernel" in v:
+        name = "qa_outputs" if type(model).__name__ == "BertQuestionAnswerer" else "classifier"
+        entries += [
+            Entry(f"{name}.weight", v["logits/kernel"], T, T, part="logits"),
+            Entry(f"{name}.bias", v["logits/bias"], part="logits"),
+        ]
+    return entries
+
+
+# === Reading ===
+
+
+def read_config(directory: str) -> dict:
+    path = os.path.join(directory, CONFIG)
+    data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
+    if data.get("model_type", "bert") != "bert":
+        raise ValueError(f"{path}: model_type is {data['model_type']!r}, not 'bert'")
+    tok_path = os.path.join(directory, TOKENIZER_CONFIG)
+    if "do_lower_case" not in data and os.path.isfile(tok_path):
+        tok = read_json_object(tok_path, "tokenizer config")
+        if "do_lower_case" in tok:
+            data["do_lower_case"] = bool(tok["do_lower_case"])
+    return data
+
+
+def read_tensors(directory: str) -> tuple[dict[str, np.ndarray], str]:
+    """(tensors, the file they came from), refusing pickled weights."""
+    single = os.path.join(directory, WEIGHTS)
+    index = os.path.join(directory, WEIGHTS_INDEX)
+    if os.path.isfile(single):
+        return safetensors_io.read(single), single
+    if os.path.isfile(index):
+        weight_map = read_json_object(index, "safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: no 'weight_map' object (a truncated or corrupt index?)")
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            for name, array in safetensors_io.read(os.path.join(directory, shard)).items():
+                tensors[name] = array
+        missing = sorted(set(weight_map) - set(tensors))
+        if missing:
+            raise ValueError(f"{index}: tensors listed but not in any shard: {missing[:5]}")
+        return tensors, index
+    if os.path.isfile(os.path.join(directory, PICKLE_WEIGHTS)):
+        raise ValueError(
+            f"{os.path.join(directory, PICKLE_WEIGHTS)}: refusing to read a pickled PyTorch "
+            f"checkpoint (unpickling can run arbitrary code). Convert it to {WEIGHTS} where it "
+            f"is trusted, e.g. `transformers.AutoModel.from_pretrained(DIR)."
+            f"save_pretrained(DIR, safe_serialization=True)`"
+        )
+    raise FileNotFoundError(f"{directory}: no {WEIGHTS} (or {WEIGHTS_INDEX}) found")
+
+
+def read(directory: str, task: str | None = None, allow_new_heads: bool = False, **task_options):
+    """(model, vocab_path, notes) from a Hugging Face BERT folder.
+
+    Args:
+        directory: the folder.
+        task: one of `model.checkpoints.model_dir.TASKS`; default: the config's architecture.
+        allow_new_heads: create heads (and the pooler) absent from the
+            checkpoint fresh instead of stopping.
+        **task_options: `next_sentence`, `num_labels`, `num_choices`, `dropout`.
+    """
+    from model.checkpoints.model_dir import build_model
+    from model.text.wordpiece import load_vocabulary
+
+    data = read_config(directory)
+    config = BertConfig.from_dict(data, source=os.path.join(directory, CONFIG))
+    archs = data.get("architectures") or []
+    arch = archs[0] if archs else None
+    if arch is not None and arch not in ARCHITECTURES:
+        if task is None:
+            raise ValueError(
+                f"{os.path.join(directory, CONFIG)}: unsupported architecture "
+                f"{arch!r}; supported: {sorted(ARCHITECTURES)} (or pass --task)"
+            )
+    if task is None and arch is None:
+        raise ValueError(f"{os.path.join(directory, CONFIG)}: no 'architectures'; pass --task")
+    explicit = task is not None
+    info = {"encoder": config.to_dict()}
+    if explicit:
+        info["task"] = task
+    else:
+        info["task"], defaults = ARCHITECTURES[arch]
+        info.update(defaults)
+    id2label = data.get("id2label")
+    if (
+        info["task"] in ("classifier", "token_classifier")
+        and id2label
+        and ("num_labels" not in task_options or task_options["num_labels"] == len(id2label))
+    ):
+        info["id2label"] = {str(k): v for k, v in id2label.items()}
+        info["num_labels"] = len(id2label)
+    if data.get("classifier_dropout") is not None:
+        info["dropout"] = data["classifier_dropout"]
+    info.update({k: v for k, v in task_options.items() if v is not None})
+    model = build_model(info)
+
+    tensors, source = read_tensors(directory)
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
+    _check_tied(tensors, prefix, source)
+    notes = assign(
+        weight_entries(model, prefix),
+        tensors,
+        source,
+        allow_new_heads=allow_new_heads,
+        droppable=lambda n: n.startswith(HEAD_PREFIXES),
+        drop_heads=explicit,
+        ignored=lambda n: n == f"{prefix}embeddings.position_ids",
+    )
+
+    vocab_path = os.path.join(directory, VOCAB)
+    vocab = load_vocabulary(vocab_path)
+    if len(vocab) != config.vocabulary_size:
+        raise ValueError(
+            f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
+            f"embedding has {config.vocabulary_size} rows (vocab_size)"
+        )
+    return model, vocab_path, notes
+
+
+def _check_tied(tensors: dict, prefix: str, source: str) -> None:
+    """Older files also store the tied MLM decoder; it must equal what it is tied to."""
+    for tied, origin in (
+        ("cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
+        ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+    ):
+        if tied in tensors:
+            if origin not in tensors or not np.array_equal(tensors[tied], tensors[origin]):
+                raise ValueError(
+                    f"{source}: tensor {tied!r} differs from {origin!r}; our MLM "
+                    f"head ties them, so an untied decoder cannot be loaded"
+                )
+            del tensors[tied]
+
+
+# === Writing ===
+
+
+def hf_config(model) -> dict:
+    from model.checkpoints.model_dir import describe, encoder_of
+
+    info = describe(model)
+    cfg = encoder_of(model).config
+    arch = architecture_of(info)
+    act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
+    data = {
+        "architectures": [arch],
+        "model_type": "bert",
+        "attention_probs_dropout_prob": cfg.dropout,
+        "hidden_act": act,
+        "hidden_dropout_prob": cfg.dropout,
+        "hidden_size": cfg.hidden_dim,
+        "initializer_range": cfg.initializer_range,
+        "intermediate_size": cfg.intermediate_dim,
+        "layer_norm_eps": cfg.layer_norm_epsilon,
+        "max_position_embeddings": cfg.max_sequence_length,
+        "num_attention_heads": cfg.num_heads,
+        "num_hidden_layers": cfg.num_layers,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": cfg.num_segments,
+        "vocab_size": cfg.vocabulary_size,
+        "tie_word_embeddings": True,
+    }
+    if "dropout" in info:
+        data["classifier_dropout"] = None if info["dropout"] == cfg.dropout else info["dropout"]
+    if info["task"] in ("classifier", "token_classifier"):
+        id2label = info.get("id2label") or {str(i): f"LABEL_{i}" for i in range(info["num_labels"])}
+        data["id2label"] = id2label
+        data["label2id"] = {name: int(i) for i, name in id2label.items()}
+        if info["num_labels"] == 1 and info["task"] == "classifier":
+            data["problem_type"] = "regression"
+    return data
+
+
+def write(model, directory: str, vocab_path: str) -> list[str]:
+    """Writes a folder `transformers.AutoModel*.from_pretrained` reads; returns notes."""
+    data = hf_config(model)
+    arch = data["architectures"][0]
+    prefix = "" if arch == "BertModel" else "bert."
+    entries = weight_entries(model, prefix)
+    notes = []
+    if arch in WITHOUT_POOLER:
+        entries = [e for e in entries if e.part != "pooled_dense"]
+        notes.append(f"pooled_dense not written: {arch} has no pooler")
+    os.makedirs(directory, exist_ok=True)
+    safetensors_io.write(os.path.join(directory, WEIGHTS), export(entries), {"format": "pt"})
+    write_json(os.path.join(directory, CONFIG), data)
+    from model.checkpoints.model_dir import encoder_of
+
+    write_json(
+        os.path.join(directory, TOKENIZER_CONFIG),
+        {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": encoder_of(model).config.lowercase,
+            "model_max_length": encoder_of(model).config.max_sequence_length,
+        },
+    )
+    if os.path.abspath(vocab_path) != os.path.abspath(os.path.join(directory, VOCAB)):
+        with atomic_path(os.path.join(directory, VOCAB)) as tmp:
+            shutil.copyfile(vocab_path, tmp)
+    return notes

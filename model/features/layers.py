@@ -1,0 +1,142 @@
+"""Feature-based BERT (paper section 5.3): the hidden states of chosen layers, per token.
+
+    from model.features.layers import LayerFeatures, extract, load_encoder
+    encoder, vocab_path = load_encoder("runs/base")
+    features = LayerFeatures(encoder, (-1, -2, -3, -4))
+
+Layer -1 is the last Transformer block's output, -2 the one before, and so on
+(0 is the first block, not the embeddings, as in Google's `extract_features.py`).
+`python -m model.extract_features` writes these to JSON lines; `model.features.tagger`
+trains the paper's BiLSTM tagger on them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from model.io.files import reading
+
+DEFAULT_LAYERS = (-1, -2, -3, -4)
+
+
+def parse_layers(text: str, num_layers: int | None = None) -> tuple[int, ...]:
+    """ "-1,-2" -> (-1, -2); indexes checked against `num_layers` when given."""
+    try:
+        layers = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"--layers {text!r}: expected comma-separated integers") from None
+    if not layers:
+        raise ValueError("--layers: no layer given")
+    if num_layers is not None:
+        bad = [i for i in layers if not -num_layers <= i < num_layers]
+        if bad:
+            raise ValueError(
+                f"--layers {bad}: the model has {num_layers} layers "
+                f"(indexes {-num_layers}..{num_layers - 1})"
+            )
+    return layers
+
+
+class LayerFeatures:
+    """The outputs of chosen Transformer blocks of a (frozen) `BertEncoder`.
+
+    Args:
+        encoder: the `BertEncoder`; its layers are shared, not copied.
+        layers: block indexes, negative from the top (-1 is the last).
+
+    Example:
+    >>> features = LayerFeatures(BertEncoder.from_preset("tiny"), (-1, -2))   # doctest: +SKIP
+    >>> features(inputs).shape                                               # doctest: +SKIP
+    (batch, seq_len, 2, 32)
+    """
+
+    def __init__(self, encoder, layers=DEFAULT_LAYERS):
+        import keras
+
+        num_layers = encoder.config.num_layers
+        self.layers = parse_layers(",".join(map(str, layers)), num_layers)
+        self.hidden_dim = encoder.config.hidden_dim
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ("token_ids", "segment_ids", "padding_mask")
+        }
+        # The encoder's own forward pass, keeping every block's output.
+        e = encoder
+        tokens = e.token_embedding(inputs["token_ids"])  # (batch, seq_len, hidden_dim)
+        x = e.embeddings_add(
+            [tokens, e.position_embedding(tokens), e.segment_embedding(inputs["segment_ids"])]
+        )
+        x = e.embeddings_dropout(e.embeddings_layer_norm(x))
+        blocks = []
+        for block in e.transformer_layers:
+            x = block(x, padding_mask=inputs["padding_mask"])  # (batch, seq_len, hidden_dim)
+            blocks.append(x)
+        self.model = keras.Model(inputs, [blocks[i] for i in self.layers])
+
+    def __call__(self, x: dict) -> np.ndarray:
+        """(batch, seq_len, len(layers), hidden_dim) float32 features of one batch."""
+        outputs = self.model.predict_on_batch(x)
+        if not isinstance(outputs, (list, tuple)):
+            outputs = [outputs]
+        return np.stack([np.asarray(o, np.float32) for o in outputs], axis=2)
+
+    def batches(self, x: dict, batch_size: int = 32):
+        """(start row, features) over `x`, `batch_size` rows at a time."""
+        n = len(x["token_ids"])
+        for i in range(0, n, batch_size):
+            yield i, self({k: v[i : i + batch_size] for k, v in x.items()})
+
+
+def read_lines(path: str) -> list[tuple[str, str | None]]:
+    """(text A, text B or None) per non-empty line; `A ||| B` marks a pair."""
+    pairs = []
+    with reading(path):
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                if "|||" in line:
+                    a, _, b = line.partition("|||")
+                    if "|||" in b:
+                        raise ValueError(f"{path}:{line_no}: more than one '|||' separator")
+                    pairs.append((a.strip(), b.strip()))
+                else:
+                    pairs.append((line, None))
+    return pairs
+
+
+def extract(features: LayerFeatures, tokenizer, pairs, seq_len: int = 128, batch_size: int = 32):
+    """Yields (tokens, (num_tokens, len(layers), hidden_dim) array) per input,
+    [CLS] and [SEP] included, padding excluded."""
+    from model.tasks.base import encode_texts, pack_rows
+
+    firsts = encode_texts(tokenizer, [a for a, _ in pairs])
+    seconds = encode_texts(tokenizer, [b or "" for _, b in pairs])
+    x = pack_rows(
+        tokenizer,
+        firsts,
+        [b if pair[1] is not None else None for b, pair in zip(seconds, pairs)],
+        seq_len,
+    )
+    for start, values in features.batches(x, batch_size):
+        for row, value in enumerate(values):
+            length = int(x["padding_mask"][start + row].sum())
+            ids = x["token_ids"][start + row, :length]
+            yield [tokenizer.vocabulary[i] for i in ids], value[:length]
+
+
+def load_encoder(path: str):
+    """(BertEncoder, vocab path) of any checkpoint `model.load` reads."""
+    from model.checkpoints.formats import read
+    from model.networks.encoder import BertEncoder
+
+    model, vocab_path, _ = read(path)
+    encoder = model if isinstance(model, BertEncoder) else model.encoder
+    if vocab_path is None:
+        vocab_path = os.path.join(path, "vocab.txt")
+        if not os.path.isfile(vocab_path):
+            raise FileNotFoundError(f"{path}: no vocab.txt beside the checkpoint")
+    return encoder, vocab_path

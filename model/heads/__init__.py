@@ -1,0 +1,1 @@
+"""Heads over the encoder: pre-training, classifier, tagger, QA, multiple choice, and their shared base."""

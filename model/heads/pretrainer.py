@@ -1,0 +1,82 @@
+"""`BertPretrainer`: the encoder with the paper's two pre-training heads.
+
+    inputs  {"token_ids", "segment_ids", "padding_mask"}  (batch, seq_len) int32
+            {"mask_positions"}                            (batch, max_predictions) int32
+    outputs {"mlm": (batch, max_predictions, vocabulary_size) float32 logits,
+             "nsp": (batch, 2) float32 logits}            ("nsp" only with next_sentence=True)
+
+The masked-LM head (dense + GELU + LayerNorm, then the token embedding used
+as the decoder, plus an output bias) is evaluated only at `mask_positions`:
+a softmax over 30k words at every position would cost ~7x more for nothing.
+Logits are float32 even under mixed precision, so the losses are too.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras_hub.layers import MaskedLMHead
+
+from model.heads.task_model import BertTaskModel
+from model.networks.encoder import BertEncoder, activation_fn
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertPretrainer(BertTaskModel):
+    """Masked-LM + next-sentence-prediction model over a `BertEncoder`.
+
+    Args:
+        encoder: the `BertEncoder`; its token embedding is the tied decoder.
+        next_sentence: add the NSP head on the pooled output.
+
+    Example:
+    >>> model = BertPretrainer(BertEncoder.from_preset("tiny"))
+    """
+
+    def __init__(self, encoder: BertEncoder, next_sentence: bool = True, **kwargs):
+        cfg = encoder.config
+        init = lambda: keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
+
+        # === Layers ===
+        self.encoder = encoder
+        policy = encoder.dtype_policy
+        # keras-hub's MaskedLMHead turns autocasting off and adds its float32
+        # output bias to logits of its compute dtype: under a mixed policy that
+        # is a bfloat16 + float32 add, which TensorFlow refuses when the model
+        # is called eagerly. A float32 head avoids it; the vocabulary-sized
+        # matmul still runs in the tied embedding's own (mixed) dtype.
+        head_dtype = "float32" if policy.compute_dtype != policy.variable_dtype else policy
+        self.masked_lm_head = MaskedLMHead(
+            token_embedding=encoder.token_embedding,
+            intermediate_activation=activation_fn(cfg.activation),
+            layer_norm_epsilon=cfg.layer_norm_epsilon,
+            kernel_initializer=init(),
+            dtype=head_dtype,
+            name="masked_lm_head",
+        )
+        self.next_sentence_head = (
+            keras.layers.Dense(
+                2, kernel_initializer=init(), dtype=encoder.dtype_policy, name="next_sentence_head"
+            )
+            if next_sentence
+            else None
+        )
+
+        # === Functional Model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ("token_ids", "segment_ids", "padding_mask", "mask_positions")
+        }
+        features = encoder({k: inputs[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+        mlm = self.masked_lm_head(
+            features["sequence_output"], mask_positions=inputs["mask_positions"]
+        )
+        outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(mlm)}
+        if next_sentence:
+            nsp = self.next_sentence_head(features["pooled_output"])
+            outputs["nsp"] = keras.layers.Activation("linear", dtype="float32", name="nsp")(nsp)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.next_sentence = next_sentence
+
+    # === Config ===
+    def head_config(self):
+        return {"next_sentence": self.next_sentence}

@@ -1,0 +1,132 @@
+"""Atomic file output: write under a temporary name, then rename.
+
+A crash (or `kill -9`) at any moment leaves either the old file or the new
+one under the real name, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yields a temporary path next to `path`; renames it over `path` on success.
+
+    Works for files and for directories written by a library that wants a
+    path (e.g. `model.save_weights`). On error the temporary is removed.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.basename(path)
+    suffix = ".weights.h5" if base.endswith(".weights.h5") else os.path.splitext(base)[1]
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{suffix}", dir=directory)
+    os.close(fd)
+    os.remove(tmp)  # libraries that refuse to overwrite get a fresh name
+    try:
+        yield tmp
+        if os.path.isfile(tmp):
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8"):
+    """`open()` for writing that only publishes the file when the block succeeds."""
+    if "b" in mode:
+        encoding = None
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, encoding=encoding) as f:
+            yield f
+
+
+def write_json(path: str, data) -> None:
+    with atomic_open(path) as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+@contextlib.contextmanager
+def reading(path: str):
+    """Turns the errors of opening and decoding `path` into messages that name it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+
+
+MAX_LINE_CHARS = 16 * 2**20  # a longer line is a corrupt or binary file, not data
+MAX_JSON_BYTES = 2**30  # SQuAD's train file is 40 MB
+
+
+def limited_lines(f, path: str, limit: int = MAX_LINE_CHARS):
+    """The lines of text file `f`, refusing one longer than `limit` characters
+    without reading it whole (a 2 GB line would otherwise end up in memory)."""
+    number = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith("\n"):
+            raise ValueError(
+                f"{path}:{number}: a line longer than {limit} characters "
+                f"(a corrupt or binary file?)"
+            )
+        yield line
+
+
+def check_size(path: str, limit: int = MAX_JSON_BYTES) -> None:
+    """Refuses a file too big to be what it should (before reading it into memory)."""
+    size = os.path.getsize(path)
+    if size > limit:
+        raise ValueError(f"{path}: {size} bytes, over the limit of {limit} (a corrupt file?)")
+
+
+def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
+    """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON {what} ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a {what} must be a JSON object")
+    return data
+
+
+MIN_FREE_BYTES = 16 * 2**20  # less than this left on the output's disk: refuse to start
+
+
+def check_writable_dir(path: str) -> None:
+    """Fails at start, not after an hour, when `path` cannot be written or its disk is full."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-") as f:
+            f.write(b"\0" * 4096)  # a full disk may still create an empty file
+            f.flush()
+            os.fsync(f.fileno())
+        free = shutil.disk_usage(path).free
+    except OSError as e:
+        raise SystemExit(
+            f"error: output directory {path!r} is not writable: {e.strerror}"
+        ) from None
+    if free < MIN_FREE_BYTES:
+        raise SystemExit(
+            f"error: output directory {path!r}: the disk is full ({free / 2**20:.1f} MiB free)"
+        )

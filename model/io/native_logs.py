@@ -1,0 +1,70 @@
+"""TensorFlow's C++ start-up lines, kept off a command's output.
+
+Importing TensorFlow writes lines such as
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 ... port.cc:153] oneDNN custom operations are on. ...
+    I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+    E0000 ... cuda_platform.cc:52] failed call to cuInit: ...
+
+straight to file descriptor 2, before `TF_CPP_MIN_LOG_LEVEL` is read, so the
+variable alone does not silence them. `import_tensorflow_quietly()` imports
+TensorFlow (and finds its devices, which logs the CUDA lines) with descriptor 2
+pointed at a temporary file, then passes on every line that is not one of these
+start-up lines: a real error still reaches the user. Every command calls it
+once, after its flags are parsed (so `--help` never imports TensorFlow).
+
+The lines come back with the command's `--verbose`, or when the user sets
+`TF_CPP_MIN_LOG_LEVEL` themselves: the user's choice wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+# Start-up lines of TensorFlow 2.21's native libraries on a machine without a
+# GPU (and the CPU-feature notice, which continues on a second line).
+STARTUP_LINES = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called"
+    r"|^[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|cuda_platform|cuda_executor"
+    r"|cuda_dnn|cuda_fft|cuda_blas|computation_placer)\.cc:\d+\]"
+    r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate "
+    r"compiler flags\.$"
+)
+
+
+def import_tensorflow_quietly(verbose: bool = False) -> None:
+    """Imports TensorFlow with its C++ start-up lines filtered from stderr.
+
+    Does nothing with `verbose`, when the user has set TF_CPP_MIN_LOG_LEVEL,
+    when TensorFlow is already imported, or under KERAS_BACKEND=jax (whose
+    runs import no TensorFlow). Otherwise also sets TF_CPP_MIN_LOG_LEVEL=2,
+    so TensorFlow's later C++ INFO and WARNING lines stay off too.
+    """
+    if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
+        return
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # device discovery logs the CUDA lines now
+        except ImportError:
+            pass  # a command that needs TensorFlow says so itself
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read().decode("utf-8", errors="replace")
+    kept = [line for line in text.splitlines() if not STARTUP_LINES.search(line)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)

@@ -1,0 +1,1 @@
+"""Pre-training inputs: corpus readers, instance creation, masking, records, the tf.data and PyDataset pipelines."""

@@ -1,0 +1,201 @@
+"""Raw text corpora as documents of sentences.
+
+Formats (`--format`, `auto` looks at the file):
+
+- `text`: google-research/bert's format, one sentence per line and a blank
+  line between documents. Longer lines (paragraphs) are split into sentences,
+  so any plain text file works; WikiText's ` = Heading = ` lines start a new
+  document.
+- `wiki`: WikiExtractor output, `<doc id=.. title=..>` ... `</doc>` blocks;
+  each block is a document, its first line (the title) is dropped.
+- `gutenberg`: a Project Gutenberg book; the licence header and footer
+  (outside `*** START OF` / `*** END OF`) are dropped, wrapped lines are joined
+  into paragraphs, and the book is one document.
+
+Files may be gzip-compressed (`.gz`). Errors name the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+from collections.abc import Iterator
+
+FORMATS = ("auto", "text", "wiki", "gutenberg")
+
+# A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space
+# and something that can start a sentence. Titles and initials ("Mr. Smith",
+# "J. R. R.") are not ends; the rest of the errors are harmless for NSP.
+_SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(\s+)(?=["'“‘(\[]?[A-Z0-9])""")
+_NOT_AN_END = re.compile(
+    r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|Prof|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|No|Vol|"
+    r"pp|Fig|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|U\.S|U\.K)\.|\b[A-Z]\.)$"
+)
+_HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
+# Only a top-level heading (" = Title = ") starts a WikiText article; " = = Section = = "
+# lines are headings inside it.
+_TOP_HEADING = re.compile(r"^\s*=\s[^=].*\s=\s*$")
+# Project Gutenberg's markers. Books from before ~2002 ("Etexts") have no START line: their
+# licence ("the small print") comes first and ends at a line like
+# "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*".
+_PG_START = re.compile(r"^\*{3} ?START OF")
+_PG_END = re.compile(
+    r"^(?:\*{3} ?END OF|End (?:of )?(?:the |this )?(?:Project Gutenb[eu]rg|Etext))", re.IGNORECASE
+)
+_PG_OLD_LICENCE = re.compile(r"^\*.*SMALL PRINT", re.IGNORECASE)
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    paragraph = paragraph.strip()
+    if not paragraph:
+        return []
+    sentences, start = [], 0
+    for m in _SENTENCE_END.finditer(paragraph):
+        candidate = paragraph[start : m.start(1)]
+        if _NOT_AN_END.search(candidate.rstrip("\"'”’)]")):
+            continue
+        sentences.append(candidate.strip())
+        start = m.end(1)
+    sentences.append(paragraph[start:].strip())
+    return [s for s in sentences if s]
+
+
+def open_text(path: str) -> io.TextIOBase:
+    """Opens plain or gzip text strictly as UTF-8; refuses binary files."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    try:
+        head = raw.read(8192)
+    except (OSError, EOFError) as e:
+        raw.close()
+        raise ValueError(f"{path}: cannot read ({e})") from None
+    if b"\x00" in head:
+        raw.close()
+        raise ValueError(f"{path}: looks like a binary file (NUL bytes), not UTF-8 text")
+    raw.seek(0)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)
+
+
+def _not_utf8(path: str, error: UnicodeDecodeError) -> ValueError:
+    # The text reader decodes blocks of 8 KiB ahead of the lines it hands out,
+    # so its position says little; find the first line that does not decode.
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as raw:
+        for line_no, line in enumerate(raw, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return ValueError(f"{path}:{line_no}: not UTF-8 text ({e.reason})")
+    return ValueError(f"{path}: not UTF-8 text ({error.reason})")
+
+
+def detect_format(path: str) -> str:
+    with open_text(path) as f:
+        try:
+            head = f.read(65536)
+        except UnicodeDecodeError as e:
+            raise _not_utf8(path, e) from None
+    if head.lstrip().startswith("<doc "):
+        return "wiki"
+    if "*** START OF" in head or "Project Gutenberg" in head[:4096]:
+        return "gutenberg"
+    return "text"
+
+
+def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
+    """Yields each document of `path` as a list of sentences (strings)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown corpus format {fmt!r}; choose from {FORMATS}")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    reader = {"text": _text_documents, "wiki": _wiki_documents, "gutenberg": _gutenberg_documents}[
+        fmt
+    ]
+    line_no = 0
+
+    def numbered(f):
+        nonlocal line_no
+        for line_no, line in enumerate(f, 1):  # noqa: B007 (read through nonlocal, in errors)
+            yield line
+
+    with open_text(path) as f:
+        try:
+            yield from reader(numbered(f), path)
+        except UnicodeDecodeError as e:
+            raise _not_utf8(path, e) from None
+        except (OSError, EOFError) as e:  # e.g. a truncated .gz
+            raise ValueError(f"{path}:{line_no + 1}: cannot read ({e})") from None
+
+
+def _text_documents(lines, path):
+    doc = []
+    for line in lines:
+        if _HEADING.match(line):
+            if _TOP_HEADING.match(line):
+                if doc:
+                    yield doc
+                doc = []
+        elif line.strip():
+            doc.extend(split_sentences(line))
+        elif doc and not _looks_like_wikitext_gap(line):
+            yield doc
+            doc = []
+    if doc:
+        yield doc
+
+
+def _looks_like_wikitext_gap(line: str) -> bool:
+    # WikiText separates paragraphs of one article with " \n" lines; only a
+    # heading ends its documents. Plain blank lines end google-format ones.
+    return line == " \n"
+
+
+def _wiki_documents(lines, path):
+    doc, inside, title_pending = [], False, False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("<doc ") or stripped == "<doc>":
+            doc, inside, title_pending = [], True, True
+        elif stripped == "</doc>":
+            if doc:
+                yield doc
+            inside = False
+        elif inside and stripped:
+            if title_pending:
+                title_pending = False
+                continue
+            doc.extend(split_sentences(stripped))
+    if inside and doc:
+        yield doc
+
+
+def _gutenberg_documents(lines, path):
+    lines = list(lines)
+    start = next((i + 1 for i, line in enumerate(lines) if _PG_START.match(line)), None)
+    if start is None:
+        footer = next((i for i, line in enumerate(lines) if _PG_END.match(line)), len(lines))
+        licence = [i for i, line in enumerate(lines[:footer]) if _PG_OLD_LICENCE.match(line)]
+        start = licence[-1] + 1 if licence else None
+        # Lines right after its last line still belong to it ("[Portions of this header ...]").
+        while start is not None and start < footer and lines[start].strip():
+            start += 1
+    if start is None:
+        raise ValueError(
+            f"{path}: no '*** START OF' line; is it a Project Gutenberg file? "
+            "(use --format text for plain text)"
+        )
+    end = next((i for i in range(start, len(lines)) if _PG_END.match(lines[i])), len(lines))
+    doc, paragraph = [], []
+    for line in lines[start:end] + ["\n"]:
+        if line.strip():
+            paragraph.append(line.strip())
+        elif paragraph:
+            text = " ".join(paragraph)
+            # The Complete Shakespeare repeats a <<copyright notice>> between its plays.
+            if not (text.startswith("<<") and text.endswith(">>")):
+                doc.extend(split_sentences(text))
+            paragraph = []
+    if doc:
+        yield doc

@@ -1,0 +1,236 @@
+"""TFRecord files of `tf.train.Example`s, read without TensorFlow (numpy only).
+
+    from model.pretraining.records import read_records, parse_example
+    for offset, record in read_records("data/wiki128/part-00000-of-00008.tfrecord"):
+        features = parse_example(record)  # {"input_ids": int64 array, ...}
+
+The JAX backend trains on machines that have no TensorFlow (the GPU
+machines carry only small wheels), so the pre-training input pipeline reads
+the shards written by `model.data` itself. A TFRecord is
+
+    uint64 length | uint32 masked crc32c(length) | data | uint32 masked crc32c(data)
+
+(little-endian), and both checksums are verified: a truncated or corrupted
+file raises `ValueError` naming the file and the byte offset of the record.
+`parse_example` decodes the protobuf wire format of `tf.train.Example`
+(`Features` = map<string, Feature>; `Feature` = one of bytes_list,
+float_list, int64_list; packed and unpacked repeated fields) by hand, so
+neither TensorFlow nor the protobuf package is needed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+# === CRC-32C (Castagnoli), as TFRecord checksums use it ===
+
+_POLY = 0x82F63B78  # reflected Castagnoli polynomial
+_CHUNK = 1024  # bytes folded per numpy step; the position table is 256 x _CHUNK uint32 (1 MiB)
+
+
+def _byte_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLY), table >> 1).astype(np.uint32)
+    return table
+
+
+_TABLE = _byte_table()
+_POSITION = None  # (_CHUNK, 256): [k, b] = CRC register after byte b then k zero bytes
+
+
+def _position_table() -> np.ndarray:
+    global _POSITION
+    if _POSITION is None:
+        rows = np.empty((_CHUNK, 256), dtype=np.uint32)
+        rows[0] = _TABLE
+        for k in range(1, _CHUNK):
+            rows[k] = _TABLE[rows[k - 1] & 0xFF] ^ (rows[k - 1] >> 8)
+        _POSITION = rows
+    return _POSITION
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C of `data` (crc32c(b"123456789") == 0xE3069283).
+
+    The CRC register is linear in the bytes: starting from 0, the register
+    after n bytes is the XOR over i of [byte i followed by n-1-i zero bytes],
+    a table lookup, so a chunk costs one numpy gather and one XOR-reduce
+    instead of a Python step per byte. The initial register (0xFFFFFFFF) and
+    the register carried from one chunk to the next act exactly like XORing
+    it into the chunk's first four bytes.
+    """
+    buf = np.frombuffer(bytes(data), dtype=np.uint8)
+    reg = 0xFFFFFFFF
+    if len(buf) < 4:  # too short to fold the register into; byte by byte
+        for b in buf.tolist():
+            reg = int(_TABLE[(reg ^ b) & 0xFF]) ^ (reg >> 8)
+        return reg ^ 0xFFFFFFFF
+    position = _position_table()
+    start = 0
+    while start < len(buf):
+        chunk = buf[start : start + _CHUNK].copy()
+        if len(chunk) < 4:  # a short tail: step the register over it
+            for b in chunk.tolist():
+                reg = int(_TABLE[(reg ^ b) & 0xFF]) ^ (reg >> 8)
+            break
+        chunk[:4] ^= np.frombuffer(struct.pack("<I", reg), dtype=np.uint8)
+        n = len(chunk)
+        reg = int(np.bitwise_xor.reduce(position[np.arange(n - 1, -1, -1), chunk]))
+        start += n
+    return reg ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The checksum TFRecord stores: crc32c rotated right by 15 plus a constant."""
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+# === TFRecord framing ===
+
+
+def read_records(path: str, check_crc: bool = True):
+    """Yields `(offset, record bytes)` of every record of the TFRecord file `path`.
+
+    Raises ValueError naming `path` and the record's byte offset when a
+    record is truncated or a checksum does not match.
+    """
+    with open(path, "rb") as f:
+        offset = 0
+        while True:
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise ValueError(f"{path}: truncated record header at byte offset {offset}")
+            length, length_crc = struct.unpack("<QI", header)
+            if check_crc and masked_crc32c(header[:8]) != length_crc:
+                raise ValueError(
+                    f"{path}: corrupt record at byte offset {offset} "
+                    f"(length checksum mismatch); not a TFRecord file?"
+                )
+            body = f.read(length + 4)
+            if len(body) < length + 4:
+                raise ValueError(
+                    f"{path}: truncated record at byte offset {offset} "
+                    f"({len(body)} of {length + 4} bytes)"
+                )
+            data = body[:length]
+            if check_crc and masked_crc32c(data) != struct.unpack("<I", body[length:])[0]:
+                raise ValueError(
+                    f"{path}: corrupt record at byte offset {offset} (data checksum mismatch)"
+                )
+            yield offset, data
+            offset += 12 + length + 4
+
+
+def count_records(path: str) -> int:
+    """Records in `path`, checksums verified."""
+    return sum(1 for _ in read_records(path))
+
+
+# === tf.train.Example wire format ===
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _fields(buf: bytes):
+    """Yields (field number, wire type, value) of a message; LEN values as bytes."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos : pos + 8], pos + 8
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            value, pos = buf[pos : pos + size], pos + size
+        elif wire == 5:
+            value, pos = buf[pos : pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire} (field {number})")
+        if pos > len(buf):
+            raise ValueError(f"truncated field {number}")
+        yield number, wire, value
+
+
+def _packed_varints(buf: bytes) -> np.ndarray:
+    """Packed varints as int64 (two's complement, as int64 fields are), vectorised."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    if len(b) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if b[-1] >= 0x80:
+        raise ValueError("truncated packed varint")
+    last = b < 0x80
+    starts = np.concatenate([[0], np.flatnonzero(last)[:-1] + 1])
+    value_of_byte = np.concatenate([[0], np.cumsum(last)[:-1]])
+    k = np.arange(len(b)) - starts[value_of_byte]  # byte index within its varint
+    if k.max() > 9:
+        raise ValueError("varint longer than 10 bytes")
+    parts = (b & 0x7F).astype(np.uint64) << (np.uint64(7) * k.astype(np.uint64))
+    return np.add.reduceat(parts, starts).view(np.int64)
+
+
+def _to_int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _feature(buf: bytes):
+    """A `Feature` message: bytes_list (1), float_list (2) or int64_list (3)."""
+    for number, _, value in _fields(buf):
+        if number == 1:  # BytesList { repeated bytes value = 1; }
+            return [v for n, w, v in _fields(value) if n == 1 and w == 2]
+        if number == 2:  # FloatList { repeated float value = 1 [packed]; }
+            out = []
+            for n, w, v in _fields(value):
+                if n == 1 and w in (2, 5):  # packed run or one fixed32
+                    out.append(np.frombuffer(v, dtype="<f4"))
+            return (np.concatenate(out) if out else np.zeros(0, "<f4")).astype(np.float32)
+        if number == 3:  # Int64List { repeated int64 value = 1 [packed]; }
+            out = []
+            for n, w, v in _fields(value):
+                if n == 1 and w == 2:
+                    out.append(_packed_varints(v))
+                elif n == 1 and w == 0:
+                    out.append(np.array([_to_int64(v)], dtype=np.int64))
+            return np.concatenate(out) if out else np.zeros(0, np.int64)
+    return None  # an empty Feature (no kind set)
+
+
+def parse_example(record: bytes) -> dict:
+    """`{name: value}` of a serialized `tf.train.Example`: int64 features as
+    int64 arrays, float features as float32 arrays, bytes features as lists
+    of bytes. Raises ValueError for a malformed message."""
+    features = {}
+    for number, wire, value in _fields(record):
+        if number != 1 or wire != 2:  # Example { Features features = 1; }
+            continue
+        for n, w, entry in _fields(value):  # Features { map<string, Feature> feature = 1; }
+            if n != 1 or w != 2:
+                continue
+            name, feature = b"", b""
+            for en, ew, ev in _fields(entry):  # map entry { key = 1; value = 2; }
+                if en == 1 and ew == 2:
+                    name = ev
+                elif en == 2 and ew == 2:
+                    feature = ev
+            features[name.decode("utf-8")] = _feature(feature)
+    return features

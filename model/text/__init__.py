@@ -1,0 +1,1 @@
+"""Text to WordPiece ids: the TensorFlow tokenizer, the pure-Python WordPiece, vocabulary learning."""

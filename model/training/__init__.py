@@ -1,0 +1,1 @@
+"""Training: the fine-tuning loop, the optimizer, distribution strategies, resumable checkpoints."""

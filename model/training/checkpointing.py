@@ -1,0 +1,210 @@
+"""Resumable training checkpoints, written atomically.
+
+Keras' `BackupAndRestore` overwrites `latest.weights.h5` in place and writes
+its step counter in a second file afterwards: a `kill -9` in between leaves
+a truncated file, or new weights with an old counter. Here every checkpoint
+is a directory built under a temporary name and renamed when complete:
+
+    checkpoints/ckpt-00001000/model.weights.h5   weights + optimizer state
+                             /rng.npz            dropout seed-generator states
+                             /state.json         {"step": 1000}
+
+so a directory named `ckpt-*` is always whole, and restarting the same
+command resumes from the newest one. Dropout's seed state is saved too (Keras
+leaves it out of `.weights.h5`): a resumed run then matches an uninterrupted
+one bit for bit.
+
+Multi-worker training: only the chief (`is_chief`) writes; every worker
+restores from the same directory, which must be on a filesystem they share.
+The others have nothing of their own to save, since their variables are
+kept identical to the chief's by the all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+
+import keras
+import numpy as np
+
+_NAME = re.compile(r"^ckpt-(\d{8})$")
+
+
+def _rng_variables(model):
+    return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
+
+
+def _read(path: str, reader):
+    """`reader(path)`, its failures re-raised as ValueError naming `path`: h5py's
+    and zipfile's messages do not, and a truncated `.npz` raises BadZipFile or
+    EOFError, which are neither OSError nor ValueError."""
+    try:
+        return reader(path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _read_npz(path: str) -> dict:
+    with np.load(path) as f:
+        return {name: f[name] for name in f.files}
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class ResumableCheckpoint(keras.callbacks.Callback):
+    """Saves every `every` steps (and at the end); `restore()` picks up the newest.
+
+    Args:
+        directory: where `ckpt-*` directories go.
+        every: steps between checkpoints.
+        keep: how many recent checkpoints to keep.
+        is_chief: only the chief writes (multi-worker training).
+    """
+
+    def __init__(
+        self, directory: str, every: int, keep: int = 3, is_chief: bool = True, state=None
+    ):
+        super().__init__()
+        self.directory = directory
+        self.every = every
+        self.keep = keep
+        self.is_chief = is_chief
+        # state(): a JSON-able dict stored in state.json beside the step (e.g.
+        # fine-tuning's dev history); restore() puts it in `restored_state`.
+        self.state = state
+        self.restored_state: dict = {}
+        self.last_saved = None
+
+    # === Restore ===
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        if not os.path.isdir(self.directory):
+            return []
+        found = []
+        for name in os.listdir(self.directory):
+            m = _NAME.match(name)
+            if m and os.path.isfile(os.path.join(self.directory, name, "state.json")):
+                found.append((int(m.group(1)), os.path.join(self.directory, name)))
+        return sorted(found)
+
+    def restore(self, model) -> int:
+        """Loads the newest complete checkpoint into `model` (built, compiled).
+        Returns its step, or 0 when there is none. Raises ValueError when
+        there are checkpoints but none fits `model`: starting over would
+        rotate the real ones away after `keep` saves."""
+        error = None
+        for step, path in reversed(self.checkpoints()):
+            try:
+                if not model.optimizer.built:
+                    model.optimizer.build(model.trainable_variables)
+                _read(os.path.join(path, "model.weights.h5"), model.load_weights)
+                rng = _read(os.path.join(path, "rng.npz"), _read_npz)
+                variables = _rng_variables(model)
+                if len(rng) != len(variables):
+                    raise ValueError(
+                        f"{path}: {len(rng)} seed states for {len(variables)} seed generators"
+                    )
+                for i, v in enumerate(variables):
+                    v.assign(rng[f"s{i}"])
+                state = _read(os.path.join(path, "state.json"), _read_json)
+            except (OSError, ValueError) as e:
+                # Renamed directories are complete, so this is disk damage, not
+                # a crash mid-write; say so and fall back to the one before.
+                print(f"warning: checkpoint {path} is unreadable ({e}); trying an older one")
+                error = error or e
+                continue
+            self.last_saved = step
+            self.restored_state = {k: v for k, v in state.items() if k != "step"}
+            return step
+        if error is not None:
+            raise ValueError(
+                f"{self.directory}: no checkpoint there fits this model (the newest: "
+                f"{error}); resume with the command that wrote them, or use a new --output"
+            )
+        return 0
+
+    # === Save ===
+
+    def save(self, step: int) -> None:
+        if self.last_saved == step:
+            return
+        self.last_saved = step
+        if not self.is_chief:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".ckpt-{step:08d}.tmp-", dir=self.directory)
+        try:
+            self.model.save_weights(os.path.join(tmp, "model.weights.h5"))
+            np.savez(
+                os.path.join(tmp, "rng.npz"),
+                **{
+                    f"s{i}": keras.ops.convert_to_numpy(v.value)
+                    for i, v in enumerate(_rng_variables(self.model))
+                },
+            )
+            with open(os.path.join(tmp, "state.json"), "w") as f:
+                json.dump(self._state(step), f)
+            for name in os.listdir(tmp):
+                with open(os.path.join(tmp, name), "rb+") as f:
+                    os.fsync(f.fileno())
+            final = os.path.join(self.directory, f"ckpt-{step:08d}")
+            if os.path.isdir(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for _, old in self.checkpoints()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _state(self, step: int) -> dict:
+        return {"step": step, **(self.state() if self.state else {})}
+
+    def update_state(self) -> None:
+        """Rewrites state.json of the newest checkpoint (atomically) with the
+        current `state()`: what happened after its weights were saved (e.g.
+        that epoch's dev scores) then survives a crash too."""
+        found = self.checkpoints()
+        if not self.is_chief or not found:
+            return
+        step, path = found[-1]
+        from model.io.files import write_json
+
+        write_json(os.path.join(path, "state.json"), self._state(step))
+
+    def remove_all(self) -> None:
+        """Deletes every checkpoint (a finished run no longer needs them)."""
+        if self.is_chief and os.path.isdir(self.directory):
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def clean_partial(self) -> None:
+        """Removes temporaries left by a run killed mid-save."""
+        if os.path.isdir(self.directory):
+            for name in os.listdir(self.directory):
+                if name.startswith(".ckpt-"):
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+
+    def _step(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs and not np.isfinite(logs.get("loss", 0.0)):
+            # This callback runs before TerminateOnNaN: a NaN step that falls
+            # on a checkpoint step must not replace the last good checkpoint.
+            return
+        step = self._step()
+        if step % self.every == 0:
+            self.save(step)
+
+    def on_train_end(self, logs=None):
+        if self.model.stop_training and logs and not np.isfinite(logs.get("loss", 0.0)):
+            return  # never checkpoint NaN weights: keep the last good one
+        self.save(self._step())

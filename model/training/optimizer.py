@@ -1,0 +1,58 @@
+"""AdamW with BERT's learning-rate schedule: linear warm-up, then linear decay to 0.
+
+Weight decay 0.01 applies to weight matrices only, never to LayerNorm
+parameters or biases (google-research/bert `optimization.py`).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """`peak * step / warmup` for `step < warmup`, then linear to 0 at `total_steps`."""
+
+    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int):
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+        self.total_steps = max(total_steps, 1)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        # Compare and decay with the real warm-up length: with warmup_steps=0
+        # the first step gets the peak rate, not 0 (the max(.., 1) only keeps
+        # the warm-up division defined).
+        warmup = ops.cast(self.warmup_steps, "float32")
+        total = ops.cast(self.total_steps, "float32")
+        decay = ops.maximum(0.0, (total - step) / ops.maximum(total - warmup, 1.0))
+        rate = ops.where(step < warmup, step / ops.maximum(warmup, 1.0), decay)
+        return self.peak_learning_rate * rate
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
+
+
+def bert_adamw(
+    learning_rate: float,
+    warmup_steps: int,
+    total_steps: int,
+    weight_decay: float = 0.01,
+    clipnorm: float | None = 1.0,
+) -> keras.optimizers.AdamW:
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+        weight_decay=weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        global_clipnorm=clipnorm,
+    )
+    # Keras matches these against variable paths: LayerNorm gamma/beta, biases.
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    return optimizer

@@ -1,0 +1,122 @@
+"""The commands' manners: `--help` without TensorFlow, and runs without its C++ start-up lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from model.io.native_logs import STARTUP_LINES
+from tests.helpers import (
+    REPO_ROOT,
+    finetune_argv,
+    make_init,
+    module_command,
+    write_sst2,
+)
+
+COMMANDS = [
+    ("model.train",),
+    ("model.train", "pretrain"),
+    ("model.train", "finetune"),
+    ("model.evaluate",),
+    ("model.convert",),
+    ("model.data",),
+    ("model.vocab",),
+    ("model.extract_features",),
+    ("model.feature_tagger",),
+    ("export",),
+    ("export.report",),
+    ("app",),
+]
+
+# Runs a module as `python -m` would, then prints which heavy frameworks it imported.
+_RUN_AND_LIST_IMPORTS = """
+import runpy, sys
+module, *sys.argv[1:] = sys.argv[1:]
+sys.argv[0] = module
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+heavy = sorted(m for m in sys.modules
+               if m.split(".")[0] in ("tensorflow", "tensorflow_text", "keras", "keras_hub", "jax"))
+print("IMPORTED:", heavy)
+sys.exit(code)
+"""
+
+
+def _env(**overrides) -> dict:
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # as a user's shell has it
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(overrides)
+    return env
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_answers_without_importing_tensorflow(command):
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *command, "--help"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage: python -m " + command[0] in done.stdout
+    assert "--verbose" in done.stdout or command == ("model.train",)
+    assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
+
+
+def test_startup_pattern_knows_the_lines_tensorflow_prints():
+    seen = [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1795567728.442491    4722 port.cc:153] oneDNN custom operations are on.",
+        "I0000 00:00:1795567728.442769    4722 cudart_stub.cc:31] Could not find cuda drivers on "
+        "your machine, GPU will not be used.",
+        "E0000 00:00:1795567730.697054    4722 cuda_platform.cc:52] failed call to cuInit: "
+        "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+    ]
+    for line in seen:
+        assert STARTUP_LINES.search(line), line
+    for line in [
+        "error: data/train.tsv: line 3: 2 fields, expected 2",
+        "Epoch 1/3",
+        "E0000 00:00:1.0 1 op_kernel.cc:1] OP_REQUIRES failed: a real error",
+    ]:
+        assert not STARTUP_LINES.search(line), line
+
+
+def test_a_finetuning_run_prints_no_tensorflow_startup_lines(tmp_path):
+    init = make_init(tmp_path)
+    data = write_sst2(tmp_path / "sst2", train=8, dev=4)
+
+    def run(name, *extra, **env):
+        argv = finetune_argv("sst2", data, init, tmp_path / name, extra=extra)
+        return subprocess.run(
+            module_command("model.train", argv),
+            cwd=REPO_ROOT,
+            env=_env(**env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    quiet = run("quiet")
+    assert quiet.returncode == 0, quiet.stderr
+    startup = [
+        line for line in (quiet.stdout + quiet.stderr).splitlines() if STARTUP_LINES.search(line)
+    ]
+    assert startup == []
+    assert "dev" in quiet.stdout  # the project's own lines are still there
+
+    # --verbose, or the user's own TF_CPP_MIN_LOG_LEVEL, brings them back.
+    for loud in (run("verbose", "--verbose"), run("user-level", TF_CPP_MIN_LOG_LEVEL="0")):
+        assert loud.returncode == 0, loud.stderr
+        assert any(STARTUP_LINES.search(line) for line in loud.stderr.splitlines()), loud.stderr
