@@ -13,18 +13,16 @@ parts that need it are skipped, saying so.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
-from tests.helpers import REPO_ROOT, free_ports
+from tests.helpers import REPO_ROOT
+from tests.test_app import app_process
 
 README = os.path.join(REPO_ROOT, "README.md")
 DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
@@ -61,47 +59,6 @@ def environment(**extra: str) -> dict:
     return env
 
 
-@contextlib.contextmanager
-def served(command: str, timeout: float = 180):
-    """The README's `python -m app ...` command on a free loopback port, from the repository
-    root (its default models are `assets/models`); yields the URL once it prints "Running on"."""
-    port = free_ports(1)[0]
-    argv = [sys.executable, *shlex.split(command)[1:], "--port", str(port)]
-    process = subprocess.Popen(
-        argv,
-        cwd=REPO_ROOT,
-        env=environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read():
-        for line in process.stdout:
-            lines.append(line.rstrip("\n"))
-            if "Running on" in line:
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.2):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{command} did not start:\n" + "\n".join(lines))
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        reader.join(5)
-
-
 def test_setup_commands_are_the_ones_ci_runs():
     setup, test_command = blocks(section("Set up and run"), "bash")
     assert "python3 -m venv .venv" in setup and "pip install -r requirements.txt" in setup
@@ -118,7 +75,8 @@ def test_tour_client_against_the_app(tmp_path):
     assert run_app.startswith("python -m app")
     snippets = blocks(section("A tour"), "python")
     assert snippets, "the tour has no python block"
-    with served(run_app) as url:
+    # The README's command, on a free loopback port (its default models are assets/models).
+    with app_process(*shlex.split(run_app)[3:]) as (url, _):
         for snippet in snippets:
             assert APP_URL in snippet, f"the client snippet no longer calls {APP_URL}"
             script = tmp_path / "snippet.py"

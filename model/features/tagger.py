@@ -3,21 +3,9 @@
     python -m model.feature_tagger --model runs/base --data ../shared/data/conll2003 \\
         --output runs/ner-features
 
-The encoder is not trained. Every word of CoNLL-2003 is represented by its
-first WordPiece's hidden states in the chosen layers (default: the last four,
-concatenated: the paper's best, 96.1 dev F1 for BERT-base), computed once
-(`model.features.layers.LayerFeatures`). A randomly initialised two-layer
-BiLSTM (768 units a direction by default) and a Dense classifier are trained
-on them, word-level tags with cross-entropy; dev F1 is conlleval's, after
-every epoch, and the best epoch is kept. OUTPUT holds
-
-    config.json           {"task": "feature_tagger", "encoder": ..., "layers": ..., "id2label": ...}
-    tagger.weights.h5     the BiLSTM tagger's weights (the encoder stays where --model is)
-    metrics.json          best dev metrics, every epoch's, wall time, command
-
-`python -m model.evaluate --task conll2003 --model OUTPUT --data FILE` scores
-such a directory on any CoNLL-2003 file (`evaluate` below): the same features
-from the encoder config.json names, the saved tagger, conlleval's metrics.
+`train(args)` takes that command's flags (model/feature_tagger.py, whose docstring describes
+the features, the tagger and the OUTPUT directory); `evaluate(directory, path)` scores such a
+directory on a CoNLL-2003 file for `python -m model.evaluate`.
 """
 
 from __future__ import annotations

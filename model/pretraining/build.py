@@ -3,21 +3,10 @@
     from model.pretraining.build import build
     info = build(files, tokenizer, "data/wiki128", InstanceConfig(128, 0.1, True))
 
-Documents are read, sentence-split and tokenised in a stream; instances are
-made from a bounded pool of documents at a time (`--pool-tokens`), so memory
-stays flat for a corpus larger than RAM. NotNext segments come from another
-document of the same pool. The pool's instances are shuffled and dealt
-round-robin to `--num-shards` files. The same inputs and `--seed` give the
-same bytes.
-
-Masking: `dynamic` (default) writes unmasked instances and the training input
-pipeline draws fresh masks every epoch (RoBERTa); `static` draws the masks
-here, `--dupe-factor` times per instance with different masks
-(google-research/bert). Records use google-research's feature names, so
-records made by its `create_pretraining_data.py` train here too.
-
-The output directory appears only when complete (built under a temporary
-name, then renamed); it holds the shards, `vocab.txt` and `dataset.json`.
+Documents stream through a bounded pool (`pool_tokens`), so memory stays flat for a corpus
+larger than RAM; the same inputs and seed give the same bytes; the output directory appears
+only when complete. The flags, the masking modes and the record format are described in
+model/data.py's docstring (`python -m model.data --help`).
 """
 
 from __future__ import annotations
