@@ -41,6 +41,12 @@ class BertConfig:
         lowercase: the vocabulary is uncased (lower-case and strip accents
             before WordPiece). Part of the model: the wrong casing silently
             turns most words into `[UNK]`.
+        causal: every position attends only to itself and earlier positions
+            (the paper's "LTR & No NSP" baseline, section 5.1), and the pooled
+            output reads the last real token instead of `[CLS]`. Part of the
+            model, not of one run: the paper kept the left-only constraint at
+            fine-tuning too, so every head, evaluation and export built from
+            this config keeps it.
 
     Example:
     >>> BertConfig.preset("tiny").hidden_dim
@@ -59,6 +65,9 @@ class BertConfig:
     layer_norm_epsilon: float = 1e-12
     initializer_range: float = 0.02
     lowercase: bool = True
+    # False: the bidirectional BERT. A config.json written before this field
+    # existed has no "causal" key and so loads as the model it was.
+    causal: bool = False
 
     def __post_init__(self):
         for name in (
@@ -86,6 +95,8 @@ class BertConfig:
             value = getattr(self, name)
             if not _is_number(value) or not value > 0:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"BertConfig.causal must be true or false, got {self.causal!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"BertConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}"
@@ -141,6 +152,9 @@ class BertConfig:
                 layer_norm_epsilon=data.get("layer_norm_eps", 1e-12),
                 initializer_range=data.get("initializer_range", 0.02),
                 lowercase=data.get("do_lower_case", True),
+                # Hugging Face's BertModel masks attention causally when
+                # `is_decoder` is set (BertLMHeadModel); Google's never does.
+                causal=bool(data.get("is_decoder", False)),
             )
         except KeyError as e:
             raise ValueError(f"{source}: missing key {e.args[0]!r} for a BERT config") from None
@@ -152,6 +166,13 @@ class BertConfig:
             raise ValueError(
                 "Google's bert_config.json cannot express the exact (erf) GELU; "
                 "its 'gelu' is the tanh approximation"
+            )
+        if self.causal:
+            # modeling.py has no causal mask: its model would silently read
+            # both directions with weights trained to read one.
+            raise ValueError(
+                "Google's bert_config.json cannot express a causal (left-to-right) "
+                "encoder; its modeling.py always attends in both directions"
             )
         return {
             "attention_probs_dropout_prob": self.dropout,

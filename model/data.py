@@ -5,16 +5,39 @@
 
 Documents are read, sentence-split and tokenised in a stream; instances are
 made from a bounded pool of documents at a time (`--pool-tokens`), so memory
-stays flat for a corpus larger than RAM. NotNext segments come from another
-document of the same pool. The pool's instances are shuffled and dealt
-round-robin to `--num-shards` files. The same inputs and `--seed` give the
-same bytes.
+stays flat for a corpus larger than RAM. The pool's instances are shuffled and
+dealt round-robin to `--num-shards` files. The same inputs and `--seed` give
+the same bytes.
+
+Inputs (`--inputs`, the formats RoBERTa's section 4.2 compares):
+  sentence-pairs  (default; BERT, RoBERTa's SEGMENT-PAIR+NSP) `[CLS] A [SEP] B
+                  [SEP]`, A and B runs of whole sentences, with a
+                  next-sentence label: B continues A, or (half the time) comes
+                  from another document of the same pool. `--short-seq-prob`
+                  of them are made shorter on purpose.
+  segments        (SpanBERT, left-to-right LM) `[CLS] S [SEP]`: consecutive
+                  sentences of one document, no label; `--short-seq-prob` as
+                  above. `--no-nsp` is the older name of this choice.
+  full-sentences  (RoBERTa) `[CLS] S [SEP]`: whole sentences packed in reading
+                  order while they fit in `--max-seq-length`, running on into
+                  the next document with a `[SEP]` between the two; a sentence
+                  that does not fit starts the next input, so every input but
+                  the very last is full to within a sentence.
+  doc-sentences   (RoBERTa) the same packing, but an input ends where its
+                  document ends, however short.
+In the packed formats a sentence longer than a whole input keeps its first
+`--max-seq-length` - 2 tokens and loses the rest; nothing is shortened on
+purpose. Records of the packed formats have no `next_sentence_labels`
+(`segments` records keep the all-zero one `--no-nsp` always wrote); segment
+ids are all 0 outside sentence-pairs. `dataset.json` records the choice as
+"input_format", and "next_sentence" (true for sentence-pairs only).
 
 Masking: `dynamic` (default) writes unmasked instances and the training input
 pipeline draws fresh masks every epoch (RoBERTa); `static` draws the masks
 here, `--dupe-factor` times per instance with different masks
-(google-research/bert). Records use google-research's feature names, so
-records made by its `create_pretraining_data.py` train here too.
+(google-research/bert, RoBERTa's static baseline), with any `--inputs`.
+Records use google-research's feature names, so records made by its
+`create_pretraining_data.py` train here too.
 
 The output directory appears only when complete (built under a temporary
 name, then renamed); it holds the shards, `vocab.txt` and `dataset.json`.
@@ -28,8 +51,10 @@ import sys
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining.build import build, expand_inputs
 from model.pretraining.corpus import FORMATS
-from model.pretraining.instances import InstanceConfig
+from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig
+
+SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
 
 
 def parse_args(argv):
@@ -49,8 +74,24 @@ def parse_args(argv):
     p.add_argument("--output", required=True, help="new directory for the shards")
     p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format")
     p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
-    p.add_argument("--no-nsp", action="store_true", help="single segments, no next-sentence labels")
+    p.add_argument(
+        "--inputs",
+        choices=INPUT_FORMATS,
+        default=None,
+        help="input format (above; default sentence-pairs)",
+    )
+    p.add_argument(
+        "--short-seq-prob",
+        type=float,
+        default=None,
+        help="sentence-pairs and segments: share of instances made shorter on purpose "
+        f"(default {SHORT_SEQ_PROB})",
+    )
+    p.add_argument(
+        "--no-nsp",
+        action="store_true",
+        help="the same as --inputs segments (single segments, no next-sentence labels)",
+    )
     p.add_argument("--masking", choices=("dynamic", "static"), default="dynamic")
     p.add_argument(
         "--dupe-factor",
@@ -77,7 +118,36 @@ def parse_args(argv):
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.inputs, args.short_seq_prob = resolve_inputs(
+            args.inputs, args.no_nsp, args.short_seq_prob
+        )
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def resolve_inputs(
+    inputs: str | None, no_nsp: bool, short_seq_prob: float | None
+) -> tuple[str, float]:
+    """The input format and short_seq_prob that the flags ask for; ValueError if they contradict."""
+    if no_nsp:
+        if inputs not in (None, "segments"):
+            raise ValueError(
+                f"--no-nsp means --inputs segments; it contradicts --inputs {inputs} "
+                "(drop one of the two)"
+            )
+        inputs = "segments"
+    inputs = inputs or "sentence-pairs"
+    if inputs in PACKED_FORMATS:
+        if short_seq_prob:
+            raise ValueError(
+                f"--short-seq-prob does not apply to --inputs {inputs}: its inputs are packed "
+                "with whole sentences up to --max-seq-length, never shortened on purpose"
+            )
+        return inputs, 0.0
+    return inputs, SHORT_SEQ_PROB if short_seq_prob is None else short_seq_prob
 
 
 def main(argv=None) -> int:
@@ -99,7 +169,7 @@ def main(argv=None) -> int:
             files,
             tokenizer,
             args.output,
-            InstanceConfig(args.max_seq_length, args.short_seq_prob, not args.no_nsp),
+            InstanceConfig(args.max_seq_length, args.short_seq_prob, inputs=args.inputs),
             masking=args.masking,
             masking_config=masking_config,
             dupe_factor=args.dupe_factor,

@@ -1,7 +1,16 @@
-"""Training: `pretrain` (masked LM + next sentence prediction).
+"""Training: `pretrain` (an objective of model/objectives/) and `finetune` (a task of the paper).
 
     python -m model.train pretrain --config mini --data 'DATA/*.tfrecord' --output runs/mini \\
         --batch-size 32 --steps 10000 --learning-rate 1e-4 --warmup-steps 1000
+
+`--objective` picks what is learned: `bert` (default; masked LM + next
+sentence prediction, `--no-nsp` for masked LM alone), `roberta` (dynamic
+masking, no NSP, FULL-SENTENCES inputs), `spanbert` (span masking + the span
+boundary objective) or `ltr` (a left-to-right LM with causal attention, which
+the saved config keeps for fine-tuning, export and the app). Each needs
+records of its inputs format (`python -m model.data --inputs ...`).
+`--eval-data` scores held-out records after every checkpoint interval
+(OUTPUT/eval.json).
 
 `--data` is made by `python -m model.data` (or google-research's
 `create_pretraining_data.py`). A checkpoint is written every
@@ -113,8 +122,18 @@ def parse_args(argv):
     sub = p.add_subparsers(dest="command", required=True)
     pre = sub.add_parser(
         "pretrain",
-        help="masked-LM + next-sentence pre-training",
-        description="Pre-train BERT (MLM + NSP) on TFRecords from model.data.",
+        help="pre-training: BERT's masked LM + NSP, RoBERTa, SpanBERT or a left-to-right LM",
+        description="Pre-train an encoder on TFRecords from model.data, with one of the "
+        "objectives of model/objectives/ (default: BERT's masked LM + next sentence prediction).",
+    )
+    pre.add_argument(
+        "--objective",
+        choices=("bert", "roberta", "spanbert", "ltr"),
+        default="bert",
+        help="bert: masked LM + NSP (records --inputs sentence-pairs); roberta: masked LM, "
+        "fresh masks every epoch, no NSP (full-sentences or doc-sentences); spanbert: span "
+        "masking, masked LM + span boundary objective (segments); ltr: left-to-right LM with "
+        "causal attention, kept downstream (segments). Default: %(default)s",
     )
     pre.add_argument(
         "--config",
@@ -141,7 +160,21 @@ def parse_args(argv):
         help="sequence length; must equal the records' (default: theirs)",
     )
     pre.add_argument("--dropout", type=float, default=None, help="override the config's dropout")
-    pre.add_argument("--no-nsp", action="store_true", help="train masked LM only")
+    pre.add_argument(
+        "--no-nsp", action="store_true", help="bert: train masked LM only (the paper's No NSP)"
+    )
+    pre.add_argument(
+        "--eval-data",
+        default=None,
+        help="held-out records (a glob or a directory, made like --data): scored after every "
+        "checkpoint interval into OUTPUT/eval.json, the run's pre-training curve",
+    )
+    pre.add_argument(
+        "--eval-steps",
+        type=int,
+        default=20,
+        help="batches of --eval-data scored each time (default: %(default)s)",
+    )
     pre.add_argument(
         "--cpu-replicas",
         type=int,
@@ -155,7 +188,8 @@ def parse_args(argv):
         "--max-predictions",
         type=int,
         default=None,
-        help="masked positions per sequence (default: 15%% of --seq-len, rounded up)",
+        help="masked positions per sequence (default: 15%% of --seq-len, rounded up; "
+        "spanbert: 25%%, room for the span that reaches the 15%% budget)",
     )
     g.add_argument("--mask-rate", type=float, default=0.15)
     g.add_argument("--mask-token-rate", type=float, default=0.8)

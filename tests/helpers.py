@@ -175,9 +175,11 @@ def make_records(
     num_shards: int = 2,
     num_documents: int = 8,
     vocab: str | None = None,
+    extra=(),
 ) -> str:
     """A `model.data` record directory (dynamic masking) of a `write_corpus`
-    corpus, by default with the `write_vocab` vocabulary; returns its path."""
+    corpus, by default with the `write_vocab` vocabulary; returns its path.
+    `extra`: more `model.data` flags (`--inputs segments`, ...)."""
     from model import data
 
     parent = str(parent)
@@ -198,6 +200,7 @@ def make_records(
             str(seq_len),
             "--num-shards",
             str(num_shards),
+            *map(str, extra),
         ]
     )
     assert rc == 0, f"python -m model.data exited with {rc}"

@@ -21,7 +21,7 @@ import tensorflow as tf
 from model import data
 from model.pretraining import build
 from model.pretraining.dataset import find_records, pretraining_dataset
-from model.pretraining.instances import InstanceConfig
+from model.pretraining.instances import InstanceConfig, SentencePacker
 from model.pretraining.masking import Masker, MaskingConfig
 from model.text.tokenizer import WordPieceTokenizer
 from tests.helpers import WORDS, leftovers, write_corpus, write_vocab
@@ -446,3 +446,201 @@ def test_a_global_seed_of_0_works_and_resumes(dynamic, masker):
         assert_same_batch(resumed, fresh[k])
     finally:
         tf.random.set_seed(None)
+
+
+# === model.data --inputs: the formats RoBERTa compares ===
+
+PACKED = ("full-sentences", "doc-sentences")
+
+
+@pytest.fixture(scope="module")
+def word_corpus(tmp_path_factory):
+    """30 short documents, each repeating its own word (so a token tells its document)."""
+    d = tmp_path_factory.mktemp("words")
+    return write_corpus(d / "c.txt", num_documents=30, sentences=(1, 6), document_words=True)
+
+
+def content(record, tokenizer) -> list[int]:
+    """The ids between [CLS] and the final [SEP]; checks the frame and the segment ids."""
+    n = int(record["input_mask"].sum())
+    ids = record["input_ids"][:n].tolist()
+    assert ids[0] == tokenizer.cls_id and ids[-1] == tokenizer.sep_id
+    assert not record["segment_ids"].any()
+    return ids[1:-1]
+
+
+def split_at(ids: list[int], separator: int) -> list[list[int]]:
+    parts = [[]]
+    for t in ids:
+        if t == separator:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+    return parts
+
+
+def test_full_sentences_records_fill_the_length_across_documents(word_corpus, tokenizer, tmp_path):
+    # A pool of about 60 tokens holds a few documents: the input being filled
+    # at a pool's end must carry over, or every pool would end with a short one.
+    out = tmp_path / "full"
+    args = build_args(word_corpus, tokenizer.vocab_path, out, "--inputs", "full-sentences")
+    assert data.main([*args, "--pool-tokens", "60"]) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert (info["input_format"], info["next_sentence"], info["short_seq_prob"]) == (
+        "full-sentences",
+        False,
+        0.0,
+    )
+    assert info["inputs"] == [word_corpus]
+    period, sep = tokenizer.token_to_id["."], tokenizer.sep_id
+    records = read_records(out)
+    lengths, crossings, text_tokens = [], 0, 0
+    for r in records:
+        assert set(r) == {"input_ids", "input_mask", "segment_ids"}  # no NSP label
+        ids = content(r, tokenizer)
+        assert 0 < len(ids) <= SEQ_LEN - 2
+        lengths.append(len(ids))
+        parts = split_at(ids, sep)
+        crossings += len(parts) - 1
+        text_tokens += len(ids) - (len(parts) - 1)
+        words = [set(p) - {period} for p in parts]
+        # [SEP] exactly where one document ends and the next begins: one word a
+        # part, whole sentences (each part ends with a period), neighbours differ.
+        assert all(len(w) == 1 and p[0] != period and p[-1] == period for w, p in zip(words, parts))
+        assert all(a != b for a, b in zip(words, words[1:]))
+    assert crossings >= 10
+    assert text_tokens == info["num_tokens"]  # no sentence here is cut: nothing lost
+    # A sentence is at most 7 tokens (6 words and a period), with its [SEP] 8:
+    # an input ends only when that did not fit, so all but the last hold >= 23.
+    assert sorted(lengths)[1] >= SEQ_LEN - 2 - 8 + 1, sorted(lengths)[:5]
+
+
+def test_full_sentences_pools_are_the_stream_packed_then_shuffled(word_corpus, tokenizer):
+    config = InstanceConfig(SEQ_LEN, inputs="full-sentences")
+    packer = SentencePacker(config, tokenizer.sep_id)
+    documents = list(build._tokenized_documents([word_corpus], "auto", tokenizer))
+    whole = [inst.first for doc in documents for inst in packer.add(doc)] + [
+        inst.first for inst in packer.finish()
+    ]
+    streamed = [
+        inst.first
+        for inst in build.generate_instances(
+            [word_corpus], tokenizer, config, seed=3, pool_tokens=60, dupe_factor=2
+        )
+    ]
+    assert sorted(streamed) == sorted(whole * 2)  # the same inputs, twice each ...
+    assert streamed[: len(whole)] != whole  # ... shuffled
+
+
+def test_doc_sentences_records_never_cross_a_document(word_corpus, tokenizer, tmp_path):
+    out = tmp_path / "doc"
+    args = build_args(word_corpus, tokenizer.vocab_path, out, "--inputs", "doc-sentences")
+    assert data.main(args) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert (info["input_format"], info["next_sentence"]) == ("doc-sentences", False)
+    period, sep = tokenizer.token_to_id["."], tokenizer.sep_id
+    records = read_records(out)
+    assert len(records) >= info["num_documents"] == 30
+    for r in records:
+        assert set(r) == {"input_ids", "input_mask", "segment_ids"}
+        ids = content(r, tokenizer)
+        assert sep not in ids and len(set(ids) - {period}) == 1
+        assert ids[0] != period and ids[-1] == period
+
+
+@pytest.mark.parametrize("inputs", ["segments", *PACKED])
+def test_static_masking_with_every_inputs_format(files, masker, inputs, tmp_path):
+    dynamic, static = tmp_path / "dynamic", tmp_path / "static"
+    assert data.main(build_args(files["corpus"], files["vocab"], dynamic, "--inputs", inputs)) == 0
+    args = [
+        "--inputs",
+        inputs,
+        "--masking",
+        "static",
+        "--dupe-factor",
+        "2",
+        "--max-predictions",
+        "5",
+    ]
+    assert data.main(build_args(files["corpus"], files["vocab"], static, *args)) == 0
+    unmasked = sorted(tuple(r["input_ids"]) for r in read_records(dynamic))
+    restored, masks = [], set()
+    for r in read_records(static):
+        ids = r["input_ids"].copy()
+        real = r["masked_lm_weights"] > 0
+        ids[r["masked_lm_positions"][real]] = r["masked_lm_ids"][real]
+        restored.append(tuple(ids))
+        masks.add((tuple(ids), tuple(r["masked_lm_positions"][real])))
+    if inputs in PACKED:
+        # Packing has no randomness: every input twice, masked two ways.
+        assert sorted(restored) == sorted(unmasked * 2)
+        assert len(masks) > 0.9 * len(restored)
+    else:
+        # Segments are made again for each copy (short_seq_prob draws anew).
+        assert 1.5 * len(unmasked) < len(restored) < 2.5 * len(unmasked)
+    info = json.loads((static / "dataset.json").read_text())
+    assert (info["input_format"], info["num_instances"]) == (inputs, len(restored))
+    with pytest.raises(ValueError, match="without next-sentence labels"):
+        pretraining_dataset(str(static), BATCH, None)
+    ((x, y, sw),) = batches(pretraining_dataset(str(static), BATCH, None, next_sentence=False), 1)
+    assert set(y) == {"mlm"} and not x["segment_ids"].any()
+
+
+def test_no_nsp_is_inputs_segments(files, tmp_path):
+    outs = {}
+    for name, flags in {
+        "no_nsp": ["--no-nsp"],
+        "segments": ["--inputs", "segments"],
+        "both": ["--no-nsp", "--inputs", "segments"],
+    }.items():
+        outs[name] = tmp_path / name
+        assert data.main(build_args(files["corpus"], files["vocab"], outs[name], *flags)) == 0
+    assert shard_bytes(outs["no_nsp"]) == shard_bytes(outs["segments"]) == shard_bytes(outs["both"])
+    info = json.loads((outs["no_nsp"] / "dataset.json").read_text())
+    assert (info["input_format"], info["next_sentence"], info["short_seq_prob"]) == (
+        "segments",
+        False,
+        0.1,
+    )
+    # As before --inputs: one segment, the all-zero label kept (the same bytes).
+    for r in read_records(outs["no_nsp"]):
+        assert set(r) == {"input_ids", "input_mask", "segment_ids", "next_sentence_labels"}
+        assert not r["segment_ids"].any() and r["next_sentence_labels"].tolist() == [0]
+
+
+def test_default_inputs_are_sentence_pairs(files, dynamic, tmp_path):
+    info = json.loads(open(os.path.join(dynamic, "dataset.json")).read())
+    assert (info["input_format"], info["next_sentence"]) == ("sentence-pairs", True)
+    explicit = tmp_path / "pairs"
+    args = build_args(files["corpus"], files["vocab"], explicit, "--inputs", "sentence-pairs")
+    assert data.main(args) == 0
+    assert shard_bytes(explicit) == shard_bytes(dynamic)
+
+
+@pytest.mark.parametrize("inputs", PACKED)
+def test_packed_formats_are_deterministic(files, inputs, tmp_path):
+    made = {}
+    for name, seed in (("a", "1"), ("b", "1"), ("c", "2")):
+        made[name] = tmp_path / name
+        args = build_args(files["corpus"], files["vocab"], made[name], "--inputs", inputs)
+        args[args.index("--seed") + 1] = seed
+        assert data.main(args) == 0
+    assert shard_bytes(made["a"]) == shard_bytes(made["b"]) != shard_bytes(made["c"])
+
+
+@pytest.mark.parametrize(
+    "flags, phrase",
+    [
+        (["--no-nsp", "--inputs", "full-sentences"], "--no-nsp means --inputs segments"),
+        (["--no-nsp", "--inputs", "sentence-pairs"], "--no-nsp means --inputs segments"),
+        (["--inputs", "full-sentences", "--short-seq-prob", "0.2"], "--short-seq-prob does not"),
+        (["--inputs", "doc-sentences", "--short-seq-prob", "0.1"], "--short-seq-prob does not"),
+        (["--inputs", "sentences"], "invalid choice: 'sentences'"),
+    ],
+)
+def test_contradictory_inputs_flags_are_refused(files, flags, phrase, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        data.main(build_args(files["corpus"], files["vocab"], tmp_path / "out", *flags))
+    assert exit_.value.code == 2
+    assert phrase in capsys.readouterr().err
+    assert leftovers(tmp_path, "out") == []

@@ -188,6 +188,37 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
     )
 
 
+# === Every other pre-training objective: killed once ===
+
+
+@pytest.mark.parametrize(
+    "objective, inputs",
+    [("roberta", "full-sentences"), ("spanbert", "segments"), ("ltr", "segments")],
+)
+def test_every_objective_resumes_after_kill_to_the_uninterrupted_weights(
+    objective, inputs, tmp_path, capsys
+):
+    """BERT's objective has the three-kill test above; each other one is killed once
+    after its first checkpoint and must end with the uninterrupted run's weights (its
+    batch transform draws from (seed, position) alone, so the resumed data is the same)."""
+    records = make_records(tmp_path, extra=["--inputs", inputs])
+    run = {"steps": 12, "batch_size": 4, "checkpoint_every": 4, "extra": ["--objective", objective]}
+    straight = str(tmp_path / "straight" / "run")
+    assert run_train(pretrain_argv(records, straight, **run)) == 0
+    output = str(tmp_path / "killed" / "run")
+    argv = pretrain_argv(records, output, **run)
+    checkpoints = os.path.join(output, "checkpoints")
+    kill_when(argv, str(tmp_path / "killed" / "run0.log"), lambda: newest_step(checkpoints) >= 4, 0)
+    assert not os.path.exists(os.path.join(output, "model.weights.h5")), "killed too late"
+    newest = max(complete_checkpoints(checkpoints))
+    capsys.readouterr()
+    assert run_train(argv) == 0
+    assert resumed_step(capsys.readouterr().out) == newest > 0
+    assert_same_weights(
+        os.path.join(straight, "model.weights.h5"), os.path.join(output, "model.weights.h5")
+    )
+
+
 # === Fine-tuning: killed three times ===
 
 

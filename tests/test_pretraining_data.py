@@ -1,4 +1,5 @@
-"""model.pretraining.instances: document-aware segment pairs (google-research's algorithm).
+"""model.pretraining.instances: document-aware segment pairs (google-research's algorithm)
+and RoBERTa's packed inputs (FULL-SENTENCES, DOC-SENTENCES).
 
 Token ids here are positions in one running counter, so an id tells which
 document (and where in it) a token came from.
@@ -6,12 +7,20 @@ document (and where in it) a token came from.
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
 import pytest
 
-from model.pretraining.instances import InstanceConfig, create_instances_from_document
+from model.pretraining.instances import (
+    InstanceConfig,
+    SentencePacker,
+    create_instances_from_document,
+)
+from tests.helpers import BERT_VOCAB, SHARED_DATA
+
+ENWIKI_SHARD = os.path.join(SHARED_DATA, "pretrain", "enwiki-2015", "AA", "wiki_00.gz")
 
 
 def make_documents(
@@ -43,6 +52,17 @@ def all_instances(docs, config, seed=0):
 @pytest.fixture(scope="module")
 def corpus():
     return make_documents(400, sentences=(20, 60), tokens=(4, 16))
+
+
+@pytest.fixture(scope="module")
+def wiki_documents():
+    """The tokenised documents of one real Wikipedia shard, as `model.data` reads them."""
+    from model.pretraining.build import _tokenized_documents
+    from model.text.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(BERT_VOCAB)
+    documents = list(_tokenized_documents([ENWIKI_SHARD], "auto", tokenizer))
+    return documents, tokenizer.sep_id
 
 
 @pytest.mark.parametrize("short_seq_prob", [0.1, 1.0])
@@ -126,3 +146,144 @@ def test_same_rng_seed_same_instances(corpus):
 def test_max_seq_length_must_leave_room():
     with pytest.raises(ValueError, match="max_seq_length"):
         InstanceConfig(max_seq_length=4)
+
+
+# === RoBERTa's FULL-SENTENCES and DOC-SENTENCES (SentencePacker) ===
+
+SEP = 3  # below the running counter's ids, so a separator is never a text token
+
+
+def pack(documents, inputs, max_seq_length, separator=SEP):
+    packer = SentencePacker(InstanceConfig(max_seq_length, inputs=inputs), separator)
+    return [inst for doc in documents for inst in packer.add(doc)] + packer.finish()
+
+
+def check_packed(documents, instances, max_seq_length, separator, cross_documents):
+    """Every property of packed inputs, walking the sentences in order beside them.
+
+    Each input is whole consecutive sentences (a sentence over the whole
+    length cut to its head) with `separator` exactly between sentences of two
+    documents and nowhere else; nothing is lost or reordered; each input but
+    the last ends only because the next sentence (with its separator, if it
+    starts a document) would not have fit, or, without `cross_documents`,
+    because its document ended.
+    """
+    max_tokens = max_seq_length - 2
+    sentences = [(d, s.tolist()[:max_tokens]) for d, doc in enumerate(documents) for s in doc]
+    sentences = [(d, s) for d, s in sentences if s]
+    i = 0
+    for inst in instances:
+        assert inst.second == [] and not inst.is_random_next
+        assert 0 < len(inst.first) <= max_tokens
+        start, expected = i, []
+        while i < len(sentences) and len(expected) < len(inst.first):
+            d, tokens = sentences[i]
+            if expected and d != sentences[i - 1][0]:
+                expected.append(separator)
+            expected += tokens
+            i += 1
+        assert inst.first == expected
+        if not cross_documents:
+            assert sentences[start][0] == sentences[i - 1][0]
+        if i < len(sentences):  # not the last input: the next sentence did not fit
+            d, tokens = sentences[i]
+            boundary = d != sentences[i - 1][0]
+            if cross_documents:
+                assert len(inst.first) + boundary + len(tokens) > max_tokens
+            elif not boundary:
+                assert len(inst.first) + len(tokens) > max_tokens
+    assert i == len(sentences)
+
+
+@pytest.mark.parametrize("max_seq_length", [8, 32, 128])
+def test_full_sentences_fill_the_length_with_a_separator_between_documents(max_seq_length):
+    # Short documents of sentences up to the whole length: some cut, many boundaries.
+    docs, owner = make_documents(80, sentences=(1, 6), tokens=(1, max_seq_length), seed=2)
+    assert any(len(s) > max_seq_length - 2 for doc in docs for s in doc)
+    instances = pack(docs, "full-sentences", max_seq_length)
+    check_packed(docs, instances, max_seq_length, SEP, cross_documents=True)
+    crossing = [inst for inst in instances if SEP in inst.first]
+    assert len(crossing) >= 5  # inputs do run on into the next document
+    for inst in crossing:
+        assert inst.first[0] != SEP and inst.first[-1] != SEP
+        parts = " ".join(map(str, inst.first)).split(f" {SEP} ")
+        owners = [{owner[int(t)] for t in part.split()} for part in parts]
+        assert all(len(o) == 1 for o in owners)
+        # Consecutive documents of the stream, in order.
+        firsts = [min(o) for o in owners]
+        assert firsts == list(range(firsts[0], firsts[0] + len(firsts)))
+
+
+def test_full_sentences_are_full_on_average(corpus):
+    docs, _ = corpus
+    instances = pack(docs, "full-sentences", 64)
+    check_packed(docs, instances, 64, SEP, cross_documents=True)
+    # Sentences of 4..16 tokens: an input wastes less than one sentence.
+    lengths = [len(inst.first) for inst in instances[:-1]]
+    assert min(lengths) >= 62 - 16 and np.mean(lengths) > 62 - 8
+
+
+@pytest.mark.parametrize("max_seq_length", [8, 32, 128])
+def test_doc_sentences_never_cross_a_document(max_seq_length):
+    docs, owner = make_documents(80, sentences=(1, 6), tokens=(1, max_seq_length), seed=2)
+    instances = pack(docs, "doc-sentences", max_seq_length)
+    check_packed(docs, instances, max_seq_length, SEP, cross_documents=False)
+    for inst in instances:
+        assert SEP not in inst.first
+        assert len({owner[t] for t in inst.first}) == 1
+
+
+def test_a_sentence_longer_than_an_input_keeps_its_head():
+    long = np.arange(1000, 1100, dtype=np.int32)
+    short = np.arange(2000, 2005, dtype=np.int32)
+    for inputs in ("full-sentences", "doc-sentences"):
+        instances = pack([[short, long, short + 10]], inputs, 32)
+        assert [inst.first for inst in instances] == [
+            short.tolist(),
+            long[:30].tolist(),
+            (short + 10).tolist(),
+        ]
+
+
+def test_packing_needs_no_randomness_and_no_nsp():
+    docs, _ = make_documents(30, sentences=(2, 10), tokens=(3, 20), seed=4)
+    assert pack(docs, "full-sentences", 64) == pack(docs, "full-sentences", 64)
+    config = InstanceConfig(64, inputs="full-sentences")
+    assert config.next_sentence is False and config.packed
+    with pytest.raises(ValueError, match="SentencePacker"):
+        create_instances_from_document(docs, 0, config, random.Random(0))
+    with pytest.raises(ValueError, match="SentencePacker makes"):
+        SentencePacker(InstanceConfig(64, inputs="segments"), SEP)
+
+
+@pytest.mark.skipif(
+    not os.path.isfile(ENWIKI_SHARD), reason="no ../shared/data/pretrain/enwiki-2015"
+)
+@pytest.mark.parametrize("max_seq_length", [32, 128])
+def test_packing_real_wikipedia_text(wiki_documents, max_seq_length):
+    documents, sep_id = wiki_documents
+    for inputs, cross in (("full-sentences", True), ("doc-sentences", False)):
+        instances = pack(documents, inputs, max_seq_length, sep_id)
+        check_packed(documents, instances, max_seq_length, sep_id, cross_documents=cross)
+        assert any(sep_id in inst.first for inst in instances) == cross
+
+
+# === InstanceConfig: inputs and next_sentence ===
+
+
+def test_inputs_and_next_sentence_resolve_each_other():
+    resolved = lambda **kw: (lambda c: (c.inputs, c.next_sentence))(InstanceConfig(64, **kw))
+    assert resolved() == ("sentence-pairs", True)
+    assert resolved(next_sentence=True) == ("sentence-pairs", True)
+    assert resolved(next_sentence=False) == ("segments", False)
+    for inputs in ("segments", "full-sentences", "doc-sentences"):
+        assert resolved(inputs=inputs) == (inputs, False)
+        assert resolved(inputs=inputs, next_sentence=False) == (inputs, False)
+        with pytest.raises(ValueError, match="contradicts"):
+            InstanceConfig(64, inputs=inputs, next_sentence=True)
+    with pytest.raises(ValueError, match="contradicts"):
+        InstanceConfig(64, inputs="sentence-pairs", next_sentence=False)
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        InstanceConfig(64, inputs="sentences")
+    # The positional form of before `inputs` existed means the same.
+    assert InstanceConfig(64, 0.1, False) == InstanceConfig(64, 0.1, inputs="segments")

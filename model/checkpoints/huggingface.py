@@ -318,6 +318,14 @@ def hf_config(model) -> dict:
 
     info = describe(model)
     cfg = encoder_of(model).config
+    if cfg.causal:
+        # transformers' BertModel can mask causally (is_decoder) but pools [CLS], where
+        # ours pools the last real token: refuse rather than write a model that would
+        # load as another.
+        raise ValueError(
+            "a causal (left-to-right) model has no Hugging Face BERT form: "
+            "transformers' BertModel pools [CLS] where ours pools the last real token"
+        )
     arch = architecture_of(info)
     act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
     data = {

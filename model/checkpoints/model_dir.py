@@ -9,6 +9,8 @@ rebuilds its model with no other input. Tasks and their fields:
 
     encoder                                   BertEncoder
     pretraining        next_sentence          BertPretrainer (MLM [+ NSP])
+    span_pretraining   max_span_tokens, position_dim   SpanBertPretrainer (MLM + SBO)
+    causal_lm                                 BertCausalLM (left-to-right LM; encoder causal)
     classifier         num_labels, dropout, id2label   BertClassifier
     token_classifier   num_labels, dropout, id2label   BertTokenClassifier
     question_answerer                         BertQuestionAnswerer
@@ -32,10 +34,12 @@ import h5py
 import keras
 
 from model.config import BertConfig
+from model.heads.causal_lm import BertCausalLM
 from model.heads.classifier import BertClassifier
 from model.heads.multiple_choice import BertMultipleChoice
 from model.heads.pretrainer import BertPretrainer
 from model.heads.question_answerer import BertQuestionAnswerer
+from model.heads.span_pretrainer import SpanBertPretrainer
 from model.heads.token_classifier import BertTokenClassifier
 from model.io.files import atomic_path, read_json_object, write_json
 from model.networks.encoder import BertEncoder
@@ -47,6 +51,8 @@ WEIGHTS = "model.weights.h5"
 TASKS = (
     "encoder",
     "pretraining",
+    "span_pretraining",
+    "causal_lm",
     "classifier",
     "token_classifier",
     "question_answerer",
@@ -64,6 +70,14 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
         return encoder
     if task == "pretraining":
         return BertPretrainer(encoder, next_sentence=info.get("next_sentence", True))
+    if task == "span_pretraining":
+        return SpanBertPretrainer(
+            encoder,
+            max_span_tokens=info.get("max_span_tokens", 15),
+            position_dim=info.get("position_dim", 200),
+        )
+    if task == "causal_lm":
+        return BertCausalLM(encoder)
     if task == "classifier":
         return BertClassifier(
             encoder,
@@ -108,6 +122,14 @@ def describe(model: keras.Model) -> dict:
             "encoder": model.encoder.config.to_dict(),
             "next_sentence": model.next_sentence,
         }
+    if isinstance(model, SpanBertPretrainer):
+        return {
+            "task": "span_pretraining",
+            "encoder": model.encoder.config.to_dict(),
+            **model.head_config(),
+        }
+    if isinstance(model, BertCausalLM):
+        return {"task": "causal_lm", "encoder": model.encoder.config.to_dict()}
     if isinstance(model, (BertClassifier, BertTokenClassifier)):
         task = "classifier" if isinstance(model, BertClassifier) else "token_classifier"
         info = {

@@ -69,9 +69,10 @@ class LayerFeatures:
             [tokens, e.position_embedding(tokens), e.segment_embedding(inputs["segment_ids"])]
         )
         x = e.embeddings_dropout(e.embeddings_layer_norm(x))
+        masks = e.block_masks(inputs["padding_mask"])  # causal encoders keep their mask
         blocks = []
         for block in e.transformer_layers:
-            x = block(x, padding_mask=inputs["padding_mask"])  # (batch, seq_len, hidden_dim)
+            x = block(x, **masks)  # (batch, seq_len, hidden_dim)
             blocks.append(x)
         self.model = keras.Model(inputs, [blocks[i] for i in self.layers])
 

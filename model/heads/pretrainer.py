@@ -20,6 +20,34 @@ from model.heads.task_model import BertTaskModel
 from model.networks.encoder import BertEncoder, activation_fn
 
 
+def head_dtype(encoder: BertEncoder):
+    """The dtype of a head whose output is a loss's logits: float32 under a mixed policy.
+
+    keras-hub's MaskedLMHead turns autocasting off and adds its float32 output
+    bias to logits of its compute dtype: under a mixed policy that is a
+    bfloat16 + float32 add, which TensorFlow refuses when the model is called
+    eagerly. A float32 head avoids it; the vocabulary-sized matmul still runs in
+    the tied embedding's own (mixed) dtype.
+    """
+    policy = encoder.dtype_policy
+    return "float32" if policy.compute_dtype != policy.variable_dtype else policy
+
+
+def masked_lm_head(encoder: BertEncoder) -> MaskedLMHead:
+    """The language-model head over `encoder` (dense + GELU + LayerNorm, then the
+    token embedding as decoder, plus a bias), evaluated only at given positions;
+    named `masked_lm_head` in every model that has one, so its weights transfer."""
+    cfg = encoder.config
+    return MaskedLMHead(
+        token_embedding=encoder.token_embedding,
+        intermediate_activation=activation_fn(cfg.activation),
+        layer_norm_epsilon=cfg.layer_norm_epsilon,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=cfg.initializer_range),
+        dtype=head_dtype(encoder),
+        name="masked_lm_head",
+    )
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class BertPretrainer(BertTaskModel):
     """Masked-LM + next-sentence-prediction model over a `BertEncoder`.
@@ -38,21 +66,7 @@ class BertPretrainer(BertTaskModel):
 
         # === Layers ===
         self.encoder = encoder
-        policy = encoder.dtype_policy
-        # keras-hub's MaskedLMHead turns autocasting off and adds its float32
-        # output bias to logits of its compute dtype: under a mixed policy that
-        # is a bfloat16 + float32 add, which TensorFlow refuses when the model
-        # is called eagerly. A float32 head avoids it; the vocabulary-sized
-        # matmul still runs in the tied embedding's own (mixed) dtype.
-        head_dtype = "float32" if policy.compute_dtype != policy.variable_dtype else policy
-        self.masked_lm_head = MaskedLMHead(
-            token_embedding=encoder.token_embedding,
-            intermediate_activation=activation_fn(cfg.activation),
-            layer_norm_epsilon=cfg.layer_norm_epsilon,
-            kernel_initializer=init(),
-            dtype=head_dtype,
-            name="masked_lm_head",
-        )
+        self.masked_lm_head = masked_lm_head(encoder)
         self.next_sentence_head = (
             keras.layers.Dense(
                 2, kernel_initializer=init(), dtype=encoder.dtype_policy, name="next_sentence_head"

@@ -9,8 +9,11 @@ Inputs and outputs use keras-hub's names, so code written for keras-hub's
 
 It differs from `keras_hub.models.BertBackbone` in what the paper's users
 need: the GELU form is configurable (keras-hub hard-codes the tanh
-approximation, which moves Hugging Face checkpoints by ~3e-3), and the
-attention probabilities of every layer are available (`with_attention()`).
+approximation, which moves Hugging Face checkpoints by ~3e-3), the
+attention probabilities of every layer are available (`with_attention()`),
+and `causal=True` makes it the paper's left-to-right baseline ("LTR & No
+NSP", section 5.1): every block attends only to positions at or before its
+own, and the pooled output reads the last real token, not `[CLS]`.
 
     python -c "from model.networks.encoder import BertEncoder; BertEncoder.from_preset('tiny').summary()"
 """
@@ -45,8 +48,47 @@ class _WithAttention(keras.layers.Layer):
         super().__init__(name=f"{block.name}_with_attention", dtype=block.dtype_policy, **kwargs)
         self.block = block
 
+    def call(self, x, padding_mask, attention_mask=None):
+        masks = {"padding_mask": padding_mask}
+        if attention_mask is not None:
+            masks["attention_mask"] = attention_mask
+        return self.block(x, **masks, return_attention_scores=True)
+
+
+class _CausalAttentionMask(keras.layers.Layer):
+    """(batch, seq_len) padding mask -> (batch, seq_len, seq_len) attention mask:
+    query i may read key j only when j <= i and j is a real token. Built from
+    the input's own length inside the graph, so one model serves any length
+    (and XLA and TFLite see plain RANGE / compare / AND ops)."""
+
+    def call(self, padding_mask):
+        positions = ops.arange(ops.shape(padding_mask)[1], dtype="int32")  # (seq_len,)
+        # (seq_len, seq_len): row = query, column = key; lower triangle incl. diagonal
+        causal = ops.expand_dims(positions, 1) >= ops.expand_dims(positions, 0)
+        keys = ops.expand_dims(ops.not_equal(padding_mask, 0), 1)  # (batch, 1, seq_len)
+        return ops.cast(ops.logical_and(ops.expand_dims(causal, 0), keys), "int32")
+
+    def compute_output_spec(self, padding_mask):
+        # An int32 mask; `compute_output_shape` alone would declare the layer's float dtype.
+        batch, seq_len = padding_mask.shape
+        return keras.KerasTensor((batch, seq_len, seq_len), dtype="int32")
+
+
+class _LastToken(keras.layers.Layer):
+    """(batch, seq_len, hidden_dim) -> (batch, hidden_dim): the hidden state of
+    each row's last real token (the highest position whose padding mask is 1;
+    position 0 for a row with none)."""
+
     def call(self, x, padding_mask):
-        return self.block(x, padding_mask=padding_mask, return_attention_scores=True)
+        positions = ops.arange(ops.shape(padding_mask)[1], dtype="int32")  # (seq_len,)
+        real = ops.cast(ops.not_equal(padding_mask, 0), "int32")  # (batch, seq_len)
+        last = ops.max(positions[None, :] * real, axis=1)  # (batch,)
+        # A gather, not a one-hot matmul: exact at any precision (TF32 included).
+        index = ops.reshape(last, (-1, 1, 1))  # (batch, 1, 1)
+        return ops.take_along_axis(x, index, axis=1)[:, 0, :]  # (batch, hidden_dim)
+
+    def compute_output_shape(self, x_shape, padding_mask_shape):
+        return (x_shape[0], x_shape[2])
 
 
 class _Stack(keras.layers.Layer):
@@ -60,6 +102,15 @@ class _Stack(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="bert")
 class BertEncoder(keras.Model):
     """BERT: embeddings, `num_layers` post-LayerNorm Transformer blocks, tanh pooler.
+
+    With `causal=True` (the paper's left-to-right baseline) every block's
+    self-attention combines the padding mask with a lower-triangular mask, so
+    a position never reads a later one, in `sequence_output` and in
+    `attention_probs` alike. The pooler then reads the hidden state of the
+    last real (non-padding) token instead of `[CLS]`, through the same
+    dense + tanh: under causal attention `[CLS]` at position 0 has seen only
+    itself, while the last token has seen the whole input (GPT's
+    classification rule). Padding after the last real token changes nothing.
 
     Args:
         **config: the fields of `model.config.BertConfig`.
@@ -131,6 +182,7 @@ class BertEncoder(keras.Model):
         )
 
         # === Functional Model ===
+        self._causal = cfg.causal
         inputs = {
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
             "segment_ids": keras.Input(shape=(None,), dtype="int32", name="segment_ids"),
@@ -149,21 +201,43 @@ class BertEncoder(keras.Model):
         x = self.embeddings_add([tokens, positions, segments])
         x = self.embeddings_layer_norm(x)
         x = self.embeddings_dropout(x)
+        padding_mask = inputs["padding_mask"]
+        masks = self.block_masks(padding_mask)
         attention = []
         for block in self.transformer_layers:
             if return_attention:
                 # (batch, num_heads, seq_len, seq_len) softmax probabilities
-                x, probs = _WithAttention(block)(x, inputs["padding_mask"])
+                x, probs = _WithAttention(block)(x, **masks)
                 attention.append(probs)
             else:
-                x = block(x, padding_mask=inputs["padding_mask"])
-        # The pooler reads only [CLS]: the paper's sentence representation.
-        pooled = self.pooled_dense(x[:, 0, :])  # (batch, hidden_dim)
+                x = block(x, **masks)
+        if self._causal:
+            # [CLS] has seen only itself; the last real token has seen everything.
+            pooler_input = _LastToken(dtype=self.pooled_dense.dtype_policy, name="last_token")(
+                x, padding_mask
+            )  # (batch, hidden_dim)
+        else:
+            # The pooler reads only [CLS]: the paper's sentence representation.
+            pooler_input = x[:, 0, :]  # (batch, hidden_dim)
+        pooled = self.pooled_dense(pooler_input)  # (batch, hidden_dim)
         outputs = {"sequence_output": x, "pooled_output": pooled}
         if return_attention:
             # (batch, num_layers, num_heads, seq_len, seq_len)
             outputs["attention_probs"] = _Stack(name="attention_probs")(attention)
         return outputs
+
+    def block_masks(self, padding_mask) -> dict:
+        """The mask arguments of every Transformer block's call, for
+        `padding_mask` (batch, seq_len): `{"padding_mask"}`, and with `causal`
+        also `{"attention_mask"}` (batch, seq_len, seq_len). Code that runs
+        the blocks itself (`model/features/layers.py`) calls
+        `block(x, **encoder.block_masks(padding_mask))` to keep the same mask."""
+        if not self._causal:
+            return {"padding_mask": padding_mask}
+        # The causal mask already holds the padding; keras-hub's block takes its
+        # minimum with `padding_mask`, which changes nothing.
+        attention_mask = _CausalAttentionMask(name="causal_attention_mask")(padding_mask)
+        return {"padding_mask": padding_mask, "attention_mask": attention_mask}
 
     def with_attention(self) -> keras.Model:
         """A model sharing these weights that also returns `attention_probs`,

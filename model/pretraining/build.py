@@ -1,7 +1,7 @@
 """Raw text to sharded TFRecord files of pre-training instances (the work of `python -m model.data`).
 
     from model.pretraining.build import build
-    info = build(files, tokenizer, "data/wiki128", InstanceConfig(128, 0.1, True))
+    info = build(files, tokenizer, "data/wiki128", InstanceConfig(128, inputs="full-sentences"))
 
 Documents stream through a bounded pool (`pool_tokens`), so memory stays flat for a corpus
 larger than RAM; the same inputs and seed give the same bytes; the output directory appears
@@ -23,7 +23,11 @@ import tempfile
 import numpy as np
 
 from model.pretraining.corpus import iter_documents
-from model.pretraining.instances import InstanceConfig, create_instances_from_document
+from model.pretraining.instances import (
+    InstanceConfig,
+    SentencePacker,
+    create_instances_from_document,
+)
 from model.pretraining.masking import Masker, MaskingConfig
 
 INFO = "dataset.json"
@@ -62,15 +66,20 @@ def _example(tf, features: dict) -> bytes:
     )
 
 
-def _instance_features(instance, tokenizer, seq_len: int) -> dict:
+def _instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True) -> dict:
     second = instance.second if instance.second else None
     ids, segments, mask = tokenizer.pack(instance.first, second, seq_len)
-    return {
-        "input_ids": ids,
-        "input_mask": mask,
-        "segment_ids": segments,
-        "next_sentence_labels": np.array([int(instance.is_random_next)]),
-    }
+    features = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+    if nsp_label:
+        features["next_sentence_labels"] = np.array([int(instance.is_random_next)])
+    return features
+
+
+def _writes_nsp_label(instance_config: InstanceConfig) -> bool:
+    # `segments` records keep the all-zero label that `--no-nsp` always wrote,
+    # so they stay byte for byte what they were; the packed formats, new, have
+    # none (records without dataset.json are then seen to have no NSP).
+    return not instance_config.packed
 
 
 def _tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4096):
@@ -110,17 +119,30 @@ def generate_instances(
     """Yields pre-training `Instance`s of `files`, a bounded pool of documents at a time.
 
     Deterministic for a given `seed`; `dupe_factor` makes each document's
-    instances that many times (with different random pairings).
+    instances that many times (with different random pairings; the packed
+    formats have no randomness, so their copies are identical, to be masked
+    differently). Each pool's instances are shuffled together.
+
+    The packed formats pack the documents in the order they are read;
+    `full-sentences` carries the input being filled at the end of a pool over
+    to the next pool, so only the very last input of the stream is short.
     """
     rng = random.Random(seed)
+    packer = SentencePacker(instance_config, tokenizer.sep_id) if instance_config.packed else None
 
-    def from_pool(pool):
-        instances = [
-            inst
-            for _ in range(dupe_factor)
-            for d in range(len(pool))
-            for inst in create_instances_from_document(pool, d, instance_config, rng)
-        ]
+    def from_pool(pool, last=False):
+        if packer is not None:
+            packed = [inst for doc in pool for inst in packer.add(doc)]
+            if last:
+                packed += packer.finish()
+            instances = packed * dupe_factor
+        else:
+            instances = [
+                inst
+                for _ in range(dupe_factor)
+                for d in range(len(pool))
+                for inst in create_instances_from_document(pool, d, instance_config, rng)
+            ]
         rng.shuffle(instances)
         return instances
 
@@ -136,8 +158,9 @@ def generate_instances(
         if pool_size >= pool_tokens:
             yield from from_pool(pool)
             pool, pool_size = [], 0
-    if pool:
-        yield from from_pool(pool)
+    # A full-sentences input may be left over from the last full pool.
+    if pool or packer is not None:
+        yield from from_pool(pool, last=True)
 
 
 def build(
@@ -182,6 +205,7 @@ def build(
             disable=not show_progress,
         )
         stats = {"num_documents": 0, "num_tokens": 0}
+        nsp_label = _writes_nsp_label(instance_config)
         total = 0
         for inst in generate_instances(
             files,
@@ -193,7 +217,7 @@ def build(
             dupe_factor if masking == "static" else 1,
             _Progress(progress, stats),
         ):
-            feats = _instance_features(inst, tokenizer, seq_len)
+            feats = _instance_features(inst, tokenizer, seq_len, nsp_label)
             if masking == "static":
                 masked, pos, labels, weights = masker(
                     feats["input_ids"], np.random.default_rng([seed, total])
@@ -222,8 +246,10 @@ def build(
             "shards": dict(zip(names, counts)),
             **stats,
             "max_seq_length": seq_len,
+            "input_format": instance_config.inputs,
             "next_sentence": instance_config.next_sentence,
-            "short_seq_prob": instance_config.short_seq_prob,
+            # The packed formats never shorten an instance on purpose.
+            "short_seq_prob": 0.0 if instance_config.packed else instance_config.short_seq_prob,
             "masking": masking,
             "masking_config": dataclasses.asdict(masking_config) if masking == "static" else None,
             "dupe_factor": dupe_factor,

@@ -9,8 +9,12 @@ position in the stream, which gives two properties the trainer relies on:
 - dynamic masks are drawn from `default_rng([seed, position])`: fresh masks
   every epoch (RoBERTa), identical masks after a restart.
 
-Static records (made with `--masking static` or google-research's script)
-carry their own masks and are used as they are.
+What happens to a batch is the objective's: a batch transform (the
+interface of `model.pretraining.masking.MaskedLMBatches`: BERT's masking,
+SpanBERT's span masking, the left-to-right LM's next-token labels) runs on
+each batch in numpy and adds its inputs, labels and weights. Static records
+(made with `--masking static` or google-research's script) carry their own
+masks and are used as they are.
 
 Under a tf.distribute strategy (`distributed_pretraining_dataset`) every
 input pipeline (one per worker) builds the same global batches and keeps its
@@ -21,9 +25,10 @@ would, in the same order, whatever the number of workers.
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
-from model.pretraining.masking import Masker
+from model.pretraining.masking import MaskedLMBatches, Masker
 
 # TensorFlow-free, shared with the JAX backend's pipeline; re-exported here.
 from model.pretraining.pydataset import INFO, find_records  # noqa: F401
@@ -40,12 +45,16 @@ def pretraining_dataset(
     worker_index: int = 0,
     num_workers: int = 1,
     replica_batch_size: int | None = None,
+    transform=None,
 ) -> tf.data.Dataset:
-    """Batches of `({token_ids, segment_ids, padding_mask, mask_positions},
-    {mlm, nsp}, {mlm})`, endless, starting `start_step` batches in.
+    """Batches of `(inputs, labels, weights)` dicts, endless, starting
+    `start_step` batches in: `({token_ids, segment_ids, padding_mask,
+    mask_positions}, {mlm, nsp}, {mlm, nsp})` for BERT's objective.
 
-    `masker` is required for dynamically masked records and ignored for
-    static ones. Batches are full (`drop_remainder`): TPUs need static shapes.
+    `transform` (an objective's batch transform) or `masker` (BERT's masking,
+    as `MaskedLMBatches(masker)`) is required for unmasked records and
+    ignored for static ones, whose own masks are used. Batches are full
+    (`drop_remainder`): TPUs need static shapes.
 
     `batch_size` is always the global batch. With `num_workers` > 1 this
     pipeline keeps rows `[worker_index * b, (worker_index + 1) * b)` of every
@@ -67,14 +76,27 @@ def pretraining_dataset(
     files, info = find_records(pattern)
     seq_len = info["max_seq_length"]
     static = info.get("masking") == "static"
-    if not static and masker is None:
+    if transform is None and masker is not None:
+        transform = MaskedLMBatches(masker)
+    if not static and transform is None:
         raise ValueError(f"{pattern}: records are not masked; pass a Masker for dynamic masking")
     if next_sentence and not info.get("next_sentence", True):
         raise ValueError(f"{pattern}: records were made without next-sentence labels (--no-nsp)")
     num = info["num_instances"]
-    max_predictions = (
-        info["masking_config"]["max_predictions"] if static else masker.config.max_predictions
-    )
+    if static:
+        max_predictions = info["masking_config"]["max_predictions"]
+    else:
+        layout = transform.outputs(seq_len)
+        # The transform's arrays in one fixed order: (group, name, dtype, shape).
+        flat = [
+            (group, name, dtype, shape)
+            for group in ("x", "y", "sw")
+            for name, (dtype, shape) in sorted(layout[group].items())
+        ]
+
+        def run_transform(token_ids, padding_mask, keys):
+            out = transform(token_ids, padding_mask, keys)
+            return [np.asarray(out[g][n], dtype) for g, n, dtype, _ in flat]
 
     spec = {
         "input_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
@@ -127,29 +149,31 @@ def pretraining_dataset(
     def to_model(positions, serialized):
         ex = tf.io.parse_example(serialized, spec)
         token_ids = tf.cast(ex["input_ids"], tf.int32)  # (batch, seq_len)
+        padding_mask = tf.cast(ex["input_mask"], tf.int32)
+        x = {
+            "token_ids": token_ids,
+            "segment_ids": tf.cast(ex["segment_ids"], tf.int32),
+            "padding_mask": padding_mask,
+        }
         if static:
-            mask_positions = tf.cast(ex["masked_lm_positions"], tf.int32)
-            mask_ids = tf.cast(ex["masked_lm_ids"], tf.int32)
-            weights = ex["masked_lm_weights"]  # (batch, max_predictions)
+            x["mask_positions"] = tf.cast(ex["masked_lm_positions"], tf.int32)
+            y = {"mlm": tf.cast(ex["masked_lm_ids"], tf.int32)}
+            sw = {"mlm": ex["masked_lm_weights"]}  # (batch, max_predictions)
         else:
             keys = tf.stack(
                 [tf.fill(tf.shape(positions), tf.constant(seed, tf.int64)), positions], axis=1
             )
-            token_ids, mask_positions, mask_ids, weights = tf.numpy_function(
-                masker.mask_batch,
-                [token_ids, keys],
-                [tf.int32, tf.int32, tf.int32, tf.float32],
+            values = tf.numpy_function(
+                run_transform,
+                [token_ids, padding_mask, keys],
+                [tf.as_dtype(dtype) for _, _, dtype, _ in flat],
                 stateful=False,
             )
-            token_ids.set_shape([batch_size, seq_len])
-            for t in (mask_positions, mask_ids, weights):
-                t.set_shape([batch_size, max_predictions])
-        x = {
-            "token_ids": token_ids,
-            "segment_ids": tf.cast(ex["segment_ids"], tf.int32),
-            "padding_mask": tf.cast(ex["input_mask"], tf.int32),
-            "mask_positions": mask_positions,
-        }
+            out = {"x": x, "y": {}, "sw": {}}
+            for (group, name, _, shape), value in zip(flat, values):
+                value.set_shape([batch_size, *shape])
+                out[group][name] = value  # an "x" token_ids replaces the record's
+            y, sw = out["y"], out["sw"]
         # The paper's loss is the mean over the global batch's real masked
         # positions. Keras divides each replica's weighted loss by its element
         # count (batch / N * P), divides again by the N replicas and sums the
@@ -161,9 +185,9 @@ def pretraining_dataset(
         # cross-replica sum inside the loss. The price is that each worker
         # parses and masks N times the rows it trains on, which is small next
         # to a train step of the encoder.
-        scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
-        y = {"mlm": mask_ids}
-        sw = {"mlm": weights * scale}
+        for name, weights in sw.items():  # every weighted output of the objective
+            scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
+            sw[name] = weights * scale
         if next_sentence:
             y["nsp"] = tf.cast(ex["next_sentence_labels"], tf.int32)  # (batch, 1)
             sw["nsp"] = tf.ones([batch_size], tf.float32)

@@ -1,14 +1,21 @@
-"""Pre-training instances: document-aware sentence pairs, as the paper builds them.
+"""Pre-training instances in the input formats that RoBERTa's section 4.2 compares.
 
-A port of google-research/bert `create_pretraining_data.py`'s
-`create_instances_from_document`, with an injected `rng` so it is
-deterministic and testable. Segments are built from whole sentences of one
-document; half of the time segment B is the actual continuation (IsNext),
-otherwise it starts at a random sentence of another document (NotNext).
+`python -m model.data --inputs FORMAT` picks one (`INPUT_FORMATS`):
 
-One deviation from the original: a chunk is closed at its target length only
-once it holds two sentences, so short targets do not tip the labels towards
-NotNext (google-research's rule gives 57 % NotNext on Wikipedia).
+- `sentence-pairs` (BERT, the default): `create_instances_from_document`, a
+  port of google-research/bert `create_pretraining_data.py`'s function of that
+  name, with an injected `rng` so it is deterministic and testable. Segments
+  are built from whole sentences of one document; half of the time segment B
+  is the actual continuation (IsNext), otherwise it starts at a random
+  sentence of another document (NotNext). One deviation from the original: a
+  chunk is closed at its target length only once it holds two sentences, so
+  short targets do not tip the labels towards NotNext (google-research's rule
+  gives 57 % NotNext on Wikipedia).
+- `segments` (`--no-nsp`; SpanBERT, the left-to-right LM): the same function
+  without NSP, one segment of consecutive sentences of one document.
+- `full-sentences` and `doc-sentences` (RoBERTa): `SentencePacker`, full
+  sentences packed in order up to the whole length, across documents (with a
+  `[SEP]` between two) or never across one.
 """
 
 from __future__ import annotations
@@ -20,24 +27,54 @@ import numpy as np
 
 IS_NEXT, NOT_NEXT = 0, 1  # google-research's labels: 1 means "B is random"
 
+INPUT_FORMATS = ("sentence-pairs", "segments", "full-sentences", "doc-sentences")
+# The formats built by `SentencePacker`: no NSP, no short_seq_prob (RoBERTa has neither).
+PACKED_FORMATS = ("full-sentences", "doc-sentences")
+
 
 @dataclasses.dataclass(frozen=True)
 class InstanceConfig:
     """Args:
     max_seq_length: tokens per instance, `[CLS]`/`[SEP]` included.
     short_seq_prob: share of instances made shorter on purpose, so the
-        model also sees short inputs (paper: 10 %).
-    next_sentence: build A/B pairs with IsNext/NotNext labels; without it
-        each instance is one segment of consecutive sentences.
+        model also sees short inputs (paper: 10 %); `sentence-pairs` and
+        `segments` only (the packed formats ignore it).
+    next_sentence: the older switch: True is `sentence-pairs`, False
+        `segments`. Left out, it follows `inputs`; given with `inputs`, the
+        two must agree.
+    inputs: one of `INPUT_FORMATS` (the module docstring); left out, it
+        follows `next_sentence` (`sentence-pairs` when neither is given).
+
+    Example:
+        InstanceConfig(128, inputs="full-sentences")  # next_sentence False
     """
 
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
-    next_sentence: bool = True
+    next_sentence: bool | None = None
+    inputs: str | None = None
 
     def __post_init__(self):
         if self.max_seq_length < 8:
             raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        inputs, next_sentence = self.inputs, self.next_sentence
+        if inputs is None:
+            inputs = "segments" if next_sentence is False else "sentence-pairs"
+        if inputs not in INPUT_FORMATS:
+            raise ValueError(f"inputs must be one of {', '.join(INPUT_FORMATS)}; got {inputs!r}")
+        if next_sentence is not None and next_sentence != (inputs == "sentence-pairs"):
+            raise ValueError(
+                f"next_sentence={next_sentence} contradicts inputs={inputs!r} "
+                "(only sentence-pairs has next-sentence labels)"
+            )
+        # Frozen: set the resolved values once, here.
+        object.__setattr__(self, "inputs", inputs)
+        object.__setattr__(self, "next_sentence", inputs == "sentence-pairs")
+
+    @property
+    def packed(self) -> bool:
+        """Built by `SentencePacker` (full-sentences, doc-sentences)."""
+        return self.inputs in PACKED_FORMATS
 
 
 @dataclasses.dataclass
@@ -61,7 +98,10 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: random.Rand
 def create_instances_from_document(
     documents: list[list[np.ndarray]], index: int, config: InstanceConfig, rng: random.Random
 ) -> list[Instance]:
-    """Instances from `documents[index]` (a list of tokenised sentences)."""
+    """Instances from `documents[index]` (a list of tokenised sentences):
+    `sentence-pairs` or `segments`; the packed formats are `SentencePacker`'s."""
+    if config.packed:
+        raise ValueError(f"inputs={config.inputs!r} are made by SentencePacker, not per document")
     document = documents[index]
     # [CLS], [SEP], [SEP]; without NSP only [CLS] and [SEP].
     max_tokens = config.max_seq_length - (3 if config.next_sentence else 2)
@@ -117,3 +157,68 @@ def create_instances_from_document(
             chunk, chunk_len = [], 0
         i += 1
     return instances
+
+
+class SentencePacker:
+    """RoBERTa's FULL-SENTENCES and DOC-SENTENCES inputs, packed as documents stream past.
+
+    Sentences are appended in order to the current input while it stays
+    within `max_seq_length - 2` tokens (room for `[CLS]` and the final
+    `[SEP]`, added by the tokenizer's `pack`); the first sentence that does
+    not fit starts the next input, so every input but the last is as full as
+    whole sentences allow. A sentence longer than a whole input keeps its
+    first `max_seq_length - 2` tokens and loses the rest (the input it starts
+    is then full on its own).
+
+    `full-sentences` lets an input run on into the next document, with a
+    `separator_id` (`[SEP]`) between the last sentence of one and the first of
+    the next (that token counts towards the length); `doc-sentences` ends the
+    input at the document's end, however short. There is no NSP label
+    (`Instance.is_random_next` is False, `second` empty) and no randomness:
+    the inputs depend on the documents and their order only.
+
+    Args:
+        config: an `InstanceConfig` with `inputs` full-sentences or doc-sentences.
+        separator_id: the id of `[SEP]`.
+
+    Example:
+        packer = SentencePacker(InstanceConfig(128, inputs="full-sentences"), tokenizer.sep_id)
+        instances = [i for doc in documents for i in packer.add(doc)] + packer.finish()
+    """
+
+    def __init__(self, config: InstanceConfig, separator_id: int):
+        if not config.packed:
+            raise ValueError(
+                f"SentencePacker makes {' and '.join(PACKED_FORMATS)}, not {config.inputs!r}"
+            )
+        self.max_tokens = config.max_seq_length - 2  # [CLS] ... [SEP]
+        self.cross_documents = config.inputs == "full-sentences"
+        self.separator_id = separator_id
+        self._tokens: list[int] = []  # the input being filled
+
+    def add(self, document: list[np.ndarray]) -> list[Instance]:
+        """The inputs that `document` (tokenised sentences) completes, in order."""
+        done = []
+        new_document = True
+        for sentence in document:
+            tokens = sentence.tolist()[: self.max_tokens]
+            if not tokens:
+                continue
+            # RoBERTa marks a document boundary inside an input with an extra separator.
+            boundary = [self.separator_id] if new_document and self._tokens else []
+            if len(self._tokens) + len(boundary) + len(tokens) > self.max_tokens:
+                done.append(self._close())
+                boundary = []  # an input never starts with a separator
+            self._tokens += boundary + tokens
+            new_document = False
+        if not self.cross_documents:
+            done += self.finish()
+        return done
+
+    def finish(self) -> list[Instance]:
+        """The last input, not full, if one is being filled (the end of the stream)."""
+        return [self._close()] if self._tokens else []
+
+    def _close(self) -> Instance:
+        instance, self._tokens = Instance(self._tokens, [], False), []
+        return instance

@@ -131,3 +131,45 @@ class Masker:
             for row, key in zip(np.asarray(token_ids), np.asarray(seeds))
         ]
         return tuple(np.stack(x) for x in zip(*out))
+
+
+class MaskedLMBatches:
+    """The masked-LM objective's work in the input pipeline: a batch of
+    token ids in, the masked ids, the positions to predict, their labels and
+    weights out (BERT and RoBERTa).
+
+    Every objective's batch transform has this interface, so that the
+    tf.data pipeline (`model.pretraining.dataset`) and the JAX PyDataset
+    (`model.pretraining.pydataset`) run any of them unchanged:
+
+    - `outputs(seq_len)`: `{"x": {name: (dtype, shape)}, "y": ..., "sw": ...}`,
+      the arrays one example gets (shapes without the batch axis); "x" holds
+      model inputs (a `token_ids` entry replaces the record's), "y" labels and
+      "sw" their weights, keyed by the model's output names;
+    - `__call__(token_ids, padding_mask, keys)`: numpy arrays of that
+      structure with a batch axis; example `i` draws its randomness from
+      `default_rng(keys[i])` alone (keys = (run seed, stream position)), so a
+      batch is the same after a restart and different in the next epoch.
+
+    Weights are raw (1.0 real, 0.0 padding): the pipeline scales each output's
+    weights to the mean over the global batch.
+    """
+
+    def __init__(self, masker: Masker):
+        self.masker = masker
+
+    def outputs(self, seq_len: int) -> dict:
+        p = self.masker.config.max_predictions
+        return {
+            "x": {"token_ids": ("int32", [seq_len]), "mask_positions": ("int32", [p])},
+            "y": {"mlm": ("int32", [p])},
+            "sw": {"mlm": ("float32", [p])},
+        }
+
+    def __call__(self, token_ids: np.ndarray, padding_mask: np.ndarray, keys: np.ndarray) -> dict:
+        masked, positions, labels, weights = self.masker.mask_batch(token_ids, keys)
+        return {
+            "x": {"token_ids": masked, "mask_positions": positions},
+            "y": {"mlm": labels},
+            "sw": {"mlm": weights},
+        }

@@ -39,7 +39,7 @@ import threading
 import keras
 import numpy as np
 
-from model.pretraining.masking import Masker
+from model.pretraining.masking import MaskedLMBatches, Masker
 from model.pretraining.records import count_records, parse_example, read_records
 
 INFO = "dataset.json"
@@ -238,6 +238,7 @@ class PretrainingPyDataset(keras.utils.PyDataset):
         worker_index: int = 0,
         num_workers: int = 1,
         graph_seed: int | None = None,
+        transform=None,
     ):
         super().__init__(workers=1, use_multiprocessing=False)
         if batch_size % num_workers or not 0 <= worker_index < num_workers:
@@ -247,7 +248,9 @@ class PretrainingPyDataset(keras.utils.PyDataset):
         self.files, info = find_records(pattern)
         self.seq_len = info["max_seq_length"]
         self.static = info.get("masking") == "static"
-        if not self.static and masker is None:
+        if transform is None and masker is not None:
+            transform = MaskedLMBatches(masker)
+        if not self.static and transform is None:
             raise ValueError(
                 f"{pattern}: records are not masked; pass a Masker for dynamic masking"
             )
@@ -257,12 +260,9 @@ class PretrainingPyDataset(keras.utils.PyDataset):
             )
         self.has_nsp_labels = info.get("next_sentence", True)
         self.num = info["num_instances"]
-        self.max_predictions = (
-            info["masking_config"]["max_predictions"]
-            if self.static
-            else masker.config.max_predictions
-        )
-        self.batch_size, self.masker, self.seed = batch_size, masker, seed
+        if self.static:
+            self.max_predictions = info["masking_config"]["max_predictions"]
+        self.batch_size, self.transform, self.seed = batch_size, transform, seed
         self.start_step, self.shuffle_buffer = start_step, shuffle_buffer
         self.next_sentence, self.graph_seed = next_sentence, graph_seed
         rows = batch_size // num_workers
@@ -326,10 +326,15 @@ class PretrainingPyDataset(keras.utils.PyDataset):
             return np.stack([ex[name] for ex in examples]).astype(dtype)
 
         token_ids = stack("input_ids", np.int32)  # (batch, seq_len)
+        x = {
+            "token_ids": token_ids,
+            "segment_ids": stack("segment_ids", np.int32),
+            "padding_mask": stack("input_mask", np.int32),
+        }
         if self.static:
-            mask_positions = stack("masked_lm_positions", np.int32)
-            mask_ids = stack("masked_lm_ids", np.int32)
-            weights = stack("masked_lm_weights", np.float32)  # (batch, max_predictions)
+            x["mask_positions"] = stack("masked_lm_positions", np.int32)
+            y = {"mlm": stack("masked_lm_ids", np.int32)}
+            sw = {"mlm": stack("masked_lm_weights", np.float32)}  # (batch, max_predictions)
         else:
             keys = np.stack(
                 [
@@ -338,20 +343,21 @@ class PretrainingPyDataset(keras.utils.PyDataset):
                 ],
                 axis=1,
             )
-            token_ids, mask_positions, mask_ids, weights = self.masker.mask_batch(token_ids, keys)
-        x = {
-            "token_ids": token_ids,
-            "segment_ids": stack("segment_ids", np.int32),
-            "padding_mask": stack("input_mask", np.int32),
-            "mask_positions": mask_positions,
-        }
+            out = self.transform(token_ids, x["padding_mask"], keys)
+            layout = self.transform.outputs(self.seq_len)
+            cast = lambda group: {  # noqa: E731
+                name: np.asarray(value, layout[group][name][0])
+                for name, value in out[group].items()
+            }
+            x.update(cast("x"))  # an "x" token_ids replaces the record's
+            y, sw = cast("y"), cast("sw")
         # The same scaling as the TensorFlow pipeline (see the comment there):
         # the mean over the global batch's real masked positions.
-        scale = np.float32(weights.size) / np.maximum(
-            weights.sum(dtype=np.float32), np.float32(1.0)
-        )
-        y = {"mlm": mask_ids}
-        sw = {"mlm": (weights * scale).astype(np.float32)}
+        for name, weights in sw.items():
+            scale = np.float32(weights.size) / np.maximum(
+                weights.sum(dtype=np.float32), np.float32(1.0)
+            )
+            sw[name] = (weights * scale).astype(np.float32)
         if self.next_sentence:
             y["nsp"] = stack("next_sentence_labels", np.int32)  # (batch, 1)
             sw["nsp"] = np.ones(self.batch_size, np.float32)

@@ -319,3 +319,44 @@ class SpanMasker:
 def _next_at_or_after(flags: np.ndarray, values: np.ndarray, default: int) -> np.ndarray:
     """out[k] = values[j] for the first j >= k with flags[j], else `default`."""
     return np.minimum.accumulate(np.where(flags, values, default)[::-1])[::-1]
+
+
+class SpanMaskedBatches:
+    """SpanBERT's work in the input pipeline: `SpanMasker` over a batch, in the
+    batch-transform interface of `model.pretraining.masking.MaskedLMBatches`.
+    The masked-LM and SBO outputs share the labels (the original tokens) and
+    differ in their weights (edge spans have no SBO target)."""
+
+    def __init__(self, masker: SpanMasker):
+        self.masker = masker
+
+    def outputs(self, seq_len: int) -> dict:
+        p = self.masker.config.max_predictions
+        slots = {
+            name: ("int32", [p])
+            for name in (
+                "mask_positions",
+                "left_boundaries",
+                "right_boundaries",
+                "relative_positions",
+            )
+        }
+        return {
+            "x": {"token_ids": ("int32", [seq_len]), **slots},
+            "y": {"mlm": ("int32", [p]), "sbo": ("int32", [p])},
+            "sw": {"mlm": ("float32", [p]), "sbo": ("float32", [p])},
+        }
+
+    def __call__(self, token_ids: np.ndarray, padding_mask: np.ndarray, keys: np.ndarray) -> dict:
+        m = self.masker.mask_batch(token_ids, keys)
+        return {
+            "x": {
+                "token_ids": m.token_ids,
+                "mask_positions": m.mask_positions,
+                "left_boundaries": m.left_boundaries,
+                "right_boundaries": m.right_boundaries,
+                "relative_positions": m.relative_positions,
+            },
+            "y": {"mlm": m.mask_ids, "sbo": m.mask_ids},
+            "sw": {"mlm": m.mask_weights, "sbo": m.sbo_weights},
+        }

@@ -1,8 +1,12 @@
-"""Pre-training (masked LM + next sentence prediction): the work of `python -m model.train pretrain`.
+"""Pre-training: the work of `python -m model.train pretrain`.
 
 `pretrain(args)` takes the parsed flags of that command (model/train.py, whose
 docstring describes the run: checkpoints, resuming, strategies, the JAX
-backend) and trains, resuming from OUTPUT/checkpoints if it holds any.
+backend) and trains the `--objective` (model/objectives/: its batch transform
+in the input pipeline, its heads, its losses), resuming from
+OUTPUT/checkpoints if it holds any. With `--eval-data`, held-out records are
+scored after every checkpoint interval into OUTPUT/eval.json: the run's
+pre-training curve.
 """
 
 from __future__ import annotations
@@ -28,30 +32,34 @@ def resolve_config(spec: str, vocabulary_size: int, dropout: float | None):
     return config.replace(dropout=dropout) if dropout is not None else config
 
 
+# The pre-training heads a model may hold, by attribute name; a head of the
+# same name in the source checkpoint is copied, any other starts fresh.
+HEADS = ("masked_lm_head", "next_sentence_head", "span_boundary_head")
+
+
 def init_from_checkpoint(model, path: str) -> list[str]:
-    """Copies the encoder (and any pre-training heads) of `path` into `model`.
+    """Copies the encoder (and the pre-training heads it shares) of `path` into `model`.
     Returns the names of heads that had no weights in `path` (left fresh)."""
     from model import load
-    from model.heads.pretrainer import BertPretrainer
 
     source = load(path)
     src_encoder = source.encoder if hasattr(source, "encoder") else source
     ours, theirs = model.encoder.config, src_encoder.config
-    if ours.replace(dropout=0.0) != theirs.replace(dropout=0.0):
+    # Dropout is the run's; causal attention the objective's (a left-to-right run may
+    # start from a bidirectional encoder's weights): the rest must match.
+    if ours.replace(dropout=0.0, causal=False) != theirs.replace(dropout=0.0, causal=False):
         raise ValueError(f"{path}: its encoder config {theirs} differs from this run's {ours}")
     model.encoder.set_weights(src_encoder.get_weights())
     fresh = []
-    if isinstance(source, BertPretrainer):
-        model.masked_lm_head.set_weights(source.masked_lm_head.get_weights())
-        if model.next_sentence_head is not None:
-            if source.next_sentence_head is not None:
-                model.next_sentence_head.set_weights(source.next_sentence_head.get_weights())
-            else:
-                fresh.append("next_sentence_head")
-    else:
-        fresh.append("masked_lm_head")
-        if model.next_sentence_head is not None:
-            fresh.append("next_sentence_head")
+    for name in HEADS:
+        head = getattr(model, name, None)
+        if head is None:
+            continue
+        theirs = getattr(source, name, None)
+        if theirs is None:
+            fresh.append(name)
+        else:
+            head.set_weights(theirs.get_weights())
     return fresh
 
 
@@ -69,11 +77,10 @@ def pretrain(args) -> int:
     import keras
     import numpy as np
 
+    from model import objectives
     from model.checkpoints import model_dir
-    from model.heads.pretrainer import BertPretrainer
     from model.io.files import check_writable_dir, write_json
     from model.networks.encoder import BertEncoder
-    from model.pretraining.masking import Masker, MaskingConfig
     from model.pretraining.pydataset import find_records
     from model.text.wordpiece import load_vocabulary
     from model.training.checkpointing import ResumableCheckpoint
@@ -114,7 +121,28 @@ def pretrain(args) -> int:
             f"--seq-len {args.seq_len} differs from the records' {seq_len}; "
             f"make records of that length with python -m model.data"
         )
-    config = resolve_config(args.config, len(vocabulary), args.dropout)
+    objective = objectives.get(args.objective)(
+        vocabulary,
+        objectives.ObjectiveOptions(
+            seq_len=seq_len,
+            mask_rate=args.mask_rate,
+            mask_token_rate=args.mask_token_rate,
+            random_token_rate=args.random_token_rate,
+            max_predictions=args.max_predictions,
+            whole_word=args.whole_word_masking,
+            next_sentence=not args.no_nsp,
+        ),
+    )
+    objective.check_records(args.data, info)
+    if args.eval_data:
+        eval_info = find_records(args.eval_data)[1]
+        objective.check_records(args.eval_data, eval_info)
+        if eval_info["max_seq_length"] != seq_len:
+            raise ValueError(
+                f"{args.eval_data}: records of {eval_info['max_seq_length']} tokens, "
+                f"the training records' are {seq_len}"
+            )
+    config = objective.encoder_config(resolve_config(args.config, len(vocabulary), args.dropout))
     if seq_len > config.max_sequence_length:
         raise ValueError(
             f"records of {seq_len} tokens exceed the model's "
@@ -143,41 +171,31 @@ def pretrain(args) -> int:
             f"--batch-size {args.batch_size} (the global batch) is not a multiple "
             f"of the {replicas} replicas"
         )
-    next_sentence = not args.no_nsp
-    masker = None
-    if info.get("masking") != "static":
-        masker = Masker(
-            vocabulary,
-            MaskingConfig(
-                mask_rate=args.mask_rate,
-                mask_token_rate=args.mask_token_rate,
-                random_token_rate=args.random_token_rate,
-                max_predictions=args.max_predictions or math.ceil(0.15 * seq_len),
-                whole_word=args.whole_word_masking,
-            ),
-        )
+    next_sentence = objective.next_sentence
+    transform = objective.batches
     warmup = args.warmup_steps if args.warmup_steps is not None else min(10_000, args.steps // 10)
 
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.mixed_precision)
     print(
+        f"objective: {objective.name}; "
         f"backend: {keras.backend.backend()}; strategy: {strategy_name} with {replicas} "
         f"replica(s); "
         f"global batch {args.batch_size}; {info['num_instances']} instances of {seq_len} tokens"
     )
 
     with scope():
-        model = BertPretrainer(BertEncoder.from_config_object(config), next_sentence=next_sentence)
-        losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
-        metrics = {"mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
-        if next_sentence:
-            losses["nsp"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-            metrics["nsp"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        model = objective.build_model(BertEncoder.from_config_object(config))
+        if not next_sentence:
+            # Nothing reads the pooled output without NSP: frozen, the pooler gets no
+            # optimizer slots and no "Gradients do not exist" warning, and is saved as it
+            # was initialised (see model.training.finetune.freeze_unused_pooler).
+            model.encoder.pooled_dense.trainable = False
         model.compile(
             optimizer=bert_adamw(args.learning_rate, warmup, args.steps, args.weight_decay),
             # JAX always compiles its step (not compiling is eager, op by op)
-            loss=losses,
-            weighted_metrics=metrics,
+            loss=objective.losses(),
+            weighted_metrics=objective.metrics(),
             jit_compile=args.jit if tf_backend else "auto",
         )
         model.optimizer.build(model.trainable_variables)
@@ -210,7 +228,7 @@ def pretrain(args) -> int:
     stop = min(args.steps, args.stop_at or args.steps)
     if start_step < stop:
         data_args = dict(
-            masker=masker,
+            transform=transform,
             seed=args.seed,
             start_step=start_step,
             shuffle_buffer=args.shuffle_buffer,
@@ -226,6 +244,10 @@ def pretrain(args) -> int:
             dataset = distributed_pretraining_dataset(
                 strategy, args.data, args.batch_size, **data_args
             )
+            if args.eval_data:
+                # The same held-out batches every time: start 0, the run's seed.
+                eval_args = {**data_args, "start_step": 0}
+                eval_dataset = pretraining_dataset(args.eval_data, args.batch_size, **eval_args)
             prepare_fit(
                 model,
                 strategy,
@@ -244,6 +266,15 @@ def pretrain(args) -> int:
                 num_workers=process_count,
                 **data_args,
             )
+            if args.eval_data:
+                eval_dataset = PretrainingPyDataset(
+                    args.eval_data,
+                    args.batch_size,
+                    graph_seed=args.seed,
+                    worker_index=process_index,
+                    num_workers=process_count,
+                    **{**data_args, "start_step": 0},
+                )
         # One Keras "epoch" is one checkpoint interval.
         every = args.checkpoint_every
         callbacks = [
@@ -252,6 +283,8 @@ def pretrain(args) -> int:
             keras.callbacks.TerminateOnNaN(),
             _Timer(timing),
         ]
+        if args.eval_data and chief:
+            callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
         if chief and (tf_backend or _tensorflow_installed()):
             callbacks.append(
                 keras.callbacks.TensorBoard(
@@ -266,6 +299,11 @@ def pretrain(args) -> int:
             callbacks=callbacks,
             shuffle=False,
             verbose=1 if sys.stdout.isatty() else 2,
+            **(
+                {"validation_data": eval_dataset, "validation_steps": args.eval_steps}
+                if args.eval_data
+                else {}
+            ),
         )
         # A NaN on the very last step also sets stop_training with the step
         # count reached, so look at the loss itself, not only at the step.
@@ -286,11 +324,16 @@ def pretrain(args) -> int:
         model,
         args.output,
         vocab_path,
-        extra={"max_seq_length": seq_len, "lowercase": info.get("lowercase", True)},
+        extra={
+            "objective": objective.name,
+            "max_seq_length": seq_len,
+            "lowercase": info.get("lowercase", True),
+        },
     )
     elapsed = time.time() - timing.start if timing.start else 0.0
     tokens = timing.steps * args.batch_size * seq_len
     summary = {
+        "objective": objective.name,
         "steps": _step(model),
         "steps_this_run": timing.steps,
         "seconds_this_run": round(elapsed, 1),
@@ -370,3 +413,23 @@ class _Timer(_callbacks_base()):
             self.timing.start = time.time()
         else:
             self.timing.steps += 1
+
+
+class _EvalLog(_callbacks_base()):
+    """Appends the held-out metrics of every checkpoint interval, with the step,
+    to a JSON list (rewritten atomically; a resumed run goes on appending)."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        from model.io.files import read_json_object, write_json
+
+        held_out = {k[4:]: float(v) for k, v in (logs or {}).items() if k.startswith("val_")}
+        if not held_out:
+            return
+        rows = read_json_object(self.path, "eval log")["rows"] if os.path.isfile(self.path) else []
+        step = _step(self.model)
+        rows = [r for r in rows if r["step"] < step] + [{"step": step, **held_out}]
+        write_json(self.path, {"rows": rows})

@@ -1,0 +1,130 @@
+"""What every pre-training objective provides to `python -m model.train pretrain`.
+
+An objective is one unit with three parts, read top to bottom in its file:
+
+1. `batches`: its work in the input pipeline, a batch transform (numpy; the
+   interface of `model.pretraining.masking.MaskedLMBatches`), run by the
+   tf.data pipeline and the JAX PyDataset alike, on records of one of its
+   `inputs` formats (`python -m model.data --inputs`);
+2. `build_model(encoder)`: the heads it puts on the encoder, a Keras model
+   whose outputs are named like the transform's labels;
+3. `losses()` and `metrics()`: per output, the mean over the global batch
+   (the pipeline scales the weights).
+
+`encoder_config` lets an objective change the encoder itself (the
+left-to-right LM makes its attention causal, and the config records it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveOptions:
+    """The masking flags of `python -m model.train pretrain`, for the objectives that mask.
+
+    Args:
+        seq_len: the records' sequence length.
+        mask_rate, mask_token_rate, random_token_rate: the share of tokens to
+            predict and, of those, the shares replaced by [MASK] and by a
+            random token (BERT: 0.15, 0.8, 0.1).
+        max_predictions: predictions per sequence; None: the objective's
+            default for `seq_len`.
+        whole_word: BERT's whole-word masking.
+        next_sentence: BERT's next-sentence prediction (`--no-nsp` turns it off).
+    """
+
+    seq_len: int
+    mask_rate: float = 0.15
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
+    max_predictions: int | None = None
+    whole_word: bool = False
+    next_sentence: bool = True
+
+
+class Objective:
+    """Base class. Subclasses set the class attributes and implement the methods.
+
+    Attributes:
+        name: the `--objective` value.
+        inputs: the record formats (dataset.json "inputs") it trains on.
+        static_masks: whether records masked at creation (`--masking static`)
+            can be used as they are.
+    """
+
+    name: str = ""
+    inputs: tuple[str, ...] = ()
+    static_masks: bool = False
+
+    def __init__(self, vocabulary: list[str], options: ObjectiveOptions):
+        self.vocabulary = vocabulary
+        self.options = options
+        self.next_sentence = False
+
+    # === The input pipeline ===
+    @property
+    def batches(self):
+        """The batch transform the input pipeline runs."""
+        raise NotImplementedError
+
+    def check_records(self, pattern: str, info: dict) -> None:
+        """Refuses records this objective cannot train on, naming the flag that makes the right ones."""
+        inputs = records_inputs(info)
+        if inputs not in self.inputs:
+            raise ValueError(
+                f"{pattern}: records of {inputs} inputs; --objective {self.name} trains on "
+                f"{' or '.join(self.inputs)} (python -m model.data --inputs {self.inputs[0]})"
+            )
+        if info.get("masking") == "static" and not self.static_masks:
+            raise ValueError(
+                f"{pattern}: records masked at creation (--masking static); --objective "
+                f"{self.name} masks in the input pipeline: make them with --masking dynamic"
+            )
+        if self.next_sentence and not info.get("next_sentence", True):
+            raise ValueError(
+                f"{pattern}: records were made without next-sentence labels (--no-nsp)"
+            )
+
+    # === The model ===
+    def encoder_config(self, config):
+        """The encoder's `BertConfig` for this objective (most keep it as it is)."""
+        return config
+
+    def build_model(self, encoder):
+        raise NotImplementedError
+
+    # === The loss ===
+    def losses(self) -> dict:
+        import keras
+
+        return {
+            name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            for name in self.outputs()
+        }
+
+    def metrics(self) -> dict:
+        import keras
+
+        return {
+            name: [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+            for name in self.outputs()
+        }
+
+    def outputs(self) -> tuple[str, ...]:
+        """The model's output names (each with a label in the batch)."""
+        raise NotImplementedError
+
+    def max_predictions(self, share: float) -> int:
+        """`--max-predictions`, else `share` of the sequence length, rounded up."""
+        return self.options.max_predictions or math.ceil(share * self.options.seq_len)
+
+
+def records_inputs(info: dict) -> str:
+    """The inputs format of records (dataset.json); records made before the
+    `--inputs` flag are sentence pairs, or segments when made with --no-nsp."""
+    if "input_format" in info:
+        return info["input_format"]
+    return "sentence-pairs" if info.get("next_sentence", True) else "segments"

@@ -1,0 +1,50 @@
+"""BERT's objective (the paper, section 3.1): masked LM + next sentence prediction.
+
+    python -m model.data --inputs sentence-pairs ...          # A/B pairs, IsNext/NotNext labels
+    python -m model.train pretrain --objective bert ...       # --no-nsp: the "No NSP" ablation
+
+- batches: 15 % of the tokens chosen (whole words with --whole-word-masking),
+  80 % of them [MASK], 10 % a random token, 10 % unchanged; fresh masks every
+  epoch, or the records' own masks when made with `--masking static`;
+- heads: the masked-LM head (tied to the token embedding, evaluated only at
+  the masked positions) and the NSP head on the pooled output (`BertPretrainer`);
+- loss: masked-LM cross-entropy (mean over the masked positions) + NSP
+  cross-entropy.
+"""
+
+from __future__ import annotations
+
+from model.objectives.base import Objective, ObjectiveOptions
+from model.pretraining.masking import MaskedLMBatches, Masker, MaskingConfig
+
+
+class Bert(Objective):
+    name = "bert"
+    inputs = ("sentence-pairs", "segments")
+    static_masks = True
+
+    def __init__(self, vocabulary: list[str], options: ObjectiveOptions):
+        super().__init__(vocabulary, options)
+        self.next_sentence = options.next_sentence
+        if self.next_sentence:
+            self.inputs = ("sentence-pairs",)
+
+    @property
+    def batches(self):
+        o = self.options
+        config = MaskingConfig(
+            mask_rate=o.mask_rate,
+            mask_token_rate=o.mask_token_rate,
+            random_token_rate=o.random_token_rate,
+            max_predictions=self.max_predictions(0.15),
+            whole_word=o.whole_word,
+        )
+        return MaskedLMBatches(Masker(self.vocabulary, config))
+
+    def build_model(self, encoder):
+        from model.heads.pretrainer import BertPretrainer
+
+        return BertPretrainer(encoder, next_sentence=self.next_sentence)
+
+    def outputs(self) -> tuple[str, ...]:
+        return ("mlm", "nsp") if self.next_sentence else ("mlm",)
