@@ -41,6 +41,7 @@ from tests.helpers import (
     weights_of,
     write_sst2,
 )
+from tests.test_objectives import INPUTS  # the record format each objective trains on
 
 _TMP = re.compile(r"^\.ckpt-(\d{8})\.tmp-")
 
@@ -193,7 +194,7 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
 
 @pytest.mark.parametrize(
     "objective, inputs",
-    [("roberta", "full-sentences"), ("spanbert", "segments"), ("ltr", "segments")],
+    [(name, INPUTS[name]) for name in ("roberta", "spanbert", "ltr")],
 )
 def test_every_objective_resumes_after_kill_to_the_uninterrupted_weights(
     objective, inputs, tmp_path, capsys

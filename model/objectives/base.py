@@ -50,7 +50,7 @@ class Objective:
 
     Attributes:
         name: the `--objective` value.
-        inputs: the record formats (dataset.json "inputs") it trains on.
+        inputs: the record formats (dataset.json "input_format") it trains on.
         static_masks: whether records masked at creation (`--masking static`)
             can be used as they are.
     """
@@ -82,10 +82,6 @@ class Objective:
             raise ValueError(
                 f"{pattern}: records masked at creation (--masking static); --objective "
                 f"{self.name} masks in the input pipeline: make them with --masking dynamic"
-            )
-        if self.next_sentence and not info.get("next_sentence", True):
-            raise ValueError(
-                f"{pattern}: records were made without next-sentence labels (--no-nsp)"
             )
 
     # === The model ===

@@ -28,4 +28,3 @@ class Roberta(Bert):
 
     def __init__(self, vocabulary: list[str], options: ObjectiveOptions):
         super().__init__(vocabulary, dataclasses.replace(options, next_sentence=False))
-        self.inputs = Roberta.inputs

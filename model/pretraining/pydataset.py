@@ -263,6 +263,7 @@ class PretrainingPyDataset(keras.utils.PyDataset):
         if self.static:
             self.max_predictions = info["masking_config"]["max_predictions"]
         self.batch_size, self.transform, self.seed = batch_size, transform, seed
+        self.layout = None if self.static else transform.outputs(self.seq_len)
         self.start_step, self.shuffle_buffer = start_step, shuffle_buffer
         self.next_sentence, self.graph_seed = next_sentence, graph_seed
         rows = batch_size // num_workers
@@ -344,9 +345,8 @@ class PretrainingPyDataset(keras.utils.PyDataset):
                 axis=1,
             )
             out = self.transform(token_ids, x["padding_mask"], keys)
-            layout = self.transform.outputs(self.seq_len)
             cast = lambda group: {  # noqa: E731
-                name: np.asarray(value, layout[group][name][0])
+                name: np.asarray(value, self.layout[group][name][0])
                 for name, value in out[group].items()
             }
             x.update(cast("x"))  # an "x" token_ids replaces the record's

@@ -234,6 +234,8 @@ def pretrain(args) -> int:
             shuffle_buffer=args.shuffle_buffer,
             next_sentence=next_sentence,
         )
+        # The same held-out batches every time: from the stream's start, the run's seed.
+        eval_args = {**data_args, "start_step": 0}
         if tf_backend:
             from model.pretraining.dataset import (
                 distributed_pretraining_dataset,
@@ -245,8 +247,6 @@ def pretrain(args) -> int:
                 strategy, args.data, args.batch_size, **data_args
             )
             if args.eval_data:
-                # The same held-out batches every time: start 0, the run's seed.
-                eval_args = {**data_args, "start_step": 0}
                 eval_dataset = pretraining_dataset(args.eval_data, args.batch_size, **eval_args)
             prepare_fit(
                 model,
@@ -258,23 +258,19 @@ def pretrain(args) -> int:
 
             # The same batches as TensorFlow's pipeline in a process where
             # keras.utils.set_random_seed(--seed) set TensorFlow's graph seed.
-            dataset = PretrainingPyDataset(
-                args.data,
-                args.batch_size,
-                graph_seed=args.seed,
-                worker_index=process_index,
-                num_workers=process_count,
-                **data_args,
-            )
-            if args.eval_data:
-                eval_dataset = PretrainingPyDataset(
-                    args.eval_data,
+            def py_dataset(path, **kwargs):
+                return PretrainingPyDataset(
+                    path,
                     args.batch_size,
                     graph_seed=args.seed,
                     worker_index=process_index,
                     num_workers=process_count,
-                    **{**data_args, "start_step": 0},
+                    **kwargs,
                 )
+
+            dataset = py_dataset(args.data, **data_args)
+            if args.eval_data:
+                eval_dataset = py_dataset(args.eval_data, **eval_args)
         # One Keras "epoch" is one checkpoint interval.
         every = args.checkpoint_every
         callbacks = [
