@@ -47,6 +47,11 @@ class BertConfig:
             model, not of one run: the paper kept the left-only constraint at
             fine-tuning too, so every head, evaluation and export built from
             this config keeps it.
+        embedding_dim: width of the token, position and segment embeddings
+            when it differs from `hidden_dim` (ELECTRA's factorised
+            embedding: 128 for a hidden width of 256); a dense layer projects
+            the embeddings' output to `hidden_dim` before the first block.
+            None: `hidden_dim`, no projection (BERT).
 
     Example:
     >>> BertConfig.preset("tiny").hidden_dim
@@ -68,6 +73,13 @@ class BertConfig:
     # False: the bidirectional BERT. A config.json written before this field
     # existed has no "causal" key and so loads as the model it was.
     causal: bool = False
+    # None: the embeddings are hidden_dim wide (every BERT; old config.json files).
+    embedding_dim: int | None = None
+
+    @property
+    def embedding_size(self) -> int:
+        """The embeddings' width: `embedding_dim`, else `hidden_dim`."""
+        return self.embedding_dim or self.hidden_dim
 
     def __post_init__(self):
         for name in (
@@ -95,6 +107,15 @@ class BertConfig:
             value = getattr(self, name)
             if not _is_number(value) or not value > 0:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        if self.embedding_dim is not None and (
+            not isinstance(self.embedding_dim, int)
+            or isinstance(self.embedding_dim, bool)
+            or self.embedding_dim < 1
+        ):
+            raise ValueError(
+                f"BertConfig.embedding_dim must be a positive integer or null, "
+                f"got {self.embedding_dim!r}"
+            )
         if not isinstance(self.causal, bool):
             raise ValueError(f"BertConfig.causal must be true or false, got {self.causal!r}")
         if self.activation not in ACTIVATIONS:
@@ -174,6 +195,12 @@ class BertConfig:
                 "Google's bert_config.json cannot express a causal (left-to-right) "
                 "encoder; its modeling.py always attends in both directions"
             )
+        if self.embedding_size != self.hidden_dim:
+            raise ValueError(
+                f"Google's bert_config.json cannot express embeddings {self.embedding_size} "
+                f"wide under a hidden width of {self.hidden_dim} (an ELECTRA-style "
+                f"factorised embedding); BERT's modeling.py has no projection"
+            )
         return {
             "attention_probs_dropout_prob": self.dropout,
             "hidden_act": "gelu" if self.activation == GELU_APPROXIMATE else self.activation,
@@ -225,4 +252,12 @@ PRESETS = {
     "large": BertConfig(num_layers=24, num_heads=16, hidden_dim=1024, intermediate_dim=4096),
     # sentence-transformers/all-MiniLM-L6-v2: a BERT with 6 layers of width 384.
     "minilm-l6": BertConfig(num_layers=6, num_heads=12, hidden_dim=384, intermediate_dim=1536),
+    # ELECTRA-Small (Clark et al. 2020, Table 6): 128-wide embeddings projected to 256.
+    "electra-small": BertConfig(
+        num_layers=12, num_heads=4, hidden_dim=256, intermediate_dim=1024, embedding_dim=128
+    ),
+    # For a CPU: `mini`'s depth with ELECTRA-Small's width and factorised embedding.
+    "electra-mini": BertConfig(
+        num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024, embedding_dim=128
+    ),
 }

@@ -128,17 +128,20 @@ def parse_args(argv):
     )
     pre.add_argument(
         "--objective",
-        choices=("bert", "roberta", "spanbert", "ltr"),
+        choices=("bert", "roberta", "spanbert", "ltr", "electra"),
         default="bert",
         help="bert: masked LM + NSP (records --inputs sentence-pairs); roberta: masked LM, "
         "fresh masks every epoch, no NSP (full-sentences or doc-sentences); spanbert: span "
         "masking, masked LM + span boundary objective (segments); ltr: left-to-right LM with "
-        "causal attention, kept downstream (segments). Default: %(default)s",
+        "causal attention, kept downstream (segments); electra: a small generator's samples "
+        "at the masked positions, a discriminator that tells every token replaced or "
+        "original (segments or the packed formats). Default: %(default)s",
     )
     pre.add_argument(
         "--config",
         default="mini",
-        help="preset (tiny, mini, small, medium, base, large, minilm-l6) "
+        help="preset (tiny, mini, small, medium, base, large, minilm-l6, electra-small, "
+        "electra-mini) "
         "or a config JSON (ours or Google's bert_config.json)",
     )
     pre.add_argument("--data", required=True, help="record files: a glob or a directory")
@@ -192,10 +195,34 @@ def parse_args(argv):
         "spanbert: 25%%, room for the span that reaches the 15%% budget)",
     )
     g.add_argument("--mask-rate", type=float, default=0.15)
-    g.add_argument("--mask-token-rate", type=float, default=0.8)
-    g.add_argument("--random-token-rate", type=float, default=0.1)
+    g.add_argument(
+        "--mask-token-rate",
+        type=float,
+        default=None,
+        help="of the chosen tokens, the share made [MASK] (default: 0.8; electra: 0.85)",
+    )
+    g.add_argument(
+        "--random-token-rate",
+        type=float,
+        default=None,
+        help="of the chosen tokens, the share made a random token (default: 0.1; electra: 0)",
+    )
     g.add_argument("--whole-word-masking", action="store_true")
     g.add_argument("--shuffle-buffer", type=int, default=10_000)
+    g = pre.add_argument_group("electra")
+    g.add_argument(
+        "--generator-size",
+        type=float,
+        default=0.25,
+        help="the generator's width as a share of the discriminator's (default: %(default)s)",
+    )
+    g.add_argument(
+        "--discriminator-weight",
+        type=float,
+        default=50.0,
+        help="λ, the weight of the discriminator's loss beside the generator's "
+        "(default: %(default)s)",
+    )
     add_common_flags(pre)
 
     fine = sub.add_parser(

@@ -115,9 +115,7 @@ def test_block_masks_rebuild_the_causal_forward_pass(encoder):
     """Code that runs the blocks itself (feature-based mode) gets the same mask."""
     x = inputs_of()
     e = encoder
-    h = e.token_embedding(x["token_ids"])
-    h = e.embeddings_add([h, e.position_embedding(h), e.segment_embedding(x["segment_ids"])])
-    h = e.embeddings_dropout(e.embeddings_layer_norm(h))
+    h = e.embed(x["token_ids"], x["segment_ids"])
     masks = e.block_masks(x["padding_mask"])
     assert set(masks) == {"padding_mask", "attention_mask"}
     for block in e.transformer_layers:

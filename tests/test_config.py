@@ -43,6 +43,8 @@ def expected_parameters(c: BertConfig) -> int:
         ("base", 12, 12, 768, 3072),
         ("large", 24, 16, 1024, 4096),
         ("minilm-l6", 6, 12, 384, 1536),
+        ("electra-small", 12, 4, 256, 1024),
+        ("electra-mini", 4, 4, 256, 1024),
     ],
 )
 def test_preset_shapes(name, layers, heads, hidden, intermediate):
@@ -61,6 +63,7 @@ def test_preset_shapes(name, layers, heads, hidden, intermediate):
 def test_presets_are_all_tested():
     assert sorted(PRESETS) == sorted(
         ["tiny", "mini", "small", "medium", "base", "large", "minilm-l6"]
+        + ["electra-small", "electra-mini"]
     )
 
 

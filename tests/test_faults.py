@@ -194,7 +194,7 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
 
 @pytest.mark.parametrize(
     "objective, inputs",
-    [(name, INPUTS[name]) for name in ("roberta", "spanbert", "ltr")],
+    [(name, INPUTS[name]) for name in ("roberta", "spanbert", "ltr", "electra")],
 )
 def test_every_objective_resumes_after_kill_to_the_uninterrupted_weights(
     objective, inputs, tmp_path, capsys

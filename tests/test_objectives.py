@@ -1,4 +1,4 @@
-"""`python -m model.train pretrain --objective {bert,roberta,spanbert,ltr}`: each objective
+"""`python -m model.train pretrain --objective {bert,roberta,spanbert,ltr,electra}`: each objective
 trains from the same command, learns, is saved and reloaded, and refuses records it cannot use."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ INPUTS = {
     "roberta": "full-sentences",
     "spanbert": "segments",
     "ltr": "segments",
+    "electra": "segments",
 }
 # What the saved config.json says the model is.
 TASKS = {
@@ -31,6 +32,7 @@ TASKS = {
     "roberta": "pretraining",
     "spanbert": "span_pretraining",
     "ltr": "causal_lm",
+    "electra": "electra_pretraining",
 }
 
 
@@ -96,6 +98,7 @@ def test_every_objective_overfits_one_batch(name, records):
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=objective.losses(),
+        loss_weights=objective.loss_weights(),
         weighted_metrics=objective.metrics(),
     )
     first = model.evaluate(x, y, sample_weight=sw, verbose=0, return_dict=True)["loss"]
@@ -105,7 +108,7 @@ def test_every_objective_overfits_one_batch(name, records):
     assert last < 0.3 * first, (first, last)
 
 
-@pytest.mark.parametrize("name", ["roberta", "spanbert", "ltr"])
+@pytest.mark.parametrize("name", ["roberta", "spanbert", "ltr", "electra"])
 def test_the_pyDataset_gives_the_tf_data_batches(name, records):
     """The JAX backend's pipeline (numpy) runs the same transform on the same examples."""
     directory = records[INPUTS[name]]

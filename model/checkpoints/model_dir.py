@@ -11,6 +11,8 @@ rebuilds its model with no other input. Tasks and their fields:
     pretraining        next_sentence          BertPretrainer (MLM [+ NSP])
     span_pretraining   max_span_tokens, position_dim   SpanBertPretrainer (MLM + SBO)
     causal_lm                                 BertCausalLM (left-to-right LM; encoder causal)
+    electra_pretraining  generator_size, seed ElectraPretrainer (generator + discriminator)
+    replaced_token_detection                  ElectraDiscriminator (ELECTRA's discriminator)
     classifier         num_labels, dropout, id2label   BertClassifier
     token_classifier   num_labels, dropout, id2label   BertTokenClassifier
     question_answerer                         BertQuestionAnswerer
@@ -36,6 +38,7 @@ import keras
 from model.config import BertConfig
 from model.heads.causal_lm import BertCausalLM
 from model.heads.classifier import BertClassifier
+from model.heads.electra import ElectraDiscriminator, ElectraPretrainer
 from model.heads.multiple_choice import BertMultipleChoice
 from model.heads.pretrainer import BertPretrainer
 from model.heads.question_answerer import BertQuestionAnswerer
@@ -53,6 +56,8 @@ TASKS = (
     "pretraining",
     "span_pretraining",
     "causal_lm",
+    "electra_pretraining",
+    "replaced_token_detection",
     "classifier",
     "token_classifier",
     "question_answerer",
@@ -78,6 +83,12 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
         )
     if task == "causal_lm":
         return BertCausalLM(encoder)
+    if task == "electra_pretraining":
+        return ElectraPretrainer(
+            encoder, generator_size=info.get("generator_size", 0.25), seed=info.get("seed")
+        )
+    if task == "replaced_token_detection":
+        return ElectraDiscriminator(encoder)
     if task == "classifier":
         return BertClassifier(
             encoder,
@@ -130,6 +141,14 @@ def describe(model: keras.Model) -> dict:
         }
     if isinstance(model, BertCausalLM):
         return {"task": "causal_lm", "encoder": model.encoder.config.to_dict()}
+    if isinstance(model, ElectraPretrainer):
+        return {
+            "task": "electra_pretraining",
+            "encoder": model.encoder.config.to_dict(),
+            **model.head_config(),
+        }
+    if isinstance(model, ElectraDiscriminator):
+        return {"task": "replaced_token_detection", "encoder": model.encoder.config.to_dict()}
     if isinstance(model, (BertClassifier, BertTokenClassifier)):
         task = "classifier" if isinstance(model, BertClassifier) else "token_classifier"
         info = {

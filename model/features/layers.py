@@ -64,11 +64,7 @@ class LayerFeatures:
         }
         # The encoder's own forward pass, keeping every block's output.
         e = encoder
-        tokens = e.token_embedding(inputs["token_ids"])  # (batch, seq_len, hidden_dim)
-        x = e.embeddings_add(
-            [tokens, e.position_embedding(tokens), e.segment_embedding(inputs["segment_ids"])]
-        )
-        x = e.embeddings_dropout(e.embeddings_layer_norm(x))
+        x = e.embed(inputs["token_ids"], inputs["segment_ids"])  # (batch, seq_len, hidden_dim)
         masks = e.block_masks(inputs["padding_mask"])  # causal encoders keep their mask
         blocks = []
         for block in e.transformer_layers:

@@ -14,6 +14,10 @@ attention probabilities of every layer are available (`with_attention()`),
 and `causal=True` makes it the paper's left-to-right baseline ("LTR & No
 NSP", section 5.1): every block attends only to positions at or before its
 own, and the pooled output reads the last real token, not `[CLS]`.
+With `embedding_dim` (ELECTRA's factorised embedding) the embeddings are
+narrower than the blocks and a dense layer, `embeddings_projection`, widens
+them; `shared_embeddings=` builds an encoder over another's embedding layers
+(ELECTRA's generator, which shares the discriminator's).
 
     python -c "from model.networks.encoder import BertEncoder; BertEncoder.from_preset('tiny').summary()"
 """
@@ -116,6 +120,11 @@ class BertEncoder(keras.Model):
         **config: the fields of `model.config.BertConfig`.
         dtype: a Keras dtype policy, e.g. `"mixed_bfloat16"`; None follows the
             global policy.
+        shared_embeddings: another `BertEncoder` whose token, position and
+            segment embeddings and embedding LayerNorm this one uses (the same
+            layer objects, so the same variables); its `embedding_size` must
+            equal this config's. Not part of `get_config`: the model that
+            shares them (ELECTRA's pre-trainer) rebuilds the sharing itself.
 
     Example:
     >>> encoder = BertEncoder.from_preset("tiny")
@@ -126,39 +135,78 @@ class BertEncoder(keras.Model):
     (1, 8, 32)
     """
 
-    def __init__(self, dtype=None, name="bert_encoder", trainable=True, **config):
+    def __init__(
+        self, dtype=None, name="bert_encoder", trainable=True, shared_embeddings=None, **config
+    ):
         cfg = BertConfig(**config)
         init = lambda: keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
 
         # === Layers ===
         # Every sublayer is an attribute whose `name=` equals the attribute
         # name, which keeps checkpoint mapping a table lookup.
-        self.token_embedding = ReversibleEmbedding(
-            input_dim=cfg.vocabulary_size,
-            output_dim=cfg.hidden_dim,
-            embeddings_initializer=init(),
-            dtype=dtype,
-            name="token_embedding",
-        )
-        self.position_embedding = PositionEmbedding(
-            sequence_length=cfg.max_sequence_length,
-            initializer=init(),
-            dtype=dtype,
-            name="position_embedding",
-        )
-        self.segment_embedding = keras.layers.Embedding(
-            input_dim=cfg.num_segments,
-            output_dim=cfg.hidden_dim,
-            embeddings_initializer=init(),
-            dtype=dtype,
-            name="segment_embedding",
-        )
+        if shared_embeddings is not None:
+            theirs = shared_embeddings.config
+            if (
+                theirs.embedding_size,
+                theirs.vocabulary_size,
+                theirs.max_sequence_length,
+                theirs.num_segments,
+            ) != (
+                cfg.embedding_size,
+                cfg.vocabulary_size,
+                cfg.max_sequence_length,
+                cfg.num_segments,
+            ):
+                raise ValueError(
+                    f"{name}: cannot share the embeddings of {shared_embeddings.name}: "
+                    f"embedding size, vocabulary, positions or segments differ "
+                    f"({cfg.embedding_size}, {cfg.vocabulary_size}, {cfg.max_sequence_length}, "
+                    f"{cfg.num_segments} against {theirs.embedding_size}, "
+                    f"{theirs.vocabulary_size}, {theirs.max_sequence_length}, "
+                    f"{theirs.num_segments})"
+                )
+            self.token_embedding = shared_embeddings.token_embedding
+            self.position_embedding = shared_embeddings.position_embedding
+            self.segment_embedding = shared_embeddings.segment_embedding
+            self.embeddings_layer_norm = shared_embeddings.embeddings_layer_norm
+        else:
+            self.token_embedding = ReversibleEmbedding(
+                input_dim=cfg.vocabulary_size,
+                output_dim=cfg.embedding_size,
+                embeddings_initializer=init(),
+                dtype=dtype,
+                name="token_embedding",
+            )
+            self.position_embedding = PositionEmbedding(
+                sequence_length=cfg.max_sequence_length,
+                initializer=init(),
+                dtype=dtype,
+                name="position_embedding",
+            )
+            self.segment_embedding = keras.layers.Embedding(
+                input_dim=cfg.num_segments,
+                output_dim=cfg.embedding_size,
+                embeddings_initializer=init(),
+                dtype=dtype,
+                name="segment_embedding",
+            )
+            self.embeddings_layer_norm = keras.layers.LayerNormalization(
+                epsilon=cfg.layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+            )
         self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=cfg.layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
-        )
         self.embeddings_dropout = keras.layers.Dropout(
             cfg.dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        # ELECTRA's factorised embedding: embedding_size -> hidden_dim.
+        self.embeddings_projection = (
+            keras.layers.Dense(
+                cfg.hidden_dim,
+                kernel_initializer=init(),
+                dtype=dtype,
+                name="embeddings_projection",
+            )
+            if cfg.embedding_size != cfg.hidden_dim
+            else None
         )
         self.transformer_layers = [
             TransformerEncoder(
@@ -195,12 +243,7 @@ class BertEncoder(keras.Model):
         self.config = cfg
 
     def _forward(self, inputs, return_attention):
-        tokens = self.token_embedding(inputs["token_ids"])  # (batch, seq_len, hidden_dim)
-        positions = self.position_embedding(tokens)  # (batch, seq_len, hidden_dim)
-        segments = self.segment_embedding(inputs["segment_ids"])  # (batch, seq_len, hidden_dim)
-        x = self.embeddings_add([tokens, positions, segments])
-        x = self.embeddings_layer_norm(x)
-        x = self.embeddings_dropout(x)
+        x = self.embed(inputs["token_ids"], inputs["segment_ids"])  # (batch, seq_len, hidden_dim)
         padding_mask = inputs["padding_mask"]
         masks = self.block_masks(padding_mask)
         attention = []
@@ -225,6 +268,21 @@ class BertEncoder(keras.Model):
             # (batch, num_layers, num_heads, seq_len, seq_len)
             outputs["attention_probs"] = _Stack(name="attention_probs")(attention)
         return outputs
+
+    def embed(self, token_ids, segment_ids):
+        """(batch, seq_len) ids -> (batch, seq_len, hidden_dim): the embeddings
+        summed, normalised, dropped out and (factorised) projected, the input of
+        the first block. Code that runs the blocks itself calls this."""
+        # (batch, seq_len, embedding_size), which is hidden_dim unless factorised
+        tokens = self.token_embedding(token_ids)
+        positions = self.position_embedding(tokens)
+        segments = self.segment_embedding(segment_ids)
+        x = self.embeddings_add([tokens, positions, segments])
+        x = self.embeddings_layer_norm(x)
+        x = self.embeddings_dropout(x)
+        if self.embeddings_projection is not None:
+            x = self.embeddings_projection(x)  # (batch, seq_len, hidden_dim)
+        return x
 
     def block_masks(self, padding_mask) -> dict:
         """The mask arguments of every Transformer block's call, for

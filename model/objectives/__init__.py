@@ -5,6 +5,8 @@ go on the encoder, and the loss (`python -m model.train pretrain --objective NAM
     roberta   masked LM with fresh masks every epoch, no NSP, FULL-SENTENCES inputs
     spanbert  whole-word span masking, masked LM + span boundary objective
     ltr       left-to-right LM: causal attention, every position predicts the next token
+    electra   a small generator fills the masked positions, a discriminator tells every
+              token replaced or original
 
 A new objective is a new file here (a subclass of `base.Objective`) and a line in `OBJECTIVES`.
 """
@@ -13,12 +15,13 @@ from __future__ import annotations
 
 from model.objectives.base import Objective, ObjectiveOptions
 from model.objectives.bert import Bert
+from model.objectives.electra import Electra
 from model.objectives.ltr import LeftToRight
 from model.objectives.roberta import Roberta
 from model.objectives.spanbert import SpanBert
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (Bert, Roberta, SpanBert, LeftToRight)
+    cls.name: cls for cls in (Bert, Roberta, SpanBert, LeftToRight, Electra)
 }
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveOptions", "get"]

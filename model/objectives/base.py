@@ -6,10 +6,11 @@ An objective is one unit with three parts, read top to bottom in its file:
    interface of `model.pretraining.masking.MaskedLMBatches`), run by the
    tf.data pipeline and the JAX PyDataset alike, on records of one of its
    `inputs` formats (`python -m model.data --inputs`);
-2. `build_model(encoder)`: the heads it puts on the encoder, a Keras model
-   whose outputs are named like the transform's labels;
-3. `losses()` and `metrics()`: per output, the mean over the global batch
-   (the pipeline scales the weights).
+2. `build_model(encoder, seed)`: the heads it puts on the encoder, a Keras
+   model whose outputs are named like the transform's labels (`seed`, the
+   run's, for an objective that draws inside the graph: ELECTRA's sampling);
+3. `losses()`, `loss_weights()` and `metrics()`: per output, the mean over
+   the global batch (the pipeline scales the weights).
 
 `encoder_config` lets an objective change the encoder itself (the
 left-to-right LM makes its attention causal, and the config records it).
@@ -29,20 +30,25 @@ class ObjectiveOptions:
         seq_len: the records' sequence length.
         mask_rate, mask_token_rate, random_token_rate: the share of tokens to
             predict and, of those, the shares replaced by [MASK] and by a
-            random token (BERT: 0.15, 0.8, 0.1).
+            random token; None: the objective's own (BERT's 0.8 and 0.1,
+            ELECTRA's 0.85 and 0.0).
         max_predictions: predictions per sequence; None: the objective's
             default for `seq_len`.
         whole_word: BERT's whole-word masking.
         next_sentence: BERT's next-sentence prediction (`--no-nsp` turns it off).
+        generator_size, discriminator_weight: ELECTRA's generator width (a share
+            of the discriminator's) and the weight λ of its discriminator loss.
     """
 
     seq_len: int
     mask_rate: float = 0.15
-    mask_token_rate: float = 0.8
-    random_token_rate: float = 0.1
+    mask_token_rate: float | None = None
+    random_token_rate: float | None = None
     max_predictions: int | None = None
     whole_word: bool = False
     next_sentence: bool = True
+    generator_size: float = 0.25
+    discriminator_weight: float = 50.0
 
 
 class Objective:
@@ -58,6 +64,9 @@ class Objective:
     name: str = ""
     inputs: tuple[str, ...] = ()
     static_masks: bool = False
+    # Of the chosen tokens, the shares made [MASK] and a random token, unless flags say otherwise.
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
 
     def __init__(self, vocabulary: list[str], options: ObjectiveOptions):
         self.vocabulary = vocabulary
@@ -84,12 +93,36 @@ class Objective:
                 f"{self.name} masks in the input pipeline: make them with --masking dynamic"
             )
 
+    def replacement_rates(self) -> tuple[float, float]:
+        """(mask_token_rate, random_token_rate): the flags', else this objective's."""
+        o = self.options
+        return (
+            self.mask_token_rate if o.mask_token_rate is None else o.mask_token_rate,
+            self.random_token_rate if o.random_token_rate is None else o.random_token_rate,
+        )
+
+    def masker(self):
+        """BERT's token masking with this objective's rates and the flags
+        (`model.pretraining.masking.Masker`), 15 % of the length predicted at most."""
+        from model.pretraining.masking import Masker, MaskingConfig
+
+        o = self.options
+        mask_token_rate, random_token_rate = self.replacement_rates()
+        config = MaskingConfig(
+            mask_rate=o.mask_rate,
+            mask_token_rate=mask_token_rate,
+            random_token_rate=random_token_rate,
+            max_predictions=self.max_predictions(0.15),
+            whole_word=o.whole_word,
+        )
+        return Masker(self.vocabulary, config)
+
     # === The model ===
     def encoder_config(self, config):
         """The encoder's `BertConfig` for this objective (most keep it as it is)."""
         return config
 
-    def build_model(self, encoder):
+    def build_model(self, encoder, seed=None):
         raise NotImplementedError
 
     # === The loss ===
@@ -100,6 +133,10 @@ class Objective:
             name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
             for name in self.outputs()
         }
+
+    def loss_weights(self) -> dict | None:
+        """Per output, its weight in the total loss (None: all 1)."""
+        return None
 
     def metrics(self) -> dict:
         import keras

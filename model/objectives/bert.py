@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from model.objectives.base import Objective, ObjectiveOptions
-from model.pretraining.masking import MaskedLMBatches, Masker, MaskingConfig
+from model.pretraining.masking import MaskedLMBatches
 
 
 class Bert(Objective):
@@ -31,17 +31,9 @@ class Bert(Objective):
 
     @property
     def batches(self):
-        o = self.options
-        config = MaskingConfig(
-            mask_rate=o.mask_rate,
-            mask_token_rate=o.mask_token_rate,
-            random_token_rate=o.random_token_rate,
-            max_predictions=self.max_predictions(0.15),
-            whole_word=o.whole_word,
-        )
-        return MaskedLMBatches(Masker(self.vocabulary, config))
+        return MaskedLMBatches(self.masker())
 
-    def build_model(self, encoder):
+    def build_model(self, encoder, seed=None):
         from model.heads.pretrainer import BertPretrainer
 
         return BertPretrainer(encoder, next_sentence=self.next_sentence)

@@ -30,7 +30,7 @@ class LeftToRight(Objective):
     def encoder_config(self, config):
         return config.replace(causal=True)
 
-    def build_model(self, encoder):
+    def build_model(self, encoder, seed=None):
         from model.heads.causal_lm import BertCausalLM
 
         return BertCausalLM(encoder)

@@ -27,16 +27,17 @@ class SpanBert(Objective):
     @property
     def batches(self):
         o = self.options
+        mask_token_rate, random_token_rate = self.replacement_rates()
         config = SpanMaskingConfig(
             mask_rate=o.mask_rate,
-            mask_token_rate=o.mask_token_rate,
-            random_token_rate=o.random_token_rate,
+            mask_token_rate=mask_token_rate,
+            random_token_rate=random_token_rate,
             # room for the span that reaches the 15 % budget to overshoot it
             max_predictions=self.max_predictions(0.25),
         )
         return SpanMaskedBatches(SpanMasker(self.vocabulary, config))
 
-    def build_model(self, encoder):
+    def build_model(self, encoder, seed=None):
         from model.heads.span_pretrainer import SpanBertPretrainer
 
         return SpanBertPretrainer(encoder)

@@ -131,6 +131,8 @@ def pretrain(args) -> int:
             max_predictions=args.max_predictions,
             whole_word=args.whole_word_masking,
             next_sentence=not args.no_nsp,
+            generator_size=args.generator_size,
+            discriminator_weight=args.discriminator_weight,
         ),
     )
     objective.check_records(args.data, info)
@@ -185,7 +187,7 @@ def pretrain(args) -> int:
     )
 
     with scope():
-        model = objective.build_model(BertEncoder.from_config_object(config))
+        model = objective.build_model(BertEncoder.from_config_object(config), seed=args.seed)
         if not next_sentence:
             # Nothing reads the pooled output without NSP: frozen, the pooler gets no
             # optimizer slots and no "Gradients do not exist" warning, and is saved as it
@@ -195,6 +197,7 @@ def pretrain(args) -> int:
             optimizer=bert_adamw(args.learning_rate, warmup, args.steps, args.weight_decay),
             # JAX always compiles its step (not compiling is eager, op by op)
             loss=objective.losses(),
+            loss_weights=objective.loss_weights(),
             weighted_metrics=objective.metrics(),
             jit_compile=args.jit if tf_backend else "auto",
         )

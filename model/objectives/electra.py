@@ -1,0 +1,146 @@
+"""ELECTRA's objective (Clark et al. 2020): replaced-token detection, as google-research/electra.
+
+    python -m model.data --inputs segments ...                # or full-sentences / doc-sentences
+    python -m model.train pretrain --objective electra ...    # --generator-size, --discriminator-weight
+
+- batches: 15 % of the positions chosen (never [CLS], [SEP] or padding), 85 %
+  of them made [MASK] and 15 % left as they are, no random token (the
+  reference's `pretrain_helpers.mask`); fresh every epoch. Labels: the masked
+  tokens for the generator, the whole original sequence for the discriminator,
+  weighted by its real (non-padding) tokens;
+- heads: a generator (a masked LM `--generator-size` as wide, over the
+  discriminator's embeddings) whose samples replace the masked tokens, and the
+  discriminator, which scores every token original (0) or replaced (1); a
+  sample equal to the original counts as original (`ElectraPretrainer`);
+- loss: the generator's masked-LM cross-entropy + λ x the discriminator's
+  sigmoid cross-entropy over the real tokens, λ = `--discriminator-weight`
+  (50). The sample is drawn under stop-gradient, so the discriminator's loss
+  reaches the generator only through the embeddings they share.
+
+Metrics: the generator's masked-LM accuracy; the discriminator's accuracy on
+replaced and on original tokens apart (85-95 % of tokens stay original, so a
+single accuracy says little), its precision, recall (= the accuracy on
+replaced tokens) and AUC.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+from model.objectives.base import Objective
+from model.pretraining.masking import MaskedLMBatches
+
+
+class ReplacedTokenBatches(MaskedLMBatches):
+    """ELECTRA's work in the input pipeline: BERT's masking (`MaskedLMBatches`,
+    at ELECTRA's rates), plus the discriminator's label, the original sequence,
+    weighted by the real tokens."""
+
+    def outputs(self, seq_len: int) -> dict:
+        out = super().outputs(seq_len)
+        out["y"]["rtd"] = ("int32", [seq_len])
+        out["sw"]["rtd"] = ("float32", [seq_len])
+        return out
+
+    def __call__(self, token_ids: np.ndarray, padding_mask: np.ndarray, keys: np.ndarray) -> dict:
+        out = super().__call__(token_ids, padding_mask, keys)
+        out["y"]["rtd"] = np.asarray(token_ids, np.int32)
+        out["sw"]["rtd"] = np.asarray(padding_mask, np.float32)
+        return out
+
+
+def replaced_token_targets(original_ids, rtd_output):
+    """(labels, logits), each (batch, seq_len) float32, from the original ids
+    and the "rtd" output of `ElectraPretrainer` ([..., 0] logits, [..., 1] the
+    token the discriminator was shown): 1 exactly where that token differs
+    from the original (a sample equal to the original counts as original)."""
+    shown = ops.cast(rtd_output[..., 1], "int32")
+    labels = ops.cast(ops.not_equal(shown, ops.cast(original_ids, "int32")), "float32")
+    return labels, rtd_output[..., 0]
+
+
+class ReplacedTokenLoss(keras.losses.Loss):
+    """The discriminator's sigmoid cross-entropy, per token."""
+
+    def __init__(self, name="replaced_token_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        labels, logits = replaced_token_targets(y_true, y_pred)
+        # max(x, 0) - x * z + log(1 + exp(-|x|)): stable for any logit
+        return ops.maximum(logits, 0.0) - logits * labels + ops.log1p(ops.exp(-ops.abs(logits)))
+
+
+class ReplacedTokenMetric(keras.metrics.Metric):
+    """A Keras metric of the discriminator's (labels, probabilities), over
+    every real token or only the replaced (`only="replaced"`) or original ones."""
+
+    def __init__(self, metric, only=None, name=None, **kwargs):
+        super().__init__(name=name or metric.name, **kwargs)
+        if only not in (None, "replaced", "original"):
+            raise ValueError(f"only must be None, 'replaced' or 'original', got {only!r}")
+        self.metric = metric
+        self.only = only
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels, logits = replaced_token_targets(y_true, y_pred)
+        weights = ops.ones_like(labels) if sample_weight is None else sample_weight
+        if self.only == "replaced":
+            weights = weights * labels
+        elif self.only == "original":
+            weights = weights * (1.0 - labels)
+        self.metric.update_state(labels, ops.sigmoid(logits), sample_weight=weights)
+
+    def result(self):
+        return self.metric.result()
+
+    def reset_state(self):
+        self.metric.reset_state()
+
+
+def replaced_token_metrics() -> list:
+    M = keras.metrics
+    return [
+        ReplacedTokenMetric(M.BinaryAccuracy(), "replaced", name="replaced_accuracy"),
+        ReplacedTokenMetric(M.BinaryAccuracy(), "original", name="original_accuracy"),
+        ReplacedTokenMetric(M.Precision(thresholds=0.5), name="precision"),
+        ReplacedTokenMetric(M.Recall(thresholds=0.5), name="recall"),
+        ReplacedTokenMetric(M.AUC(num_thresholds=200), name="auc"),
+    ]
+
+
+class Electra(Objective):
+    name = "electra"
+    inputs = ("segments", "full-sentences", "doc-sentences")
+    # google-research/electra: 85 % [MASK], 15 % kept, no random token.
+    mask_token_rate = 0.85
+    random_token_rate = 0.0
+
+    @property
+    def batches(self):
+        return ReplacedTokenBatches(self.masker())
+
+    def build_model(self, encoder, seed=None):
+        from model.heads.electra import ElectraPretrainer
+
+        return ElectraPretrainer(encoder, generator_size=self.options.generator_size, seed=seed)
+
+    def outputs(self) -> tuple[str, ...]:
+        return ("mlm", "rtd")
+
+    def losses(self) -> dict:
+        return {
+            "mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "rtd": ReplacedTokenLoss(),
+        }
+
+    def loss_weights(self) -> dict:
+        return {"mlm": 1.0, "rtd": self.options.discriminator_weight}
+
+    def metrics(self) -> dict:
+        return {
+            "mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            "rtd": replaced_token_metrics(),
+        }
