@@ -1,17 +1,30 @@
-"""Converts BERT checkpoints between Google TF1, Hugging Face and our Keras format.
+"""Converts BERT (and ELECTRA) checkpoints between Google TF1, Hugging Face and our Keras format.
 
     python -m model.convert --from hf /path/to/all-MiniLM-L6-v2 --to keras runs/minilm
     python -m model.convert --from google uncased_L-4_H-256_A-4 --to hf runs/bert-mini-hf
     python -m model.convert --from keras runs/classifier --to hf runs/classifier-hf
     python -m model.convert --from hf SRC --to keras DST --task classifier --num-labels 3 --allow-new-heads
+    python -m model.convert --from hf electra-small-discriminator --to keras runs/electra-small
+    python -m model.convert --from keras runs/electra --to hf runs/electra-hf   # a pre-training run
 
 Formats (a folder each):
     google  bert_config.json, bert_model.ckpt.{index,data-*}, vocab.txt  (encoder + pre-training heads)
     hf      config.json, model.safetensors, vocab.txt   (BertModel, BertForPreTraining, BertForMaskedLM,
             BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
-            BertForMultipleChoice)
+            BertForMultipleChoice; ELECTRA: ElectraModel, ElectraForPreTraining, ElectraForMaskedLM)
     keras   config.json, model.weights.h5, vocab.txt (our model directory; DST ending in
             `.keras` writes a single Keras file, without the vocabulary)
+
+ELECTRA (model_type "electra"): ElectraForPreTraining reads as task
+replaced_token_detection, ElectraForMaskedLM (a generator) as pretraining
+without NSP, ElectraModel as encoder, each over an encoder with the factorised
+embedding (`embedding_dim`); ELECTRA has no pooler, so ours is created fresh
+and a note says so. Written to hf, an ELECTRA pre-training run directory
+(task electra_pretraining) becomes two folders: DST holds the discriminator
+(ElectraForPreTraining), DST/generator the generator (ElectraForMaskedLM). An
+encoder or masked LM with a factorised embedding is written as ElectraModel /
+ElectraForMaskedLM; any other task over one is refused (BertModel has no
+embedding projection).
 
 Nothing is guessed and nothing is silent: a missing, unexpected or mis-shaped
 tensor, or a vocabulary that does not fit the embedding, stops the conversion

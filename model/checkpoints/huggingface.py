@@ -15,6 +15,10 @@ Architectures and our models:
     BertForQuestionAnswering        BertQuestionAnswerer
     BertForMultipleChoice           BertMultipleChoice
 
+ELECTRA folders (`model_type` "electra": ElectraModel, ElectraForPreTraining,
+ElectraForMaskedLM, and an ELECTRA pre-training run as two folders) are read
+and written by `model.checkpoints.electra`; `read` and `write` hand them over.
+
 `pytorch_model.bin` is a pickle: reading it runs whatever code it names, so it
 is refused (convert it to safetensors where it is trusted). Weights are read
 with the numpy reader in `model.checkpoints.safetensors_io`, not torch.
@@ -70,17 +74,14 @@ def architecture_of(info: dict) -> str:
 # === Mapping ===
 
 
-def weight_entries(model, prefix: str) -> list[Entry]:
-    """One Entry per Keras variable of `model`, named as transformers names it.
-
-    `prefix` is "bert." in every task model and "" in a bare `BertModel`.
-    """
-    from model.checkpoints.model_dir import encoder_of
-
-    cfg = encoder_of(model).config
+def encoder_entries(encoder, prefix: str) -> list[Entry]:
+    """The Entries of `encoder`'s embeddings and Transformer blocks (not its
+    pooler), named as transformers' BertModel names them under `prefix`.
+    ELECTRA's `ElectraModel` names them the same way (`model.checkpoints.electra`)."""
+    cfg = encoder.config
     hidden, heads = cfg.hidden_dim, cfg.num_heads
     head_dim = hidden // heads
-    v = {w.path: w for w in model.weights}
+    v = {w.path: w for w in encoder.weights}
     T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
     p = prefix
     entries = [
@@ -136,6 +137,20 @@ def weight_entries(model, prefix: str) -> list[Entry]:
             Entry(f"{h}output.LayerNorm.weight", v[f"{k}feedforward_layer_norm/gamma"]),
             Entry(f"{h}output.LayerNorm.bias", v[f"{k}feedforward_layer_norm/beta"]),
         ]
+    return entries
+
+
+def weight_entries(model, prefix: str) -> list[Entry]:
+    """One Entry per Keras variable of `model`, named as transformers names it.
+
+    `prefix` is "bert." in every task model and "" in a bare `BertModel`.
+    """
+    from model.checkpoints.model_dir import encoder_of
+
+    v = {w.path: w for w in model.weights}
+    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
+    p = prefix
+    entries = encoder_entries(encoder_of(model), prefix)
     entries += [
         Entry(f"{p}pooler.dense.weight", v["pooled_dense/kernel"], T, T, part="pooled_dense"),
         Entry(f"{p}pooler.dense.bias", v["pooled_dense/bias"], part="pooled_dense"),
@@ -186,11 +201,18 @@ def weight_entries(model, prefix: str) -> list[Entry]:
 # === Reading ===
 
 
-def read_config(directory: str) -> dict:
+def model_type(directory: str) -> str:
+    """The folder's `model_type` ("bert" when the config names none, as old BERT folders)."""
     path = os.path.join(directory, CONFIG)
     data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
-    if data.get("model_type", "bert") != "bert":
-        raise ValueError(f"{path}: model_type is {data['model_type']!r}, not 'bert'")
+    return data.get("model_type", "bert")
+
+
+def read_config(directory: str, expected_type: str = "bert") -> dict:
+    path = os.path.join(directory, CONFIG)
+    data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
+    if data.get("model_type", "bert") != expected_type:
+        raise ValueError(f"{path}: model_type is {data.get('model_type')!r}, not {expected_type!r}")
     tok_path = os.path.join(directory, TOKENIZER_CONFIG)
     if "do_lower_case" not in data and os.path.isfile(tok_path):
         tok = read_json_object(tok_path, "tokenizer config")
@@ -228,7 +250,8 @@ def read_tensors(directory: str) -> tuple[dict[str, np.ndarray], str]:
 
 
 def read(directory: str, task: str | None = None, allow_new_heads: bool = False, **task_options):
-    """(model, vocab_path, notes) from a Hugging Face BERT folder.
+    """(model, vocab_path, notes) from a Hugging Face BERT folder (or an ELECTRA
+    one, read by `model.checkpoints.electra.read`).
 
     Args:
         directory: the folder.
@@ -238,8 +261,11 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         **task_options: `next_sentence`, `num_labels`, `num_choices`, `dropout`.
     """
     from model.checkpoints.model_dir import build_model
-    from model.text.wordpiece import load_vocabulary
 
+    if model_type(directory) == "electra":
+        from model.checkpoints import electra
+
+        return electra.read(directory, task, allow_new_heads, **task_options)
     data = read_config(directory)
     config = BertConfig.from_dict(data, source=os.path.join(directory, CONFIG))
     archs = data.get("architectures") or []
@@ -285,6 +311,13 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         ignored=lambda n: n == f"{prefix}embeddings.position_ids",
     )
 
+    return model, check_vocabulary(directory, config), notes
+
+
+def check_vocabulary(directory: str, config: BertConfig) -> str:
+    """The folder's vocab.txt, refused (with its path) unless it fits the token embedding."""
+    from model.text.wordpiece import load_vocabulary
+
     vocab_path = os.path.join(directory, VOCAB)
     vocab = load_vocabulary(vocab_path)
     if len(vocab) != config.vocabulary_size:
@@ -292,15 +325,25 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
             f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
             f"embedding has {config.vocabulary_size} rows (vocab_size)"
         )
-    return model, vocab_path, notes
+    return vocab_path
 
 
 def _check_tied(tensors: dict, prefix: str, source: str) -> None:
-    """Older files also store the tied MLM decoder; it must equal what it is tied to."""
-    for tied, origin in (
-        ("cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
-        ("cls.predictions.decoder.bias", "cls.predictions.bias"),
-    ):
+    check_tied(
+        tensors,
+        (
+            ("cls.predictions.decoder.weight", f"{prefix}embeddings.word_embeddings.weight"),
+            ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+        ),
+        source,
+    )
+
+
+def check_tied(tensors: dict, pairs, source: str) -> None:
+    """Older files also store the tied MLM decoder; it must equal what it is tied to.
+
+    `pairs`: (tied tensor, the tensor it is tied to); an equal tied copy is removed."""
+    for tied, origin in pairs:
         if tied in tensors:
             if origin not in tensors or not np.array_equal(tensors[tied], tensors[origin]):
                 raise ValueError(
@@ -325,6 +368,15 @@ def hf_config(model) -> dict:
         raise ValueError(
             "a causal (left-to-right) model has no Hugging Face BERT form: "
             "transformers' BertModel pools [CLS] where ours pools the last real token"
+        )
+    if cfg.embedding_size != cfg.hidden_dim:
+        # Only an encoder, a masked LM and ELECTRA's models have ELECTRA forms
+        # (`model.checkpoints.electra`), which `write` chose before reaching here.
+        raise ValueError(
+            f"task {info['task']!r} over embeddings {cfg.embedding_size} wide under a hidden "
+            f"width of {cfg.hidden_dim} (ELECTRA's factorised embedding) has no Hugging Face "
+            f"form: transformers' BertModel has no embedding projection, and ELECTRA's "
+            f"task heads differ from ours; write its encoder (--task encoder) instead"
         )
     arch = architecture_of(info)
     act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
@@ -359,7 +411,14 @@ def hf_config(model) -> dict:
 
 
 def write(model, directory: str, vocab_path: str) -> list[str]:
-    """Writes a folder `transformers.AutoModel*.from_pretrained` reads; returns notes."""
+    """Writes a folder `transformers.AutoModel*.from_pretrained` reads; returns notes.
+
+    ELECTRA's models, and encoders and masked LMs with a factorised embedding,
+    are written as ELECTRA (`model.checkpoints.electra`)."""
+    from model.checkpoints import electra
+
+    if electra.writes_as_electra(model):
+        return electra.write(model, directory, vocab_path)
     data = hf_config(model)
     arch = data["architectures"][0]
     prefix = "" if arch == "BertModel" else "bert."
@@ -373,15 +432,22 @@ def write(model, directory: str, vocab_path: str) -> list[str]:
     write_json(os.path.join(directory, CONFIG), data)
     from model.checkpoints.model_dir import encoder_of
 
+    write_tokenizer(directory, encoder_of(model).config, vocab_path, "BertTokenizer")
+    return notes
+
+
+def write_tokenizer(
+    directory: str, config: BertConfig, vocab_path: str, tokenizer_class: str
+) -> None:
+    """tokenizer_config.json and a copy of vocab.txt (unless it is already there)."""
     write_json(
         os.path.join(directory, TOKENIZER_CONFIG),
         {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": encoder_of(model).config.lowercase,
-            "model_max_length": encoder_of(model).config.max_sequence_length,
+            "tokenizer_class": tokenizer_class,
+            "do_lower_case": config.lowercase,
+            "model_max_length": config.max_sequence_length,
         },
     )
     if os.path.abspath(vocab_path) != os.path.abspath(os.path.join(directory, VOCAB)):
         with atomic_path(os.path.join(directory, VOCAB)) as tmp:
             shutil.copyfile(vocab_path, tmp)
-    return notes
