@@ -118,6 +118,14 @@ def copy_hf(arch, tmp_path):
 # === Parity with the reference implementation ===
 
 
+@pytest.mark.parametrize("arch", NO_POOLER)
+def test_a_folder_without_a_pooler_reads_with_a_fresh_one_and_says_so(arch):
+    """transformers builds these without a pooler: reading them needs no --allow-new-heads
+    (`finetune --init` reads without it), and the note names the fresh pooler."""
+    _, _, notes = read(os.path.join(TINY, arch))
+    assert any(n.startswith("pooled_dense: not in") and arch in n for n in notes), notes
+
+
 @pytest.mark.parametrize("arch", sorted(hf_checkpoint.ARCHITECTURES))
 def test_tiny_parity_with_transformers(arch):
     directory = os.path.join(TINY, arch)

@@ -301,8 +301,17 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
     tensors, source = read_tensors(directory)
     prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
     _check_tied(tensors, prefix, source)
-    notes = assign(
-        weight_entries(model, prefix),
+    entries, notes = weight_entries(model, prefix), []
+    if arch in WITHOUT_POOLER and f"{prefix}pooler.dense.weight" not in tensors:
+        # transformers builds these without a pooler: none is missing, so ours starts
+        # fresh (a head on pooled_output trains it) without --allow-new-heads.
+        entries = [e for e in entries if e.part != "pooled_dense"]
+        notes.append(
+            f"pooled_dense: not in {source} ({arch} has no pooler); created fresh with "
+            f"random initialisation"
+        )
+    notes += assign(
+        entries,
         tensors,
         source,
         allow_new_heads=allow_new_heads,
