@@ -41,7 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m app",
         description="The BERT demo app (masked words, attention, "
-        "sentiment, question answering, named entities) on local models.",
+        "sentiment, question answering, named entities; replaced tokens with an ELECTRA "
+        "model) on local models.",
     )
     parser.add_argument(
         "--models",
@@ -169,6 +170,8 @@ def main(argv=None) -> int:
     for key, slot in slots.items():
         took = f" ({slot.load_seconds:.2f} s)" if slot.ready else ""
         log.info("%-10s %s%s", key, slot.describe(), took)
+    for line in models.hidden_views(slots, args.models):
+        log.info("%s", line)
     try:
         demo = start(slots, args)
     except Exception as e:  # port taken, address not available: say so, no traceback

@@ -12,6 +12,12 @@ pre-training model always can), so assets/models needs no encoder bundle. Views 
 share one loaded model. A view with no model, or whose model fails to load or to answer a test
 sentence, gets a message saying what is missing and how to make it; the app starts anyway.
 
+`OPTIONAL_VIEWS` are shown only when a model for them is there: with none, `load_all` gives them
+no slot, so the app has no tab and no endpoint for them and is otherwise unchanged. Today one:
+Replaced tokens (ELECTRA's discriminator, planned folder assets/models/electra: a bundle that
+`python -m export` writes from an ELECTRA run; the Keras backend also takes the run directory,
+task "electra_pretraining", whose generator lets the view corrupt a sentence).
+
 The LiteRT path imports only `export.runtime` (numpy + ai_edge_litert): no TensorFlow. The Keras
 path loads `model.checkpoints.model_dir` and `model.text.tokenizer` and wraps the Keras model in a `predict`
 callable that returns what a bundle's model returns, so both backends answer through the same
@@ -111,7 +117,24 @@ VIEWS = (
         "tag",
     ),
 )
-VIEW = {v.key: v for v in VIEWS}
+# Shown only when their model is present (the module docstring).
+OPTIONAL_VIEWS = (
+    View(
+        "replaced_tokens",
+        "Replaced tokens",
+        "replaced_token_detection",
+        "electra",
+        (),
+        'ELECTRA\'s discriminator (a bundle of task "replaced_token_detection"; one exported '
+        'from an ELECTRA pre-training run also has its generator, a "generator" signature)',
+        "python -m model.train pretrain --objective electra ...",
+        "detect_replaced",
+    ),
+)
+VIEW = {v.key: v for v in VIEWS + OPTIONAL_VIEWS}
+# Keras model directories whose task serves another task's view: an ELECTRA pre-training run
+# is a discriminator (and its generator), as its bundle is.
+KERAS_VIEW_TASKS = {"electra_pretraining": "replaced_token_detection"}
 
 
 @dataclass
@@ -143,6 +166,8 @@ class Slot:
             parts.append(f"fine-tuned on {info['finetuned_task']}")
         if info.get("task") != self.view.task:  # a fallback: e.g. attention from a pre-trainer
             parts.append(f"{self.view.method}() through its encoder")
+        if "corrupt" in getattr(self.model, "methods", ()):
+            parts.append("with its generator")
         if info.get("backend") == "keras":
             parts.append("Keras")
         elif info.get("quantization"):
@@ -177,6 +202,8 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
         task = info.get("task") or ("encoder" if backend == "keras" else None)
         if backend == "keras" and "encoder" not in info:
             task = "encoder"
+        if backend == "keras":
+            task = KERAS_VIEW_TASKS.get(task, task)
         found.setdefault(task, []).append((path, info))
     return found, problems
 
@@ -268,7 +295,8 @@ def load_all(
     num_threads: int | None = None,
     warm_up: bool = True,
 ) -> dict[str, Slot]:
-    """{view key: Slot} for every view; never raises for a missing or broken model."""
+    """{view key: Slot} for every view, and for each optional view a model is found for;
+    never raises for a missing or broken model."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     found, problems = discover(models_dir, backend)
@@ -276,9 +304,11 @@ def load_all(
         log.warning("%s", p)
     slots = {}
     loaded = {}  # path -> the first slot that loaded it: views on one folder share its model
-    for view in VIEWS:
+    for view in VIEWS + OPTIONAL_VIEWS:
         slot = Slot(view)
         candidates = candidates_for(view, found, backend)
+        if not candidates and view in OPTIONAL_VIEWS:
+            continue  # hidden: no tab, no endpoint
         if not candidates:
             slot.problem = missing_message(view, models_dir, backend)
         for path, info in candidates[:1]:
@@ -335,6 +365,8 @@ def warm(view: View, model) -> tuple | None:
         model.answer("where did the cat sit ?", "the cat sat on the mat .")
     elif view.key == "entities":
         model.tag("the cat sat on the mat .")
+    elif view.key == "replaced_tokens":
+        model.detect_replaced("the cat sat on the mat .")
     return None
 
 
@@ -370,13 +402,15 @@ def load_keras(directory: str):
         "backend": "keras",
     }
     next_sentence = bool(config.get("next_sentence", True))
+    signatures = None
+    if task == "pretraining":
+        # A pre-trainer's encoder, as a pre-training bundle's "encoder" signature serves it.
+        signatures = {"encoder": keras_predict(keras_model.encoder, "encoder")}
+    elif task == "electra_pretraining":
+        # The discriminator and the generator, as the run's bundle serves them.
+        task = info["task"] = KERAS_VIEW_TASKS[task]
+        signatures = {"generator": keras_predict(keras_model, "generator")}
     predict = keras_predict(keras_model, task, next_sentence=next_sentence)
-    # A pre-trainer's encoder, as a pre-training bundle's "encoder" signature serves it.
-    signatures = (
-        {"encoder": keras_predict(keras_model.encoder, "encoder")}
-        if task == "pretraining"
-        else None
-    )
     return runtime.EdgeModel(predict, tokenizer, info, signatures)
 
 
@@ -400,9 +434,22 @@ def main(argv=None) -> int:
     parser.add_argument("models", nargs="?", default=DEFAULT_MODELS)
     parser.add_argument("--backend", choices=BACKENDS, default="litert")
     args = parser.parse_args(argv)
-    for key, slot in load_all(args.models, args.backend).items():
+    slots = load_all(args.models, args.backend)
+    for key, slot in slots.items():
         print(f"{key:10s} {slot.describe()}")
+    for line in hidden_views(slots, args.models):
+        print(line)
     return 0
+
+
+def hidden_views(slots: dict, models_dir: str) -> list[str]:
+    """A line for each optional view left out of `slots` (no model for it in `models_dir`)."""
+    return [
+        f"{view.key} view hidden: no {view.task} model in {models_dir} (it shows "
+        f"{view.what}; planned folder {os.path.join(models_dir, view.folder)})"
+        for view in OPTIONAL_VIEWS
+        if view.key not in slots
+    ]
 
 
 if __name__ == "__main__":

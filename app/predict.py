@@ -2,7 +2,7 @@
 
 Each view function takes the view's `models.Slot`, the user's inputs and the `Limits`, checks the
 inputs, calls the model through the runtime API only (`fill_mask`, `attention`, `classify`,
-`answer`, `tag`; see export/README.md) and returns a dict {output name: value} in the forms
+`answer`, `tag`, `detect_replaced`, `corrupt`; see export/README.md) and returns a dict {output name: value} in the forms
 the Gradio components take (`OUTPUTS[view]` lists the names in the order `app.ui` wires them):
 HighlightedText values, gr.Label confidences, table rows, HTML (bars, heatmaps) and a JSON-able
 "raw" dict for API users. A bad input, a missing model or a failing model never raises: the view
@@ -46,6 +46,9 @@ OUTPUTS = {
     "sentiment": ("status", "label", "raw"),
     "answer": ("status", "context", "nbest", "raw"),
     "entities": ("status", "spans", "entities", "words", "raw"),
+    "replaced_tokens": ("status", "spans", "table", "raw"),
+    # The Replaced tokens view's generator button: the corrupted text for the text box first.
+    "corrupt": ("text", "status", "spans", "table", "raw"),
 }
 # What an output shows when there is nothing to show (HTML wants a string, the rest None).
 _EMPTY = {"bars": "", "head_map": "", "average_map": "", "grid": ""}
@@ -615,7 +618,143 @@ def entities(slot, text, limits: Limits = Limits()) -> dict:
     }
 
 
+# === Replaced tokens (ELECTRA) ===
+
+# Labels of the highlighted tokens: "replaced" is the discriminator's call; after the generator
+# corrupted the text, each call is checked against what it really did.
+REPLACED_COLORS = {
+    "replaced": "#ef4444",
+    "caught": "#22c55e",
+    "missed": "#f59e0b",
+    "false alarm": "#ef4444",
+}
+# The generator's share of WordPieces: pre-training's 15 %, and the range the view offers.
+CORRUPT_RATE, MIN_RATE, MAX_RATE = 0.15, 0.05, 0.5
+MAX_SEED = 2**31 - 1
+
+
+@view_output("replaced_tokens")
+def replaced_tokens(slot, text, limits: Limits = Limits()) -> dict:
+    """The discriminator's call on every WordPiece of the text, with its probability."""
+    model = require(slot)
+    text = check_text(text, "text", limits)
+    return detection_outputs(model, text, call(slot, "detect_replaced", text))
+
+
+@view_output("corrupt")
+def corrupt(slot, text, rate=CORRUPT_RATE, seed=None, limits: Limits = Limits()) -> dict:
+    """The generator corrupts the text as in pre-training; then the discriminator's call on the
+    result, each one checked against what the generator did. "text" is the corrupted text."""
+    model = require(slot)
+    text = check_text(text, "text", limits)
+    rate = clamp_float(rate, MIN_RATE, MAX_RATE, "share of WordPieces to replace")
+    seed = None if seed in (None, "") else clamp_int(seed, 0, MAX_SEED, "seed")
+    corrupted = call(slot, "corrupt", text, rate=rate, seed=seed)
+    detected = call(slot, "detect_replaced", corrupted["text"])
+    # The truth is per WordPiece of the generator's input; it applies to the discriminator's
+    # reading when the corrupted text reads as the same WordPieces, but for a "##" lost where a
+    # drawn continuation starts a word (it does unless a draw merges or splits words).
+    same = len(detected["tokens"]) == len(corrupted["tokens"]) and all(
+        a["token"].removeprefix("##") == b["token"].removeprefix("##")
+        for a, b in zip(detected["tokens"], corrupted["tokens"])
+    )
+    truth = [t["replaced"] for t in corrupted["tokens"]] if same else None
+    out = detection_outputs(model, corrupted["text"], detected, truth, corrupted)
+    out["text"] = corrupted["text"]
+    out["raw"] = {"corrupt": jsonable(corrupted), "detect_replaced": out["raw"]}
+    return out
+
+
+def detection_outputs(model, text: str, result: dict, truth=None, corrupted=None) -> dict:
+    """The view's outputs for `detect_replaced`'s `result` on `text`; `truth` (a bool per
+    WordPiece: replaced by the generator) labels each call caught, missed or false alarm."""
+    tokens = result["tokens"]
+    flagged = [t["replaced"] for t in tokens]
+    labels = []
+    for k, call_replaced in enumerate(flagged):
+        if truth is None:
+            labels.append("replaced" if call_replaced else None)
+        elif call_replaced:
+            labels.append("caught" if truth[k] else "false alarm")
+        else:
+            labels.append("missed" if truth[k] else None)
+    entities, seen = [], set()
+    for t, label in zip(tokens, labels):
+        # Pieces of a word whose characters cannot be split share its span: highlight it once.
+        if label is not None and (t["start"], t["end"]) not in seen:
+            seen.add((t["start"], t["end"]))
+            entities.append({"entity": label, "start": int(t["start"]), "end": int(t["end"])})
+    rows = [
+        [
+            k,
+            t["token"],
+            round(float(t["probability_replaced"]), 4),
+            "yes" if t["replaced"] else "",
+            "" if truth is None else ("yes" if truth[k] else "no"),
+        ]
+        for k, t in enumerate(tokens)
+    ]
+    notes = [
+        truncation_note(model, text) if result.get("truncated") else None,
+        unknown_note([t["token"] for t in tokens]),
+    ]
+    if corrupted is not None and truth is None:
+        notes.append(
+            "The corrupted text reads as other WordPieces than the generator wrote (a draw "
+            "joined or split a word), so the calls are not checked against it; the raw output "
+            "has what the generator replaced."
+        )
+    return {
+        "status": status_line(detection_headline(tokens, truth, corrupted), notes),
+        "spans": {"text": text, "entities": entities},
+        "table": rows,
+        "raw": jsonable(result),
+    }
+
+
+def detection_headline(tokens: list[dict], truth=None, corrupted=None) -> str:
+    n = len(tokens)
+    flagged = sorted((t for t in tokens if t["replaced"]), key=lambda t: -t["probability_replaced"])
+    listed = ", ".join(f"“{t['token']}” ({t['probability_replaced']:.0%})" for t in flagged[:5])
+    more = f" and {len(flagged) - 5} more" if len(flagged) > 5 else ""
+    if flagged:
+        called = f"{len(flagged)} of {n} WordPieces look replaced: {listed}{more}."
+    else:
+        top = max(tokens, key=lambda t: t["probability_replaced"])
+        called = (
+            f"No WordPiece looks replaced (every probability is at most 50%; the highest: "
+            f"“{top['token']}”, {top['probability_replaced']:.0%})."
+        )
+    if corrupted is None:
+        return called
+    replaced = len(corrupted["replaced"])
+    done = (
+        f"The generator replaced {replaced} of {len(corrupted['tokens'])} WordPieces "
+        f"(it drew at {len(corrupted['masked'])}, seed {corrupted['seed']})."
+    )
+    if truth is None:
+        return f"{done} {called}"
+    caught = sum(t["replaced"] and r for t, r in zip(tokens, truth))
+    missed = sum(r and not t["replaced"] for t, r in zip(tokens, truth))
+    false = sum(t["replaced"] and not r for t, r in zip(tokens, truth))
+    return (
+        f"{done} {called} Caught {caught}, missed {missed}, "
+        f"{false} false alarm{'s' if false != 1 else ''}."
+    )
+
+
 # === Helpers ===
+
+
+def clamp_float(value, low: float, high: float, name: str) -> float:
+    """`value` as a float in [low, high], or InputError."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"The {name} must be a number, not {value!r}.") from None
+    if not low <= number <= high:
+        raise InputError(f"The {name} must be between {low:g} and {high:g}, not {number:g}.")
+    return number
 
 
 def clamp_int(value, low: int, high: int, name: str) -> int:

@@ -3,6 +3,8 @@
 `build(slots, limits)` returns the Blocks; `python -m app` launches it with `CSS`. Every view's
 prediction is a named API endpoint (`fill_mask`, `attention`, `sentiment`, `answer`,
 `entities`); the attention view's re-render events (another layer, head or token) are private.
+A sixth tab, Replaced tokens (endpoints `replaced_tokens` and `corrupt`), is built only when
+`slots` has a model for it (an ELECTRA bundle, `app.models.OPTIONAL_VIEWS`).
 What the views compute lives in `app.predict`; this file only places components and connects
 them.
 
@@ -53,6 +55,11 @@ EXAMPLES = {
         ["George Washington went to Washington to meet officials of the United Nations."],
         ["Angela Merkel visited the BMW plant in Munich on Tuesday."],
         ["EU rejects German call to boycott British lamb."],
+    ],
+    "replaced_tokens": [
+        ["The chef ate the meal."],  # the ELECTRA paper's example: "cooked" replaced
+        ["The cat sat on the mat."],
+        ["Paris is the capital of Germany."],
     ],
 }
 
@@ -112,7 +119,8 @@ SHARED = {"concurrency_id": "models"}
 
 
 def build(slots: dict, limits: predict.Limits = predict.Limits()):
-    """The Blocks of the five views over `slots` ({view key: models.Slot})."""
+    """The Blocks of the five views over `slots` ({view key: models.Slot}), and of each
+    optional view that has a slot."""
     import gradio as gr
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
@@ -131,6 +139,9 @@ def build(slots: dict, limits: predict.Limits = predict.Limits()):
                 _answer_view(gr, slots["answer"], limits)
             with gr.Tab(VIEW["entities"].title, id="entities"):
                 _entities_view(gr, slots["entities"], limits)
+            if "replaced_tokens" in slots:  # only with an ELECTRA model: app.models
+                with gr.Tab(VIEW["replaced_tokens"].title, id="replaced_tokens"):
+                    _replaced_tokens_view(gr, slots["replaced_tokens"], limits)
     return demo
 
 
@@ -370,3 +381,67 @@ def _entities_view(gr, slot, limits):
         api_name="entities",
         **SHARED,
     )
+
+
+def _replaced_tokens_view(gr, slot, limits):
+    _header(gr, slot)
+    text = gr.Textbox(
+        label="Sentence (edit a word, or let the generator replace some)",
+        lines=2,
+        elem_id="replaced_tokens-text",
+    )
+    button = gr.Button("Find replaced tokens", variant="primary", elem_id="replaced_tokens-run")
+    # The generator's controls, shown when the bundle has one (an ELECTRA pre-training run's).
+    with gr.Row(visible="corrupt" in (getattr(slot.model, "methods", None) or ())):
+        rate = gr.Slider(
+            predict.MIN_RATE,
+            predict.MAX_RATE,
+            value=predict.CORRUPT_RATE,
+            step=0.05,
+            label="Share of WordPieces the generator draws at (pre-training: 0.15)",
+            elem_id="replaced_tokens-rate",
+        )
+        seed = gr.Number(
+            value=None,
+            precision=0,
+            label="Seed (empty: a new one each time)",
+            minimum=0,
+            elem_id="replaced_tokens-seed",
+        )
+        corrupt = gr.Button("Let the generator corrupt it", elem_id="replaced_tokens-corrupt")
+    status = gr.Markdown(elem_id="replaced_tokens-status")
+    spans = gr.HighlightedText(
+        label="Tokens the discriminator calls replaced",
+        color_map=predict.REPLACED_COLORS,
+        show_legend=True,
+        elem_id="replaced_tokens-spans",
+    )
+    table = gr.Dataframe(
+        headers=["#", "WordPiece", "P(replaced)", "called replaced", "replaced by the generator"],
+        datatype=["number", "str", "number", "str", "str"],
+        interactive=False,
+        label="Every WordPiece with the discriminator's probability",
+        elem_id="replaced_tokens-table",
+    )
+    raw = _raw(gr)
+    gr.Examples(EXAMPLES["replaced_tokens"], inputs=[text], cache_examples=False)
+    views = [status, spans, table, raw]
+
+    def run(text):
+        return _outputs(predict.replaced_tokens(slot, text, limits), "replaced_tokens")
+
+    def run_corrupt(text, rate, seed):
+        result = predict.corrupt(slot, text, rate, seed, limits)
+        # On an error the text box keeps what the user wrote.
+        new_text = gr.update() if result["text"] is None else result["text"]
+        return (new_text,) + _outputs(result, "replaced_tokens")
+
+    gr.on(
+        [button.click, text.submit],
+        run,
+        [text],
+        views,
+        api_name="replaced_tokens",
+        **SHARED,
+    )
+    corrupt.click(run_corrupt, [text, rate, seed], [text] + views, api_name="corrupt", **SHARED)

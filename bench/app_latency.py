@@ -73,7 +73,7 @@ def inputs(view: str, tokenizer, tokens: int) -> tuple:
         )
         used = len(tokenizer.encode([question])[0])
         return question, text_of(tokenizer, tokens - used - 3), 20
-    if view == "entities":
+    if view in ("entities", "replaced_tokens"):
         return (text_of(tokenizer, body),)
     raise ValueError(view)
 
@@ -89,6 +89,8 @@ def model_call(slot, args: tuple):
         return lambda: m.classify(args[0])
     if view == "answer":
         return lambda: m.answer(args[0], args[1], n_best=args[2])
+    if view == "replaced_tokens":
+        return lambda: m.detect_replaced(args[0])
     return lambda: m.tag(args[0])
 
 

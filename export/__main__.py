@@ -7,6 +7,8 @@
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m export --model runs/minilm --quantize dynamic --out bundles/encoder
     python -m export --model runs/ft/sst2 --quantize int8 --int8-float-layernorm --out b/sst2-int8
+    python -m export --model runs/electra --quantize dynamic --out bundles/electra \
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw
 
 Every task model works: pretraining (top-k words at each [MASK], NSP
 probabilities), classifier (also regression), token_classifier,
@@ -14,17 +16,22 @@ question_answerer, multiple_choice and encoder (features and attention
 probabilities). A pre-training bundle also holds its encoder as a second
 signature, "encoder" (`export/convert.py`; ~1 % of the file): the same bundle
 serves fill_mask, attention and features (--no-encoder-signature leaves it
-out). Steps:
+out). Either ELECTRA model directory (electra_pretraining, what
+`--objective electra` saves, or replaced_token_detection) exports its
+discriminator as a "replaced_token_detection" bundle (detect_replaced); a
+pre-training run's also holds its generator as a second signature,
+"generator" (corrupt; --no-generator-signature leaves it out). Steps:
 
   1. load the model directory (weights checked by name and shape);
   2. read real examples (`export/examples.py`: --data, else the fine-tuned
      model's dev file from metrics.json, else built-in sentences for encoder
-     and pre-training models);
+     and pre-training models; ELECTRA's corrupted as in its pre-training);
   3. convert (`export/convert.py`); int8 calibrates on --calibration-examples
      real examples, different ones from those verified on when there are enough;
   4. verify the new file against the Keras model on --verify-examples examples
      (`export/verify.py`); the "encoder" signature too, against the Keras
-     encoder's outputs on the same texts unmasked, with the same thresholds;
+     encoder's outputs on the same texts unmasked, with the same thresholds
+     (the "generator" signature: on the same texts masked);
   5. only if it passes, publish the bundle under --out (built in a hidden
      temporary directory and renamed; a failed export writes nothing there).
 
@@ -102,6 +109,14 @@ def parse_args(argv):
         help="pretraining: also write the encoder's outputs (attention probabilities, "
         'features) as a second signature, "encoder" (default: on)',
     )
+    p.add_argument(
+        "--generator-signature",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ELECTRA pre-training runs: also write the generator (its masked-LM logits, "
+        'which runtime.corrupt() samples from) as a second signature, "generator" '
+        "(default: on)",
+    )
     p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
     p.add_argument(
         "--verbose",
@@ -135,11 +150,13 @@ def export_bundle(
     log=None,
     float_ops=(),
     encoder_signature: bool | None = None,
+    generator_signature: bool | None = None,
 ) -> dict:
     """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
 
     loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
     encoder_signature: the "encoder" signature; None: for pretraining models.
+    generator_signature: the "generator" signature; None: for ELECTRA pre-training runs.
     Raises `export.verify.VerificationError` (nothing written under `out`) when
     the new file does not match the Keras model.
     """
@@ -161,6 +178,7 @@ def export_bundle(
             log,
             float_ops,
             encoder_signature,
+            generator_signature,
         )
         bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
     return result
@@ -181,32 +199,73 @@ def build(
     log=None,
     float_ops=(),
     encoder_signature: bool | None = None,
+    generator_signature: bool | None = None,
 ) -> dict:
     """Writes `directory`/model.tflite, verifies it and returns the bundle.json
     it would get. On a failed verification the file stays there (the report
-    scores refused variants too) and VerificationError is raised."""
+    scores refused variants too) and VerificationError is raised.
+
+    generator_signature: the "generator" signature; None: for ELECTRA
+    pre-training runs (whose bundle is a "replaced_token_detection" one)."""
     from export import bundle, convert, examples, verify
     from export.interpreter import TFLiteModel
-    from export.verify import VerificationError
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     model, info, tokenizer = loaded or load(model_dir)
-    task = info.get("task", "encoder")
+    source_task = info.get("task", "encoder")
+    # Both ELECTRA model directories export their discriminator.
+    electra = source_task in bundle.ELECTRA_TASKS
+    task = bundle.REPLACED_TOKEN_TASK if electra else source_task
     if encoder_signature is None:
         encoder_signature = task == "pretraining"
     if encoder_signature and task != "pretraining":
         raise ValueError(
             f"--encoder-signature: only pretraining bundles have one, not {task} bundles"
         )
+    if generator_signature is None:
+        generator_signature = source_task == "electra_pretraining"
+    if generator_signature and source_task != "electra_pretraining":
+        raise ValueError(
+            f"--generator-signature: only an ELECTRA pre-training run (task "
+            f"electra_pretraining) has a generator, not {model_dir} ({source_task})"
+        )
     seq_len = check_seq_len(seq_len or info.get("max_seq_length") or DEFAULT_SEQ_LEN, info)
     needed = verify_examples + (calibration_examples if quantization == "int8" else 0)
-    inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
-    checked = inputs.take(range(min(verify_examples, len(inputs))))
-    calibration = inputs.take(calibration_rows(len(inputs), verify_examples, calibration_examples))
     next_sentence = task == "pretraining" and info.get("next_sentence", True)
     kwargs = dict(top_k=top_k, next_sentence=next_sentence)
-    if encoder_signature:  # only when on: a `convert.to_tflite` stand-in may not know it
+    # Only when on: a `convert.to_tflite` stand-in may not know them.
+    if encoder_signature:
         kwargs["encoder_signature"] = True
+    if generator_signature:
+        kwargs["generator_signature"] = True
+    functions = convert.signatures(model, task, **kwargs)
+    if electra:
+        # Text corrupted as in pre-training: the run's own generator draws the replacements
+        # (whether or not the bundle keeps it), a discriminator alone gets random tokens.
+        sampler = None
+        if source_task == "electra_pretraining":
+            generator_fn = convert.serving(model, bundle.GENERATOR_SIGNATURE)[0]
+            sampler = lambda x: convert.keras_outputs(generator_fn, x)  # noqa: E731
+        rows = examples.replaced_tokens(tokenizer, seq_len, needed, data, sampler)
+        inputs = rows.corrupted
+    else:
+        rows = None
+        inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
+    verified = range(min(verify_examples, len(inputs)))
+    calibrated = calibration_rows(len(inputs), verify_examples, calibration_examples)
+    checked, calibration = inputs.take(verified), inputs.take(calibrated)
+
+    def representative():
+        if not (electra and generator_signature):
+            return (x for _, x in calibration.batches(CALIBRATION_BATCH))
+        # The discriminator calibrates on corrupted text, the generator on masked text.
+        masked = rows.masked.take(calibrated)
+        return (
+            {bundle.DEFAULT_SIGNATURE: x, bundle.GENERATOR_SIGNATURE: m}
+            for (_, x), (_, m) in zip(
+                calibration.batches(CALIBRATION_BATCH), masked.batches(CALIBRATION_BATCH)
+            )
+        )
 
     log(
         f"converting {model_dir} ({task}) to {quantization}"
@@ -223,7 +282,7 @@ def build(
         quantization,
         mask_value=mask_value,
         float_ops=float_ops,
-        representative=lambda: (x for _, x in calibration.batches(CALIBRATION_BATCH)),
+        representative=representative,
         **kwargs,
     )
     seconds = time.time() - start
@@ -232,32 +291,36 @@ def build(
         f.write(tflite)
     lite = TFLiteModel(path, num_threads=threads, max_seq_length=seq_len)
     log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
-    functions = convert.signatures(model, task, **kwargs)
     fn = functions[bundle.DEFAULT_SIGNATURE][0]
     report = verify.verify(
         lite.predict, lambda x: convert.keras_outputs(fn, x), checked, task, quantization
     )
+    if electra:
+        report["replaced_tokens"] = {
+            "corruption": rows.replacement,
+            "replaced": int(rows.take(verified).labels.sum()),
+            "tokens": int(checked.x["padding_mask"].sum()),
+        }
     reports = {}
     if encoder_signature:
         # The texts the default signature was verified on, without their [MASK]s.
         plain = examples.load(
             {**info, "task": "encoder"}, tokenizer, seq_len, verify_examples, data, model_dir
         )
-        encoder_fn = functions[bundle.ENCODER_SIGNATURE][0]
-        try:
-            reports[bundle.ENCODER_SIGNATURE] = verify.verify(
-                lite.signature(bundle.ENCODER_SIGNATURE).predict,
-                lambda x: convert.keras_outputs(encoder_fn, x),
-                plain,
-                "encoder",
-                quantization,
-            )
-        except VerificationError as e:
-            raise VerificationError(
-                f"signature {bundle.ENCODER_SIGNATURE!r}: {e}",
-                {"signature": bundle.ENCODER_SIGNATURE, **e.report},
-            ) from None
-    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report, reports)
+        reports[bundle.ENCODER_SIGNATURE] = verify_signature(
+            lite, functions, bundle.ENCODER_SIGNATURE, "encoder", plain, quantization
+        )
+    if generator_signature:
+        # The same texts as the generator saw them in pre-training: masked.
+        reports[bundle.GENERATOR_SIGNATURE] = verify_signature(
+            lite,
+            functions,
+            bundle.GENERATOR_SIGNATURE,
+            bundle.GENERATOR_SIGNATURE,
+            rows.masked.take(verified),
+            quantization,
+        )
+    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report, reports, task)
     result["conversion"] = {
         "attention_mask_value": mask_value,
         "seconds": round(seconds, 1),
@@ -270,6 +333,25 @@ def build(
         "float_ops": list(float_ops) if quantization == "int8" else None,
     }
     return result
+
+
+def verify_signature(lite, functions: dict, key: str, task: str, inputs, quantization: str):
+    """The verification report of the file's signature `key` (the contract of `task`)
+    against its Keras serving function; VerificationError names the signature."""
+    from export import convert, verify
+    from export.verify import VerificationError
+
+    fn = functions[key][0]
+    try:
+        return verify.verify(
+            lite.signature(key).predict,
+            lambda x: convert.keras_outputs(fn, x),
+            inputs,
+            task,
+            quantization,
+        )
+    except VerificationError as e:
+        raise VerificationError(f"signature {key!r}: {e}", {"signature": key, **e.report}) from None
 
 
 def load(model_dir: str):
@@ -309,13 +391,15 @@ def bundle_info(
     top_k: int,
     report: dict,
     signature_reports: dict | None = None,
+    task: str | None = None,
 ) -> dict:
     """bundle.json (the contract in export/README.md). `report` is the default
-    signature's verification, `signature_reports` {key: report} the others'."""
+    signature's verification, `signature_reports` {key: report} the others';
+    `task` the bundle's, when not the model directory's own (ELECTRA's)."""
     from export import bundle
     from export.runtime import methods_of
 
-    task = info.get("task", "encoder")
+    task = task or info.get("task", "encoder")
     shape = lambda d: [int(n) for n in d["shape_signature"]]  # noqa: E731
     signatures = {}
     for key in [bundle.DEFAULT_SIGNATURE] + [
@@ -376,6 +460,7 @@ def main(argv=None) -> int:
             args.threads,
             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
             encoder_signature=args.encoder_signature,
+            generator_signature=args.generator_signature,
         )
     except VerificationError as e:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)

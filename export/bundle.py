@@ -2,7 +2,9 @@
 
     BUNDLE/model.tflite    the LiteRT model: signature "serving_default" (the task's
                            outputs) and, in pre-training bundles, "encoder" (the
-                           encoder's outputs, attention probabilities included)
+                           encoder's outputs, attention probabilities included); in
+                           ELECTRA bundles exported from a pre-training run, "generator"
+                           (the generator's masked-LM logits)
     BUNDLE/vocab.txt       the WordPiece vocabulary
     BUNDLE/bundle.json     task, max_seq_length, lowercase, quantization, id2label,
                            inputs/outputs shapes, what verification measured, the source,
@@ -34,8 +36,9 @@ VOCAB = "vocab.txt"
 INFO = "bundle.json"
 LABEL_MAP = "label_map.json"
 
-# model.checkpoints.model_dir.TASKS, repeated here: importing model_dir would import Keras,
-# and the edge runtime reads bundles without it.
+# The exportable tasks of model.checkpoints.model_dir.TASKS, repeated here: importing
+# model_dir would import Keras, and the edge runtime reads bundles without it. (An
+# "electra_pretraining" run exports as a "replaced_token_detection" bundle.)
 TASKS = (
     "encoder",
     "pretraining",
@@ -43,6 +46,9 @@ TASKS = (
     "token_classifier",
     "question_answerer",
     "multiple_choice",
+    "replaced_token_detection",
+    # Not a model directory's task: the contract of an ELECTRA bundle's "generator" signature.
+    "generator",
 )
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "inputs", "outputs")
@@ -51,6 +57,13 @@ REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "in
 # outputs, as an "encoder" bundle's (named after the task whose contract it follows).
 DEFAULT_SIGNATURE = "serving_default"
 ENCODER_SIGNATURE = "encoder"
+# An ELECTRA bundle's default signature is its discriminator ("replaced_token_detection",
+# whichever of the two ELECTRA model directories it came from); exported from a pre-training
+# run it also holds the generator, a small masked LM whose samples corrupt a text as in
+# pre-training (`export/convert.py`).
+REPLACED_TOKEN_TASK = "replaced_token_detection"
+ELECTRA_TASKS = ("electra_pretraining", REPLACED_TOKEN_TASK)  # the model directories' tasks
+GENERATOR_SIGNATURE = "generator"
 
 
 def is_bundle(directory: str) -> bool:

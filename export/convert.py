@@ -19,11 +19,20 @@ input int32 with a dynamic batch and length:
                                       {"nsp_probs"} (batch, 2) with an NSP head
     encoder       {"sequence_output", "pooled_output", "attention_probs"}
                   (BertEncoder.with_attention(): (batch, layers, heads, length, length))
+    replaced_token_detection   {"rtd"} (batch, length): ELECTRA's discriminator logits,
+                  > 0 "replaced" (an `ElectraDiscriminator`, or an `ElectraPretrainer`'s
+                  encoder and replaced-token head: the same weights)
+    generator     + mask_positions -> {"mlm"} (batch, masks, vocabulary) float32: an
+                  `ElectraPretrainer`'s generator, its masked-LM logits over the whole
+                  vocabulary (the runtime samples from their softmax, as pre-training does,
+                  so a top-k cut would change the draws)
 
-Each is the file's "serving_default" signature. A pre-training bundle also
-gets an "encoder" signature (`signatures(..., encoder_signature=True)`): its
-encoder's serving function, the encoder contract above, so the fill-mask
-bundle draws attention maps too and no separate encoder bundle is needed.
+Each but the last is the file's "serving_default" signature of its task. A
+pre-training bundle also gets an "encoder" signature (`signatures(...,
+encoder_signature=True)`): its encoder's serving function, the encoder
+contract above, so the fill-mask bundle draws attention maps too and no
+separate encoder bundle is needed. An ELECTRA bundle exported from a
+pre-training run gets a "generator" signature (`generator_signature=True`).
 TFLite keeps one subgraph per signature but one copy of every weight buffer
 (the converter shares identical constants): measured on the MiniLM-L6 size
 (random weights, vocabulary 30,522) the file grows by 0.13 % in float32
@@ -68,7 +77,13 @@ import contextlib
 import tempfile
 import warnings
 
-from export.bundle import DEFAULT_SIGNATURE, ENCODER_SIGNATURE, QUANTIZATIONS
+from export.bundle import (
+    DEFAULT_SIGNATURE,
+    ENCODER_SIGNATURE,
+    GENERATOR_SIGNATURE,
+    QUANTIZATIONS,
+    REPLACED_TOKEN_TASK,
+)
 from export.interpreter import SEQUENCE_INPUTS
 
 DEFAULT_MASK_VALUE = -120.0
@@ -113,6 +128,23 @@ def serving(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = 
             if next_sentence:
                 result["nsp_probs"] = ops.softmax(out["nsp"], axis=-1)  # (batch, 2)
             return result
+    elif task == REPLACED_TOKEN_TASK:
+        # An ElectraDiscriminator and an ElectraPretrainer both keep the discriminator as
+        # `encoder` + `replaced_token_head`; the pre-trainer's own call would corrupt the input.
+        encoder, head = _parts(model, task, "encoder", "replaced_token_head")
+
+        def fn(x):
+            sequence = encoder(x, training=False)["sequence_output"]  # (batch, length, hidden)
+            return {"rtd": ops.cast(head(sequence), "float32")}  # (batch, length)
+    elif task == "generator":
+        generator, head = _parts(model, task, "generator", "masked_lm_head")
+        signature["mask_positions"] = spec("mask_positions", [None, None])
+
+        def fn(x):
+            inputs = {k: x[k] for k in SEQUENCE_INPUTS}
+            sequence = generator(inputs, training=False)["sequence_output"]
+            logits = head(sequence, mask_positions=x["mask_positions"])  # (batch, masks, vocab)
+            return {"mlm": ops.cast(logits, "float32")}
     elif task == "question_answerer":
 
         def fn(x):
@@ -132,16 +164,29 @@ def serving(model, task: str, top_k: int = DEFAULT_TOP_K, next_sentence: bool = 
     return fn, signature, tracked
 
 
+def _parts(model, task: str, *names: str) -> tuple:
+    """The sublayers `names` of `model`, or ValueError naming the model that lacks them."""
+    missing = [n for n in names if getattr(model, n, None) is None]
+    if missing:
+        raise ValueError(
+            f"cannot export task {task!r} from a {type(model).__name__}: it has no "
+            f"{', '.join(missing)} (an ELECTRA model directory has)"
+        )
+    return tuple(getattr(model, n) for n in names)
+
+
 def signatures(
     model,
     task: str,
     top_k: int = DEFAULT_TOP_K,
     next_sentence: bool = False,
     encoder_signature: bool = False,
+    generator_signature: bool = False,
 ) -> dict:
     """{signature key: `serving(...)`'s triple}: the task's own under "serving_default"
     and, with `encoder_signature` (pretraining models), the model's encoder's (the
-    encoder contract) under "encoder"."""
+    encoder contract) under "encoder"; with `generator_signature` (an ELECTRA
+    pre-trainer exported as "replaced_token_detection"), its generator's under "generator"."""
     result = {DEFAULT_SIGNATURE: serving(model, task, top_k, next_sentence)}
     if encoder_signature:
         if task != "pretraining":
@@ -149,6 +194,12 @@ def signatures(
                 f"an {ENCODER_SIGNATURE!r} signature is for pretraining models, not {task!r} ones"
             )
         result[ENCODER_SIGNATURE] = serving(model.encoder, "encoder")
+    if generator_signature:
+        if task != REPLACED_TOKEN_TASK:
+            raise ValueError(
+                f"a {GENERATOR_SIGNATURE!r} signature is for ELECTRA models, not {task!r} ones"
+            )
+        result[GENERATOR_SIGNATURE] = serving(model, GENERATOR_SIGNATURE)
     return result
 
 
@@ -200,6 +251,7 @@ def to_tflite(
     mask_value: float | None = DEFAULT_MASK_VALUE,
     float_ops=(),
     encoder_signature: bool = False,
+    generator_signature: bool = False,
 ) -> bytes:
     """The `.tflite` bytes of `model` (see the module docstring).
 
@@ -207,12 +259,15 @@ def to_tflite(
         representative: int8 only: a callable returning an iterable of input
             dicts (real examples, in batches with padding, so the masked value's
             range is calibrated too); with an encoder signature its activations
-            are calibrated on the same batches.
+            are calibrated on the same batches. An item may instead be
+            {signature key: input dict}, each signature's own inputs (an ELECTRA
+            discriminator reads corrupted text, its generator masked text).
         mask_value: the masked attention score traced into the file; None keeps
             Keras' own -1e9.
         float_ops: int8 only: TFLite op types left in float (selective
             quantization), e.g. `FLOAT_LAYERNORM_OPS`; () is full integer.
         encoder_signature: add the "encoder" signature (`signatures`).
+        generator_signature: add the "generator" signature (`signatures`).
     """
     import keras
     import tensorflow as tf
@@ -221,7 +276,9 @@ def to_tflite(
         raise ValueError(f"unknown quantization {quantization!r}; choose from {QUANTIZATIONS}")
     if quantization == "int8" and representative is None:
         raise ValueError("int8 needs a representative dataset of real examples")
-    functions = signatures(model, task, top_k, next_sentence, encoder_signature)
+    functions = signatures(
+        model, task, top_k, next_sentence, encoder_signature, generator_signature
+    )
     mask = attention_mask_value(mask_value) if mask_value is not None else contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="export-savedmodel-") as saved_model, mask:
         archive = keras.export.ExportArchive()
@@ -253,14 +310,18 @@ def to_tflite(
 def _calibration_samples(representative, functions: dict):
     """The representative batches as the converter takes them: input dicts for
     one signature, (signature key, inputs) pairs (each batch for every
-    signature, with only its inputs) for several."""
-    for x in representative():
-        x = {k: _as_int32(v) for k, v in x.items()}
-        if len(functions) == 1:
-            yield x
-            continue
+    signature, with only its inputs) for several. A batch given per signature
+    ({key: inputs}) gives each signature its own inputs."""
+    for batch in representative():
+        per_signature = set(batch) <= set(functions) and all(
+            isinstance(v, dict) for v in batch.values()
+        )
         for key, (_, signature, _) in functions.items():
-            yield key, {k: v for k, v in x.items() if k in signature}
+            x = batch.get(key) if per_signature else batch
+            if x is None:
+                continue
+            x = {k: _as_int32(v) for k, v in x.items() if k in signature}
+            yield x if len(functions) == 1 else (key, x)
 
 
 def _selective_int8(converter, float_ops: list[str]) -> bytes:

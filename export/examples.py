@@ -15,6 +15,12 @@ A fine-tuned model with neither 1 nor 2 is refused: it must be checked on its
 own kind of data. Pre-training inputs get about 15 % of their word pieces
 replaced by [MASK] (fixed seed); `mask_weights` marks the real mask positions.
 
+ELECTRA models (`replaced_tokens`) are checked on text corrupted as their
+pre-training corrupts it: the positions chosen and masked by the objective's
+own batch transform (`model.objectives.electra`: 15 %, of which 85 % [MASK]
+and 15 % kept), then the generator's samples written in (a pre-training
+run's) or, for a discriminator alone, random vocabulary tokens.
+
     python -c "from export import examples; print(examples.BUILTIN_SENTENCES[0])"
 """
 
@@ -109,6 +115,100 @@ class Inputs:
             k: v[i : i + 1][..., :length] if k != "mask_positions" else v[i : i + 1]
             for k, v in self.x.items()
         }
+
+
+@dataclasses.dataclass
+class ReplacedTokens:
+    """Replaced-token detection rows, as ELECTRA's pre-training makes them (`replaced_tokens`).
+
+    masked: the generator's inputs: token_ids with the chosen positions
+        masked, mask_positions and mask_weights (as pre-training inputs).
+    corrupted: the discriminator's inputs: the replacements written in.
+    labels: (rows, seq_len) float32, 1.0 at the real tokens that differ from
+        the original text (a replacement equal to the original is not one).
+    replacement: "generator samples" or "random vocabulary tokens".
+    """
+
+    masked: Inputs
+    corrupted: Inputs
+    labels: np.ndarray
+    replacement: str
+
+    def __len__(self) -> int:
+        return len(self.corrupted)
+
+    def take(self, rows) -> ReplacedTokens:
+        rows = np.asarray(rows, dtype=np.int64)
+        return ReplacedTokens(
+            self.masked.take(rows), self.corrupted.take(rows), self.labels[rows], self.replacement
+        )
+
+
+GENERATOR_SAMPLES = "generator samples"
+RANDOM_TOKENS = "random vocabulary tokens"
+
+
+def replaced_tokens(
+    tokenizer,
+    seq_len: int,
+    count: int | None,
+    data: str | None = None,
+    generator=None,
+    seed: int = SEED,
+    batch_size: int = 32,
+) -> ReplacedTokens:
+    """Up to `count` (None: all) rows of `data` (raw text, else the built-in
+    sentences) corrupted as ELECTRA's pre-training does (the module docstring).
+
+    generator: `predict(inputs) -> {"mlm": (batch, masks, vocabulary) logits}`
+        (the generator's serving function); a token is drawn from the softmax at
+        every chosen position, as pre-training draws. None: random vocabulary
+        tokens (never special ones) instead.
+    Row i draws from `default_rng([seed, i])` alone: the same rows whatever
+    `count` and `batch_size`.
+    """
+    from export.runtime import sample_tokens, softmax
+    from model.objectives import ObjectiveOptions, get
+
+    texts, source = (
+        (read_texts(data), data) if data else (list(BUILTIN_SENTENCES), "built-in sentences")
+    )
+    texts = texts if count is None else texts[:count]
+    x = pack_texts(texts, tokenizer, seq_len)
+    rows = len(texts)
+    # The objective's own batch transform: the training pipeline's choice and masking.
+    objective = get("electra")(list(tokenizer.vocabulary), ObjectiveOptions(seq_len=seq_len))
+    transform = objective.batches
+    keys = np.stack([np.full(rows, seed), np.arange(rows)], axis=-1)
+    batch = transform(x["token_ids"], x["padding_mask"], keys)
+    masked = Inputs(
+        {**x, "token_ids": batch["x"]["token_ids"], "mask_positions": batch["x"]["mask_positions"]},
+        source,
+        batch["sw"]["mlm"],
+    )
+    positions = masked.x["mask_positions"]
+    real = masked.mask_weights > 0  # (rows, masks)
+    drawn = np.zeros_like(positions)
+    rngs = [np.random.default_rng([seed, i, 1]) for i in range(rows)]
+    if generator is None:
+        pool = transform.masker.random_pool
+        for i in range(rows):
+            drawn[i] = rngs[i].choice(pool, size=positions.shape[1])
+    else:
+        for batch_rows, inputs in masked.batches(batch_size):
+            logits = np.asarray(generator(inputs)["mlm"])  # (batch, masks, vocabulary)
+            for row, row_logits in zip(batch_rows, logits):
+                drawn[row] = sample_tokens(softmax(row_logits), rngs[row])
+    token_ids = masked.x["token_ids"].copy()
+    for i in range(rows):
+        token_ids[i, positions[i][real[i]]] = drawn[i][real[i]]
+    labels = (token_ids != x["token_ids"]) & (x["padding_mask"] > 0)
+    return ReplacedTokens(
+        masked,
+        Inputs({**x, "token_ids": token_ids}, source),
+        labels.astype(np.float32),
+        GENERATOR_SAMPLES if generator is not None else RANDOM_TOKENS,
+    )
 
 
 def dev_file(model_dir: str) -> str | None:

@@ -4,6 +4,8 @@
         --out runs/export-sst2.md
     python -m export.report --model runs/ft/squad1 --data ../shared/data/squad/dev-v1.1.json \\
         --max-examples 500            # a quick look; the default is the whole file
+    python -m export.report --model runs/electra --variants float32,dynamic,int8 \\
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw   # ELECTRA: replaced tokens, raw text
 
 For each variant (default: float32, float16, dynamic, int8, int8 with float
 LayerNorm `int8+float_ln`, and int8 traced with Keras' own -1e9 attention
@@ -23,6 +25,15 @@ verified ones as bundles), then:
 
 and prints a markdown table (also written to --out). Calibration (int8) and
 verification use the model's dev examples, as `python -m export` does.
+
+An ELECTRA model directory (either task) is scored on replaced-token
+detection instead: --data is raw held-out text (one text a line), corrupted
+as ELECTRA's pre-training corrupts it (`export.examples.replaced_tokens`:
+15 % of the WordPieces chosen, 85 % of them [MASK] and 15 % kept, then the
+run's Keras generator's samples written in, or random vocabulary tokens for a
+discriminator alone; the card says which), and the table gives the
+discriminator's AUC and its accuracy on replaced and on original tokens
+(`detection_scores`) in place of the dev metric.
 Latency depends on the machine and its load: compare rows of one report.
 """
 
@@ -51,8 +62,12 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, help="a fine-tuned model directory")
-    p.add_argument("--data", required=True, help="the labelled dev file to score on")
+    p.add_argument("--model", required=True, help="a fine-tuned (or an ELECTRA) model directory")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="the labelled dev file to score on (ELECTRA: held-out raw text)",
+    )
     p.add_argument(
         "--task",
         default=None,
@@ -145,14 +160,14 @@ def in_points(task, metrics: dict) -> tuple[str, float]:
 def run(args, log=None) -> str:
     """The markdown report (see the module docstring)."""
     from export import bundle
-    from export.__main__ import build, load
-    from export.interpreter import TFLiteModel
-    from export.verify import VerificationError
+    from export.__main__ import load
     from model import tasks
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     variants = parse_variants(args.variants)
     model, info, tokenizer = load(args.model)
+    if info.get("task") in bundle.ELECTRA_TASKS:
+        return run_replaced_tokens(args, (model, info, tokenizer), variants, log)
     task_name = args.task or info.get("finetuned_task")
     if not task_name:
         raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
@@ -180,19 +195,44 @@ def run(args, log=None) -> str:
     keras_seconds = time.time() - start
     keras_latency = latency(model.predict_on_batch, timing_x, args.runs, args.warmup)
     weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
-    rows = [
-        (
-            "Keras float32 (model.weights.h5)",
-            weights,
-            keras_points,
-            None,
-            keras_latency,
-            "reference",
-            keras_seconds,
-        )
-    ]
-    notes = []
-    float32_size = None
+    keras_row = (
+        "Keras float32 (model.weights.h5)",
+        weights,
+        keras_points,
+        None,
+        keras_latency,
+        "reference",
+        keras_seconds,
+    )
+    score = lambda lite: in_points(  # noqa: E731
+        task, task.evaluate(lite, examples, tokenizer, seq_len, batch_size=args.batch_size)
+    )[1]
+    rows, float32_size, notes = score_variants(
+        args, variants, (model, info, tokenizer), seq_len, timing_x, timing_len, score, log
+    )
+    return markdown(
+        args,
+        task,
+        metric,
+        len(examples),
+        seq_len,
+        timing_len,
+        [keras_row] + rows,
+        float32_size,
+        notes,
+    )
+
+
+def score_variants(args, variants, loaded, seq_len, timing_x, timing_len, score, log):
+    """Converts and verifies each variant as `python -m export` does, then `score(lite)`
+    (a `TFLiteModel`) and times it. Returns (rows (label, size, score, verification,
+    (p50, p90), status, seconds), the float32 file's size, notes on refused variants)."""
+    from export import bundle
+    from export.__main__ import build
+    from export.interpreter import TFLiteModel
+    from export.verify import VerificationError
+
+    rows, notes, float32_size = [], [], None
     for label, quantization, mask_value, float_ops in variants:
         with tempfile.TemporaryDirectory(prefix="export-report-") as tmp:
             status = "verified"
@@ -206,7 +246,7 @@ def run(args, log=None) -> str:
                     seq_len=seq_len,
                     mask_value=mask_value,
                     threads=args.threads,
-                    loaded=(model, info, tokenizer),
+                    loaded=loaded,
                     log=log,
                     float_ops=float_ops,
                 )
@@ -223,19 +263,180 @@ def run(args, log=None) -> str:
                 path, num_threads=args.threads, max_seq_length=max(seq_len, timing_len)
             )
             start = time.time()
-            _, points = in_points(
-                task, task.evaluate(lite, examples, tokenizer, seq_len, batch_size=args.batch_size)
-            )
+            value = score(lite)
             seconds = time.time() - start
             timing = latency(lite.predict, timing_x, args.runs, args.warmup)
-            rows.append((label, size, points, verification, timing, status, seconds))
+            rows.append((label, size, value, verification, timing, status, seconds))
             if args.bundles and result is not None:
                 with bundle.staging(os.path.join(args.bundles, label.replace("@", "_mask"))) as d:
                     shutil.copyfile(path, bundle.model_path(d))
                     bundle.write_files(d, os.path.join(args.model, "vocab.txt"), result)
-    return markdown(
-        args, task, metric, len(examples), seq_len, timing_len, rows, float32_size, notes
+    return rows, float32_size, notes
+
+
+# === ELECTRA: replaced-token detection ===
+
+
+def run_replaced_tokens(args, loaded, variants, log) -> str:
+    """The markdown card of an ELECTRA model directory: its discriminator's AUC and
+    accuracies on replaced and on original tokens, held-out text of --data corrupted as in
+    pre-training (`export.examples.replaced_tokens`), for the Keras model and every variant."""
+    from export import convert, examples
+    from export.__main__ import DEFAULT_SEQ_LEN
+
+    model, info, tokenizer = loaded
+    if args.task:
+        raise ValueError(
+            f"--task {args.task}: {args.model} is an ELECTRA model ({info.get('task')}), "
+            f"scored on replaced-token detection only"
+        )
+    seq_len = info.get("max_seq_length") or DEFAULT_SEQ_LEN
+    sampler = None
+    if info.get("task") == "electra_pretraining":  # the run's own generator corrupts the text
+        generator = convert.serving(model, "generator")[0]
+        sampler = lambda x: convert.keras_outputs(generator, x)  # noqa: E731
+    log(f"corrupting {args.data} as in ELECTRA's pre-training")
+    held_out = examples.replaced_tokens(
+        tokenizer, seq_len, args.max_examples, args.data, sampler, batch_size=args.batch_size
     )
+    # The discriminator alone (an ElectraPretrainer's call would corrupt its input again).
+    discriminator = model.discriminator() if hasattr(model, "discriminator") else model
+    keras_predict = lambda x: discriminator.predict_on_batch(x)["rtd"]  # noqa: E731
+    timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))
+    timing_x = _at_length(held_out.corrupted.row(0), timing_len)
+
+    log(f"scoring the Keras model on {len(held_out)} rows of {args.data}")
+    start = time.time()
+    keras_scores = detection_scores(keras_predict, held_out, args.batch_size)
+    keras_seconds = time.time() - start
+    keras_latency = latency(discriminator.predict_on_batch, timing_x, args.runs, args.warmup)
+    weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
+    keras_row = (
+        "Keras float32 (model.weights.h5)",
+        weights,
+        keras_scores,
+        None,
+        keras_latency,
+        "reference",
+        keras_seconds,
+    )
+    score = lambda lite: detection_scores(  # noqa: E731
+        lambda x: lite.predict(x)["rtd"], held_out, args.batch_size
+    )
+    rows, float32_size, notes = score_variants(
+        args, variants, loaded, seq_len, timing_x, timing_len, score, log
+    )
+    return detection_markdown(
+        args, info, held_out, seq_len, timing_len, [keras_row] + rows, float32_size, notes
+    )
+
+
+def _at_length(x: dict, length: int) -> dict:
+    """One row of inputs padded with 0 (or cut) to `length` tokens."""
+    out = {}
+    for k, v in x.items():
+        v = np.asarray(v)[:, :length]
+        out[k] = np.pad(v, [(0, 0), (0, length - v.shape[1])])
+    return out
+
+
+def detection_scores(predict, held_out, batch_size: int = 32) -> dict:
+    """The discriminator's scores on `held_out` (`examples.ReplacedTokens`) from
+    `predict(inputs) -> (batch, length) logits`: AUC (exact, by ranks), accuracy on
+    replaced and on original tokens (replaced when the logit is above 0, the probability
+    above 0.5), over every real token."""
+    logits, labels = [], []
+    for rows, x in held_out.corrupted.batches(batch_size):
+        length = x["token_ids"].shape[1]
+        real = x["padding_mask"] > 0
+        logits.append(np.asarray(predict(x), np.float64)[:, :length][real])
+        labels.append(held_out.labels[rows][:, :length][real] > 0)
+    z, y = np.concatenate(logits), np.concatenate(labels)
+    flagged = z > 0
+    return {
+        "auc": auc(z, y),
+        "replaced_accuracy": float(flagged[y].mean()) if y.any() else None,
+        "original_accuracy": float((~flagged[~y]).mean()) if (~y).any() else None,
+        "replaced": int(y.sum()),
+        "tokens": int(y.size),
+    }
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
+    """The area under the ROC curve of `scores` for the boolean `labels`: the chance that a
+    positive scores above a negative (ties count half), by the Mann-Whitney rank sum."""
+    labels = np.asarray(labels, bool)
+    positives, negatives = int(labels.sum()), int((~labels).sum())
+    if not positives or not negatives:
+        return None
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]  # 1-based, ties averaged
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def detection_markdown(args, info, held_out, seq_len, timing_len, rows, float32_size, notes) -> str:
+    from export.examples import GENERATOR_SAMPLES, SEED
+
+    keras = rows[0][2]
+    how = (
+        "the Keras generator's samples written in (drawn from its softmax, as in pre-training)"
+        if held_out.replacement == GENERATOR_SAMPLES
+        else "random vocabulary tokens written in (a discriminator alone has no generator)"
+    )
+    lines = [
+        f"# Export report: {args.model}",
+        "",
+        f"Replaced-token detection ({info.get('task')}: ELECTRA's discriminator) on "
+        f"{len(held_out)} rows of `{args.data}` (sequence length {seq_len}): 15 % of each "
+        f"row's WordPieces chosen as pre-training chooses them (85 % [MASK], 15 % kept), then "
+        f"{how}, seed {SEED}: {keras['replaced']:,} of {keras['tokens']:,} "
+        f"tokens replaced. Latency: batch 1, {timing_len} tokens, {args.threads} threads, "
+        f"{args.warmup} warm-up + {args.runs} timed calls.",
+        "",
+        "| variant | size (MB) | size / float32 | AUC | change vs Keras | replaced acc. (%) | "
+        "original acc. (%) | p50 (ms) | p90 (ms) | agreement | verification | eval (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for label, size, scores, verification, (p50, p90), status, seconds in rows:
+        fraction = f"{size / float32_size:.1%}" if float32_size and verification else "—"
+        change = (
+            f"{scores['auc'] - keras['auc']:+.4f}"
+            if verification and scores["auc"] is not None and keras["auc"] is not None
+            else "—"
+        )
+        agreement = (
+            f"{verification['agreement']:.4f}"
+            if verification and verification.get("agreement") is not None
+            else "—"
+        )
+        lines.append(
+            f"| {label} | {size / 1e6:.1f} | {fraction} | {_number(scores['auc'], 4)} | "
+            f"{change} | {_percent(scores['replaced_accuracy'])} | "
+            f"{_percent(scores['original_accuracy'])} | {p50:.1f} | {p90:.1f} | {agreement} | "
+            f"{status} | {seconds:.0f} |"
+        )
+    lines += [
+        "",
+        "AUC: the chance that a replaced token gets a higher logit than an original one "
+        "(exact, by ranks; Keras' training metric interpolates 200 thresholds). Accuracies: "
+        "a token is called replaced when its probability is above 0.5. Verification compares "
+        "the discriminator's logits (and a pre-training run's generator signature) with the "
+        "Keras model as `python -m export` does and refuses a variant too far off. "
+        "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the residual "
+        "adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 traced with "
+        f"Keras' own -1e9 attention mask instead of {variants_mask()}. See export/convert.py.",
+        "",
+    ]
+    lines += [f"- {n}" for n in notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _number(value, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _percent(value) -> str:
+    return "—" if value is None else f"{100 * value:.2f}"
 
 
 def markdown(args, task, metric, count, seq_len, timing_len, rows, float32_size, notes) -> str:

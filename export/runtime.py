@@ -1,4 +1,4 @@
-"""The edge runtime: a bundle behind five task methods, with numpy and LiteRT only.
+"""The edge runtime: a bundle behind its task methods, with numpy and LiteRT only.
 
     from export import runtime
     m = runtime.load("bundles/sst2")                  # -> EdgeModel
@@ -10,10 +10,13 @@
     python -m export.runtime BUNDLE answer "Who wrote Hamlet?" "Shakespeare wrote Hamlet."
     python -m export.runtime BUNDLE tag "Angela Merkel visited Paris."
     python -m export.runtime BUNDLE attention|features "The cat sat." ["SECOND TEXT"]
+    python -m export.runtime BUNDLE detect_replaced "The cat ate on the mat."
+    python -m export.runtime BUNDLE corrupt "The cat sat on the mat." [RATE [SEED]]
 
 What this imports, directly or not: numpy, ai_edge_litert (`export.interpreter`,
-only in `load`), the pure-Python tokenizer `model.text.wordpiece` and the numpy-only
-task code of `model.tasks` (never TensorFlow or Keras; `tests/test_runtime.py`
+only in `load`), the pure-Python tokenizer `model.text.wordpiece`, the numpy-only
+task code of `model.tasks` and the masking of `model.pretraining.masking` (never
+TensorFlow or Keras; `tests/test_runtime.py`
 runs it in a virtual environment of `export/requirements-edge.txt` alone).
 `export/README.md` is the contract; `EdgeModel(predict, tokenizer,
 info)` also serves a Keras model (any `predict` returning the bundle's
@@ -35,6 +38,19 @@ The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores i
     so the other tokens are exactly the whole text's.
   * classify, attention, features: `[CLS] A [SEP] (B [SEP])` at its own length
     (no padding); a text over max_seq_length is cut (`truncated`: True).
+  * detect_replaced (ELECTRA's discriminator): `[CLS] text [SEP]`, the
+    probability that each WordPiece was replaced (sigmoid of its logit;
+    "replaced" above 0.5), with its characters in the text.
+  * corrupt (an ELECTRA bundle's "generator" signature): pre-training's
+    corruption of one text: `rate` of the WordPieces chosen as
+    `model.pretraining.masking.Masker` chooses them (never [CLS], [SEP] or
+    [UNK]), 85 % of them made [MASK] and the rest left as they are
+    (ELECTRA's rates), then a token drawn from the generator's softmax at
+    each chosen position (temperature 1, as the pre-trainer's Gumbel-max
+    draws; special tokens left out, as a text cannot hold them: a trained
+    generator gives them next to nothing) and written in; a draw equal to
+    the original is not a replacement. A `seed` makes it repeatable; the
+    text comes back with every changed word rewritten from its WordPieces.
 
 Which methods a bundle serves: those of its task (`TASK_METHODS`), and those of
 the task each other signature of its file is named after. A pre-training
@@ -54,6 +70,7 @@ import sys
 
 import numpy as np
 
+from model.pretraining.masking import Masker, MaskingConfig
 from model.tasks import ner, squad
 from model.tasks.base import predict_in_batches
 from model.text import wordpiece
@@ -65,7 +82,17 @@ TASK_METHODS = {
     "tag": ("token_classifier",),
     "attention": ("encoder",),
     "features": ("encoder",),
+    "detect_replaced": ("replaced_token_detection",),
+    "corrupt": ("generator",),  # an ELECTRA bundle's "generator" signature
 }
+# ELECTRA's masking, as `model.objectives.electra.Electra` sets it (repeated here: that module
+# imports Keras; tests/test_electra_bundle.py checks they agree): 15 % of the WordPieces
+# chosen, 85 % of those made [MASK], none a random token (the rest stay as they are).
+ELECTRA_MASK_RATE = 0.15
+ELECTRA_MASK_TOKEN_RATE = 0.85
+ELECTRA_RANDOM_TOKEN_RATE = 0.0
+# A token is "replaced" when the discriminator's probability is above this (logit > 0).
+REPLACED_THRESHOLD = 0.5
 # QA windows / NER features run through the model this many at a time.
 BATCH_SIZE = 8
 _MASK = re.compile(r"\[mask\]", re.IGNORECASE)
@@ -115,13 +142,15 @@ class EdgeModel:
             outputs a dict of arrays named as in a bundle (`logits`,
             `start_logits`/`end_logits`, `topk_ids`/`topk_probs` or the
             pre-trainer's raw `mlm` logits, `sequence_output`/`pooled_output`/
-            `attention_probs`) or, for one-output heads, the array itself.
+            `attention_probs`, ELECTRA's `rtd`) or, for one-output heads, the
+            array itself.
         tokenizer: a `model.text.wordpiece.WordPieceTokenizer` (or the TensorFlow one).
         info: bundle.json's fields; "task" and "max_seq_length" are required.
         signatures: {signature key: predict} of the model's other signatures,
             each with the outputs of the task `info["signatures"][key]["task"]`
             (default: the key itself), e.g. {"encoder": predict} for a
-            pre-training bundle's encoder.
+            pre-training bundle's encoder, {"generator": predict} (outputs
+            `mlm`: logits over the vocabulary) for an ELECTRA bundle's generator.
 
     Attributes:
         methods: the methods this model serves (its task's and its signatures').
@@ -170,6 +199,7 @@ class EdgeModel:
         self.doc_stride = squad.DOC_STRIDE
         self.max_query_length = min(squad.MAX_QUERY_LENGTH, self.max_seq_length // 2)
         self.max_answer_length = squad.MAX_ANSWER_LENGTH
+        self._maskers: dict[float, Masker] = {}  # corrupt(): one per rate asked for
 
     def __repr__(self) -> str:
         where = f" {self.path!r}" if self.path else ""
@@ -465,6 +495,148 @@ class EdgeModel:
             "truncated": truncated,
         }
 
+    # === detect_replaced, corrupt (ELECTRA) ===
+
+    def detect_replaced(self, text: str) -> dict:
+        """ELECTRA's discriminator on `text`: for every WordPiece the probability that it
+        was replaced (it is not what the original text had there)."""
+        predict = self._require("detect_replaced")
+        _check_text(text, "text")
+        pieces = self.pieces(text)
+        if not pieces:
+            raise ValueError("the text has no words the model can read")
+        budget = self.max_seq_length - 2
+        truncated, pieces = len(pieces) > budget, pieces[:budget]
+        tok = self.tokenizer
+        token_ids = np.array([[tok.cls_id, *(p[0] for p in pieces), tok.sep_id]], np.int32)
+        x = {
+            "token_ids": token_ids,
+            "segment_ids": np.zeros_like(token_ids),
+            "padding_mask": np.ones_like(token_ids),
+        }
+        logits = np.asarray(_output(predict(x), "rtd"), np.float64).reshape(-1)
+        if logits.size != token_ids.shape[1]:
+            raise ValueError(
+                f"the model's rtd output has {logits.size} values for {token_ids.shape[1]} tokens"
+            )
+        probs = sigmoid(logits[1:-1])  # the text's pieces, not [CLS] and [SEP]
+        tokens = [
+            {
+                "token": tok.vocabulary[i],
+                "start": start,
+                "end": end,
+                "probability_replaced": float(p),
+                "replaced": bool(p > REPLACED_THRESHOLD),
+            }
+            for (i, start, end, _), p in zip(pieces, probs)
+        ]
+        return {
+            "tokens": tokens,
+            "replaced": [k for k, t in enumerate(tokens) if t["replaced"]],
+            "read": [tok.vocabulary[int(i)] for i in token_ids[0]],
+            "truncated": truncated,
+        }
+
+    def corrupt(self, text: str, rate: float = ELECTRA_MASK_RATE, seed: int | None = None) -> dict:
+        """`text` corrupted as ELECTRA's pre-training corrupts its input (the module
+        docstring): the generator's samples written in at `rate` of its WordPieces."""
+        predict = self._require("corrupt")
+        _check_text(text, "text")
+        number = (int, float, np.integer, np.floating)
+        if isinstance(rate, bool) or not isinstance(rate, number) or not 0 < rate <= 1:
+            raise ValueError(f"rate must be a number above 0 and at most 1, not {rate!r}")
+        if seed is None:
+            seed = int(np.random.default_rng().integers(2**31))
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a whole number, 0 or more, not {seed!r}")
+        tok = self.tokenizer
+        if tok.mask_id is None:
+            raise ValueError("this model's vocabulary has no [MASK] token")
+        pieces = self.pieces(text)
+        if not pieces:
+            raise ValueError("the text has no words the model can read")
+        budget = self.max_seq_length - 2
+        truncated, pieces = len(pieces) > budget, pieces[:budget]
+        original = np.array([tok.cls_id, *(p[0] for p in pieces), tok.sep_id], np.int32)
+        rng = np.random.default_rng(int(seed))
+        masked, positions, _, weights = self._masker(float(rate))(original, rng)
+        positions = positions[weights > 0]  # (chosen,) token indices, [CLS] = 0
+        corrupted = masked.copy()
+        probabilities = np.zeros(len(original))
+        if len(positions):
+            x = {
+                "token_ids": masked[None],
+                "segment_ids": np.zeros_like(masked)[None],
+                "padding_mask": np.ones_like(masked)[None],
+                "mask_positions": positions[None].astype(np.int32),
+            }
+            out = _as_dict(predict(x), "mlm")
+            if "mlm" not in out:
+                raise ValueError(
+                    f"the model's outputs {sorted(out)} have no generator logits (mlm)"
+                )
+            probs = softmax(np.asarray(out["mlm"])[0, : len(positions)])  # (chosen, vocab)
+            # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others.
+            words = probs.copy()
+            words[:, tok.special_ids()] = 0.0
+            drawn = sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)
+            corrupted[positions] = drawn
+            probabilities[positions] = probs[np.arange(len(positions)), drawn]
+        chosen = set(positions.tolist())
+        vocab = tok.vocabulary
+        tokens = [
+            {
+                "token": vocab[int(corrupted[k + 1])],
+                "original": vocab[int(original[k + 1])],
+                "start": start,
+                "end": end,
+                "masked": k + 1 in chosen,
+                "replaced": bool(corrupted[k + 1] != original[k + 1]),
+                "probability": float(probabilities[k + 1]) if k + 1 in chosen else None,
+            }
+            for k, (_, start, end, _) in enumerate(pieces)
+        ]
+        return {
+            "text": _rewrite(text, pieces, [int(i) for i in corrupted[1:-1]], vocab),
+            "tokens": tokens,
+            "masked": [k for k, t in enumerate(tokens) if t["masked"]],
+            "replaced": [k for k, t in enumerate(tokens) if t["replaced"]],
+            "read": [vocab[int(i)] for i in corrupted],
+            "generator_read": [vocab[int(i)] for i in masked],
+            "rate": float(rate),
+            "seed": int(seed),
+            "truncated": truncated,
+        }
+
+    def _masker(self, rate: float) -> Masker:
+        if rate not in self._maskers:
+            config = MaskingConfig(
+                mask_rate=rate,
+                mask_token_rate=ELECTRA_MASK_TOKEN_RATE,
+                random_token_rate=ELECTRA_RANDOM_TOKEN_RATE,
+                max_predictions=self.max_seq_length,  # `rate` alone sets how many
+            )
+            self._maskers[rate] = Masker(self.tokenizer.vocabulary, config)
+        return self._maskers[rate]
+
+    def pieces(self, text: str) -> list[tuple[int, int, int, int]]:
+        """(id, start, end, word) of every WordPiece of `text`, in `encode`'s order: its
+        [start, end) characters in `text` and the index of its word. A piece spans its own
+        characters where its word's pieces spell the word as written, up to case and
+        accents ("Running" -> "run" 0-3, "##ning" 3-7), else (an [UNK], a word whose
+        normalisation changes its length) the whole word's."""
+        vocab, out = self.tokenizer.vocabulary, []
+        for w, word in enumerate(self.tokenizer.words(text)):
+            lengths = [len(vocab[i]) - 2 * vocab[i].startswith("##") for i in word.ids]
+            spelled = word.end - word.start == len(word.text) == sum(lengths)
+            exact = spelled and self.tokenizer.unk_id not in word.ids
+            start = word.start
+            for i, n in zip(word.ids, lengths):
+                end = start + n if exact else word.end
+                out.append((int(i), start if exact else word.start, end, w))
+                start = end
+        return out
+
     # === Helpers ===
 
     def _require(self, method: str):
@@ -474,6 +646,12 @@ class EdgeModel:
             if task in tasks:
                 return predict
         needs = " or ".join(_a(t) for t in tasks) + " bundle"
+        if method == "corrupt":
+            needs = (
+                'a replaced_token_detection bundle with a "generator" signature (exported '
+                "from an ELECTRA pre-training run, python -m model.train pretrain --objective "
+                "electra; a discriminator's model directory has no generator)"
+            )
         if "encoder" in tasks:  # attention, features
             needs += ' (or a pretraining bundle with an "encoder" signature'
             needs += (
@@ -522,6 +700,44 @@ def softmax(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function, in float64, without overflow warnings."""
+    x = np.asarray(x, np.float64)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def sample_tokens(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw from each distribution over the last axis of `probs` (e.g. `softmax` of
+    logits): the token where the running sum passes a uniform draw. The same law as the
+    pre-trainer's Gumbel-max at temperature 1, with one random number a row instead of one
+    per word of the vocabulary."""
+    cumulative = np.cumsum(np.asarray(probs, np.float64), axis=-1)
+    u = rng.random(cumulative.shape[:-1] + (1,)) * cumulative[..., -1:]
+    return np.minimum((cumulative <= u).sum(-1), cumulative.shape[-1] - 1)
+
+
+def _rewrite(text: str, pieces: list, ids: list[int], vocabulary: list[str]) -> str:
+    """`text` with every word one of whose pieces changed written anew from its pieces
+    ("##" glued on; a word-start piece after the first starts a new word); the other
+    words keep their own characters."""
+    words: dict[int, list] = {}
+    for (old, start, end, w), new in zip(pieces, ids):
+        words.setdefault(w, []).append((old, new, start, end))
+    out, cursor = [], 0
+    for group in words.values():
+        if all(old == new for old, new, _, _ in group):
+            continue
+        start, end = min(g[2] for g in group), max(g[3] for g in group)
+        tokens = [vocabulary[new] for _, new, _, _ in group]
+        spelled = "".join(
+            t[2:] if t.startswith("##") else (" " if k else "") + t for k, t in enumerate(tokens)
+        )
+        out += [text[cursor:start], spelled]
+        cursor = end
+    return "".join(out) + text[cursor:]
 
 
 def _a(word: str) -> str:
@@ -587,6 +803,28 @@ def _jsonable(value):
     return value
 
 
+# The command line's arguments that are numbers, by method (the others are texts).
+_NUMBERS = {"fill_mask": {1: int}, "answer": {2: int}, "corrupt": {1: float, 2: int}}
+
+
+def _command_line_args(method: str, args: list[str]) -> list:
+    """`args` with the method's number arguments read as numbers."""
+    out = []
+    for k, arg in enumerate(args):
+        kind = _NUMBERS.get(method, {}).get(k)
+        if kind is None:
+            out.append(arg)
+            continue
+        try:
+            out.append(kind(arg))
+        except ValueError:
+            raise ValueError(
+                f"{method}: argument {k + 1} must be {'a whole number' if kind is int else 'a number'}"
+                f", not {arg!r}"
+            ) from None
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 3 or argv[1] not in TASK_METHODS:
@@ -594,7 +832,7 @@ def main(argv=None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     directory, method, args = argv[0], argv[1], argv[2:]
     try:
-        result = getattr(load(directory), method)(*args)
+        result = getattr(load(directory), method)(*_command_line_args(method, args))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -18,7 +18,9 @@ exercises the dynamic resizing). Measured per output, at real positions only
 and `agreement`, the fraction of decisions that match: argmax of the logits
 (classifier, multiple choice), the tag of every real token, the start and end
 positions of a span, the top-1 word at every mask and the NSP class
-(pretraining). A regression head or an encoder has no decisions (None).
+(pretraining), "replaced" or not at every real token (ELECTRA's discriminator,
+logit > 0) and the generator's top-1 word at every mask (its "generator"
+signature). A regression head or an encoder has no decisions (None).
 
 The export passes when every output is finite and not constant, every
 `relative_error` is at most the quantization's `max_relative_error` and
@@ -205,12 +207,13 @@ class _Stats:
 def _positions(name: str, task: str, tokens: np.ndarray, mask_weights):
     """(batch, axis 1) booleans: the real entries of an output's second axis
     (tokens or mask positions), or None when every row is one entry."""
-    if name in ("topk_ids", "topk_probs"):
+    if name in ("topk_ids", "topk_probs", "mlm"):
         return np.asarray(mask_weights) > 0
     if (task == "token_classifier" and name == "logits") or name in (
         "start_logits",
         "end_logits",
         "sequence_output",
+        "rtd",
     ):
         return tokens
     return None
@@ -240,4 +243,8 @@ def _decision(name: str, task: str, ref: np.ndarray, out: np.ndarray, positions)
         return (np.where(positions, ref, low).argmax(-1), np.where(positions, out, low).argmax(-1))
     if name == "nsp_probs":
         return ref.argmax(-1), out.argmax(-1)
+    if name == "rtd":  # (batch, length) logits: replaced or not, at the real tokens
+        return ref[positions] > 0, out[positions] > 0
+    if name == "mlm":  # (batch, masks, vocabulary) logits: the top-1 word at the real masks
+        return ref.argmax(-1)[positions], out.argmax(-1)[positions]
     return None

@@ -441,3 +441,64 @@ def run_evaluate(argv) -> int:
     from model.evaluate import main
 
     return main(argv)
+
+
+# === ELECTRA (test_electra_bundle, test_app, test_app_browser) ===
+
+
+def make_electra_run(parent, name: str = "electra", steps: int = 20) -> str:
+    """A seconds-long `tiny` ELECTRA pre-training run (`python -m model.train pretrain
+    --objective electra` on `make_records` segments): a model directory of task
+    "electra_pretraining" (discriminator + generator); returns its path."""
+    records = make_records(parent, f"{name}-records", extra=["--inputs", "segments"])
+    output = os.path.join(str(parent), name)
+    argv = pretrain_argv(records, output, steps=steps, checkpoint_every=steps)
+    assert run_train([*argv, "--objective", "electra"]) == 0, "the ELECTRA run failed"
+    return output
+
+
+def build_electra(root: str) -> dict:
+    """Tiny ELECTRA models and bundles under `root`, built once per test session (a marker
+    says done): {"run": the pre-training run (electra_pretraining), "discriminator": its
+    discriminator alone (a replaced_token_detection model directory, the same weights),
+    "text": held-out raw text, "float32", "dynamic": the run's bundles (discriminator +
+    "generator" signature), "discriminator-float32": the discriminator's bundle}."""
+    import json
+
+    paths = {
+        "run": os.path.join(root, "run"),
+        "discriminator": os.path.join(root, "discriminator"),
+        "text": os.path.join(root, "held-out.txt"),
+        "float32": os.path.join(root, "bundles", "float32"),
+        "dynamic": os.path.join(root, "bundles", "dynamic"),
+        "discriminator-float32": os.path.join(root, "bundles", "discriminator-float32"),
+    }
+    done = os.path.join(root, "done")
+    if os.path.exists(done):
+        return paths
+    from export.__main__ import export_bundle
+    from model.checkpoints import model_dir
+
+    os.makedirs(root, exist_ok=True)
+    make_electra_run(root, "run")
+    with open(os.path.join(paths["run"], "config.json"), encoding="utf-8") as f:
+        seq_len = json.load(f)["max_seq_length"]
+    discriminator = model_dir.load(paths["run"]).discriminator()
+    model_dir.save(
+        discriminator,
+        paths["discriminator"],
+        os.path.join(paths["run"], "vocab.txt"),
+        extra={"max_seq_length": seq_len},
+    )
+    # Other sentences than the run's corpus (write_corpus' seed 0): held out.
+    write_corpus(paths["text"], num_documents=12, sentences=(3, 8), seed=5)
+    for name, source, quantization in (
+        ("float32", paths["run"], "float32"),
+        ("dynamic", paths["run"], "dynamic"),
+        ("discriminator-float32", paths["discriminator"], "float32"),
+    ):
+        export_bundle(
+            source, paths[name], quantization, data=paths["text"], log=lambda message: None
+        )
+    open(done, "w").close()
+    return paths

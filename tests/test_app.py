@@ -735,3 +735,166 @@ def test_no_answer_view_with_a_real_squad2_runtime(tiny_models):
     assert out["status"].startswith("**No answer** in the context: the null score")
     assert "over the best span" in out["status"] and out["context"]["entities"] == []
     assert predict.NO_ANSWER in [row[1] for row in out["nbest"]]
+
+
+# === ELECTRA: the Replaced tokens view, shown only when its bundle is there ===
+
+ELECTRA_TEXT = "The cat sat on the mat, and the dog ran fast."
+ELECTRA_ENDPOINTS = ("/replaced_tokens", "/corrupt")
+
+
+@pytest.fixture(scope="session")
+def electra_models(tmp_path_factory, tiny_models):
+    """{"models": the five tiny bundles and the tiny ELECTRA run's bundle in "electra" (the
+    folder the app looks for), "electra": tests/helpers.py `build_electra`'s paths}."""
+    import shutil
+
+    from tests.helpers import build_electra
+
+    electra = build_electra(str(tmp_path_factory.getbasetemp() / "electra-tiny"))
+    root = tmp_path_factory.getbasetemp() / "app-electra-models"
+    if not root.exists():
+        shutil.copytree(tiny_models[1], root)
+        shutil.copytree(electra["float32"], root / "electra")
+    return {"models": str(root), "electra": electra}
+
+
+def test_replaced_tokens_view_is_hidden_without_an_electra_bundle(tiny_models):
+    """No ELECTRA bundle: no slot, no tab, no endpoint; the five views as before."""
+    from app import ui
+
+    _, bundles = tiny_models
+    slots = models.load_all(bundles, warm_up=False)
+    assert sorted(slots) == sorted(VIEW_NAMES) and all(s.ready for s in slots.values())
+    demo = ui.build(slots)
+    names = {fn.api_name for fn in demo.fns.values() if fn.api_name}
+    assert set(VIEW_NAMES) <= names and not names & {"replaced_tokens", "corrupt"}
+    assert models.hidden_views(slots, bundles) == [
+        f"replaced_tokens view hidden: no replaced_token_detection model in {bundles} (it shows "
+        f"{models.VIEW['replaced_tokens'].what}; planned folder {bundles}/electra)"
+    ]
+
+
+def test_replaced_tokens_views_on_a_real_bundle(electra_models):
+    from export import runtime
+
+    slots = models.load_all(electra_models["models"])
+    slot = slots["replaced_tokens"]
+    assert slot.ready and os.path.basename(slot.path) == "electra"
+    assert "with its generator" in slot.describe() and all(s.ready for s in slots.values())
+    lite = runtime.load(slot.path)
+
+    out = predict.replaced_tokens(slot, ELECTRA_TEXT, LIMITS)
+    expected = lite.detect_replaced(ELECTRA_TEXT)
+    assert out["raw"] == predict.jsonable(expected)
+    assert "WordPieces look replaced" in out["status"] or "No WordPiece" in out["status"]
+    assert [row[1] for row in out["table"]] == [t["token"] for t in expected["tokens"]]
+    assert [row[3] == "yes" for row in out["table"]] == [t["replaced"] for t in expected["tokens"]]
+    assert {e["entity"] for e in out["spans"]["entities"]} <= {"replaced"}
+    assert len(out["spans"]["entities"]) == len(expected["replaced"])
+
+    checked = 0
+    for seed in range(1, 6):
+        out = predict.corrupt(slot, ELECTRA_TEXT, 0.3, seed, LIMITS)
+        corrupted = lite.corrupt(ELECTRA_TEXT, 0.3, seed)
+        assert out["text"] == corrupted["text"] != ELECTRA_TEXT
+        assert out["raw"]["corrupt"] == predict.jsonable(corrupted)
+        assert out["status"].startswith(f"The generator replaced {len(corrupted['replaced'])} of")
+        assert f"seed {seed})" in out["status"]
+        if "not checked" in out["status"]:  # a draw joined or split a word: no truth
+            assert {row[4] for row in out["table"]} == {""}
+            continue
+        checked += 1
+        truth = [t["replaced"] for t in corrupted["tokens"]]
+        assert [row[4] for row in out["table"]] == ["yes" if r else "no" for r in truth]
+        called = [t["replaced"] for t in out["raw"]["detect_replaced"]["tokens"]]
+        expected = [
+            "caught" if c and r else "false alarm" if c else "missed"
+            for c, r in zip(called, truth)
+            if c or r
+        ]
+        assert [e["entity"] for e in out["spans"]["entities"]] == expected
+        assert f"Caught {sum(c and r for c, r in zip(called, truth))}, missed" in out["status"]
+    assert checked  # most corrupted texts read as the generator's pieces
+    # A new draw without a seed; the seed used is in the raw output.
+    assert predict.corrupt(slot, ELECTRA_TEXT, 0.15, None, LIMITS)["raw"]["corrupt"]["seed"] >= 0
+
+    for args, message in (
+        ((ELECTRA_TEXT, 0.9, 1), "between 0.05 and 0.5"),
+        ((ELECTRA_TEXT, 0.15, "x"), "The seed must be a whole number"),
+        (("  ", 0.15, 1), "is empty"),
+    ):
+        bad = predict.corrupt(slot, *args, LIMITS)
+        assert bad["status"].startswith(predict.WARNING) and message in bad["status"], bad
+        assert bad["text"] is None  # the view keeps the user's text
+    # A discriminator alone: detection works, the generator's button says what is missing.
+    alone = models.Slot(
+        models.VIEW["replaced_tokens"],
+        model=runtime.load(electra_models["electra"]["discriminator-float32"]),
+        path="discriminator",
+    )
+    assert "with its generator" not in alone.describe()
+    assert predict.replaced_tokens(alone, ELECTRA_TEXT, LIMITS)["raw"]["tokens"]
+    assert 'with a "generator" signature' in predict.corrupt(alone, ELECTRA_TEXT)["status"]
+
+
+def test_keras_backend_serves_an_electra_run_as_its_bundle(electra_models, tmp_path):
+    """A Keras ELECTRA run directory (task electra_pretraining) serves the view, generator
+    included, with the float32 bundle's answers."""
+    import shutil
+
+    from export import runtime
+
+    electra = electra_models["electra"]
+    shutil.copytree(electra["run"], tmp_path / "electra")
+    slot = models.load_all(str(tmp_path), backend="keras")["replaced_tokens"]
+    assert slot.ready and slot.info["task"] == "replaced_token_detection"
+    assert slot.model.methods == ["detect_replaced", "corrupt"]
+    assert "Keras" in slot.describe() and "with its generator" in slot.describe()
+    lite = runtime.load(electra["float32"])
+    for seed in (1, 2):
+        keras, bundle = (
+            slot.model.corrupt(ELECTRA_TEXT, 0.3, seed),
+            lite.corrupt(ELECTRA_TEXT, 0.3, seed),
+        )
+        for key in ("text", "masked", "replaced", "read"):
+            assert keras[key] == bundle[key], (seed, key)
+    got = slot.model.detect_replaced(ELECTRA_TEXT)["tokens"]
+    expected = lite.detect_replaced(ELECTRA_TEXT)["tokens"]
+    assert [t["probability_replaced"] for t in got] == pytest.approx(
+        [t["probability_replaced"] for t in expected], abs=1e-5
+    )
+
+
+def test_cli_serves_the_replaced_tokens_view(electra_models):
+    """`python -m app` over a folder with an ELECTRA bundle: the sixth view's two named
+    endpoints beside the five pinned ones, answering as the runtime does, without TensorFlow."""
+    from export import runtime
+
+    root = electra_models["models"]
+    lite = runtime.load(os.path.join(root, "electra"))
+    with app_process("--models", root, "--threads", "1") as (url, lines):
+        log = "\n".join(lines)
+        assert "tensorflow imported: no" in log and "view hidden" not in log
+        assert f"Model: `{os.path.join(root, 'electra')}` (replaced_token_detection" in log
+        client = client_for(url)
+        named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+        assert sorted(named) == sorted(ENDPOINTS + ELECTRA_ENDPOINTS)
+
+        status, spans, table, raw = client.predict(ELECTRA_TEXT, api_name="/replaced_tokens")
+        expected = lite.detect_replaced(ELECTRA_TEXT)
+        assert raw == predict.jsonable(expected) and len(table["data"]) == len(expected["tokens"])
+        assert "Traceback" not in status and predict.WARNING not in status
+        assert "".join(s["token"] for s in spans) == ELECTRA_TEXT
+
+        text, status, spans, table, raw = client.predict(ELECTRA_TEXT, 0.3, 4, api_name="/corrupt")
+        corrupted = lite.corrupt(ELECTRA_TEXT, 0.3, 4)
+        assert text == corrupted["text"] and raw["corrupt"]["replaced"] == corrupted["replaced"]
+        assert status.startswith("The generator replaced") and "seed 4" in status
+        assert "".join(s["token"] for s in spans) == text
+
+        for endpoint, args in (("/replaced_tokens", ("\u200b",)), ("/corrupt", (" ", 0.2, 1))):
+            status = client.predict(*args, api_name=endpoint)[-4]
+            assert status.startswith(predict.WARNING) and "Traceback" not in status
+        # The other views answer as before.
+        assert client.predict("A good film.", api_name="/sentiment")[0].startswith("**")

@@ -8,8 +8,10 @@ every view, typing, clicking, waiting for the answer and checking it, with scree
 Needs `apt-get install chromium` and `pip install playwright` (`.ci/run` does both; never
 `playwright install`). Without them the test is skipped, saying which is missing. The views run
 on the tiny LiteRT bundles of tests/test_app.py (random weights: what they say is checked for
-form, not meaning); APP_BROWSER_MODELS=DIR serves the bundles of DIR instead. Screenshots go to
-the test's tmp dir, and also to $APP_SCREENSHOTS when set.
+form, not meaning); APP_BROWSER_MODELS=DIR serves the bundles of DIR instead. The Replaced
+tokens view, shown only with an ELECTRA bundle, runs on the tiny ELECTRA run's bundle beside them
+(or on DIR's "electra" bundle, when DIR has one); without one the app has no such tab. Screenshots
+go to the test's tmp dir, and also to $APP_SCREENSHOTS when set.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ import shutil
 import pytest
 
 from app.models import VIEW
-from tests.test_app import SENTENCE, served, tiny_models  # noqa: F401 (a fixture)
+from tests.test_app import (  # noqa: F401 (fixtures)
+    ELECTRA_TEXT,
+    SENTENCE,
+    electra_models,
+    served,
+    tiny_models,
+)
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -193,4 +201,75 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     assert not page.locator("text=Traceback").count()
     assert not outside, f"the page fetched from outside the app: {outside}"
     assert all(os.path.getsize(p) > 10_000 for p in shot.taken)
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def electra_url(electra_models):
+    """The app over the tiny bundles and the tiny ELECTRA bundle (or $APP_BROWSER_MODELS, when
+    it has an ELECTRA bundle)."""
+    from app import models
+
+    chosen = os.environ.get("APP_BROWSER_MODELS")
+    slots = models.load_all(chosen) if chosen else {}
+    if "replaced_tokens" not in slots:
+        slots = models.load_all(electra_models["models"])
+    assert all(slot.ready for slot in slots.values()), [s.problem for s in slots.values()]
+    with served(slots) as demo:
+        yield demo.local_url, slots["replaced_tokens"].model
+
+
+def test_replaced_tokens_view_in_chromium(browser, electra_url, tmp_path):
+    from playwright.sync_api import expect
+
+    url, model = electra_url
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    shot = Shots(page, tmp_path)
+    page.goto(url, timeout=FIRST_RENDER_MS)
+    tab = page.get_by_role("tab", name=VIEW["replaced_tokens"].title, exact=True)
+    expect(tab).to_be_visible(timeout=FIRST_RENDER_MS)
+    tab.click()
+    status = page.locator("#replaced_tokens-status")
+    box = page.locator("#replaced_tokens-text textarea")
+
+    # An example fills the box; the discriminator's calls on it.
+    page.get_by_text("The chef ate the meal.", exact=True).click()
+    expect(box).to_have_value("The chef ate the meal.")
+    box.fill(ELECTRA_TEXT)
+    page.locator("#replaced_tokens-run").click()
+    expect(status).to_contain_text("replaced")
+    expect(page.locator("#replaced_tokens-table")).to_contain_text("P(replaced)")
+    expect(page.locator("#replaced_tokens-table")).to_contain_text("dog")
+    expect(page.locator("#replaced_tokens-spans")).to_contain_text("dog ran fast")
+
+    # The generator corrupts the sentence (seed 3): the box shows the runtime's corrupted text,
+    # and the discriminator's calls on it are checked against what the generator did.
+    page.locator("#replaced_tokens-seed input").fill("3")
+    page.locator("#replaced_tokens-corrupt").click()
+    expected = model.corrupt(ELECTRA_TEXT, 0.15, 3)["text"]
+    expect(box).to_have_value(expected)
+    expect(status).to_contain_text("The generator replaced")
+    expect(status).to_contain_text("seed 3")
+    expect(page.locator("#replaced_tokens-spans")).to_contain_text(expected.split()[-1])
+    shot("replaced_tokens")
+
+    # Bad input: a message, the text kept.
+    box.fill("   ")
+    page.locator("#replaced_tokens-run").click()
+    expect(status).to_contain_text("The text is empty")
+    assert not page.locator("text=Traceback").count()
+    page.close()
+
+
+def test_no_replaced_tokens_tab_without_an_electra_bundle(browser, app_url):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(app_url, timeout=FIRST_RENDER_MS)
+    expect(page.get_by_role("tab", name=VIEW["entities"].title, exact=True)).to_be_visible(
+        timeout=FIRST_RENDER_MS
+    )
+    expect(page.get_by_role("tab")).to_have_count(5)
+    expect(page.get_by_role("tab", name=VIEW["replaced_tokens"].title)).to_have_count(0)
     page.close()
