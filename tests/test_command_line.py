@@ -27,6 +27,7 @@ COMMANDS = [
     ("model.vocab",),
     ("model.extract_features",),
     ("model.feature_tagger",),
+    ("model.experiments",),
     ("export",),
     ("export.report",),
     ("app",),

@@ -42,13 +42,11 @@ here, not on the command line, so that the file stays the record.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
+
+from model.recipes.runner import Command, Step, read_json, run
 
 # === The settings of the shipped models ===
 
@@ -153,41 +151,6 @@ TABLE_METRICS = {
 
 
 # === The plan ===
-
-
-@dataclass(frozen=True)
-class Command:
-    """`python -m module argv`; done when `output` exists (and, for an export, when the
-    bundle there was made from `bundle_of`: the shipped bundles of a fresh clone were not made
-    from this run's models, so the recipe exports over them)."""
-
-    module: str
-    argv: tuple
-    output: str
-    bundle_of: str | None = None
-
-    def done(self) -> bool:
-        if not os.path.exists(self.output):
-            return False
-        if self.bundle_of is None:
-            return True
-        source = _read(self.output).get("source")
-        made_from = source.get("model_dir") if isinstance(source, dict) else None
-        return isinstance(made_from, str) and os.path.abspath(made_from) == os.path.abspath(
-            self.bundle_of
-        )
-
-    def shell(self) -> str:
-        """The command as one would type it (shell-quoted: globs reach the program unexpanded)."""
-        return shlex.join(["python", "-m", self.module, *self.argv])
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    commands: tuple
-    needs: tuple = ()  # steps whose outputs this one reads
-    summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -383,63 +346,7 @@ def missing_inputs(steps: list[Step], chosen: list[Step]) -> list[str]:
     return problems
 
 
-# === Running ===
-
-
-def child_env() -> dict:
-    """The environment of the children: this repository importable wherever they start."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
-
-
-def run(chosen: list[Step], dry_run: bool = False, log=print) -> int:
-    """Runs (or prints) every command of `chosen`; 0, or the first failing command's status."""
-    total = sum(len(s.commands) for s in chosen)
-    number = 0
-    started = time.time()
-    for step in chosen:
-        log(f"# step {step.name}: {step.summary}")
-        for command in step.commands:
-            number += 1
-            tag = f"[{number}/{total} {step.name}]"
-            if command.done():
-                log(f"{tag} skip, {command.output} exists: {command.shell()}")
-                continue
-            log(f"{tag} {command.shell()}")
-            if dry_run:
-                continue
-            start = time.time()
-            rc = subprocess.call(
-                [sys.executable, "-m", command.module, *command.argv], env=child_env()
-            )
-            seconds = time.time() - start
-            if rc != 0:
-                log(
-                    f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
-                    f"the same command line again (finished commands are skipped)"
-                )
-                return rc
-            if not os.path.exists(command.output):
-                log(f"{tag} exited 0 but did not write {command.output}")
-                return 1
-            log(f"{tag} done in {seconds:.1f} s ({seconds / 60:.1f} min)")
-    if not dry_run:
-        log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
-    return 0
-
-
 # === The final table ===
-
-
-def _read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-        return value if isinstance(value, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def table(p: Paths) -> list[str]:
@@ -449,11 +356,11 @@ def table(p: Paths) -> list[str]:
         bundle = p.bundle(step)
         model = os.path.join(bundle, "model.tflite")
         size = f"{os.path.getsize(model) / 1e6:.1f}" if os.path.isfile(model) else "-"
-        lite = _read(p.w(f"{step}.bundle-metrics.json"))
+        lite = read_json(p.w(f"{step}.bundle-metrics.json"))
         keras_metrics = (
-            _read(p.w("mlm.metrics.json"))
+            read_json(p.w("mlm.metrics.json"))
             if step == "mlm"
-            else _read(p.w(step, "metrics.json")).get("dev", {})
+            else read_json(p.w(step, "metrics.json")).get("dev", {})
         )
         for key in TABLE_METRICS.get(step, ("-",)):
             lines.append(

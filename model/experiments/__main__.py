@@ -1,0 +1,105 @@
+"""Rerun a table of the BERT, RoBERTa, SpanBERT or ELECTRA papers at the scale your hardware allows.
+
+    python -m model.experiments pretraining-tasks --scale cpu --work runs/experiments
+    python -m model.experiments beyond-bert --scale paper --work runs/experiments --dry-run
+
+TABLE: pretraining-tasks (BERT Table 5), model-size (Table 6), training-steps
+(Figure 5), feature-based (Table 7), masking (Table 8), beyond-bert (RoBERTa,
+SpanBERT and ELECTRA against BERT at equal pre-training time).
+
+Scales: smoke (tiny models, a few steps: every table end to end in a minute or
+two, run by the test suite), cpu (a 2-core CPU, a few hours a table: `mini`
+models, ~21 min of pre-training each, fine-tuning slices, 3 seeds), gpu (one
+GPU, ~30 min a model), paper (the papers' sizes and steps; --dry-run here).
+
+The experiment is a list of `python -m model.*` commands, printed with
+--dry-run. Each is skipped when its output exists, so the same command line
+started again after a stop goes on where it was (and the training commands
+resume from their checkpoints); one pre-training run serves every table that
+needs it. Where the scale gives each pre-training a wall-clock budget, a short
+calibration run of the same command times a step first. The end is
+DIR/TABLE.md: the measured table (median and range over the seeds) beside the
+paper's figures, whether each effect exceeded the seed spread, the hardware,
+the commands and their wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from model.experiments.scales import SCALES
+from model.experiments.tables import TABLES
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m model.experiments",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("table", choices=sorted(TABLES))
+    p.add_argument("--scale", choices=list(SCALES), required=True)
+    p.add_argument("--work", required=True, help="directory for every run and the report")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument(
+        "--data", default="../shared/data", help="the data directory (default: %(default)s)"
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every command in this process (tiny scales: no start-up per command)",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="let every command show TensorFlow's C++ start-up log lines",
+    )
+    p.add_argument(
+        "--vocab", default=None, help="vocab.txt of the records (default: bert-base-uncased's)"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    from model.experiments.experiment import steps
+    from model.experiments.plan import Work
+    from model.experiments.report import write
+    from model.recipes.runner import run
+
+    args = parse_args(argv)
+    if args.verbose:
+        # The commands show TensorFlow's start-up lines when the user set this themselves.
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    scale = SCALES[args.scale]
+    work = Work(args.work, args.data, scale, **({"vocab": args.vocab} if args.vocab else {}))
+    table = TABLES[args.table](work)
+    plan = steps(table, work)
+    if not args.dry_run and not scale.executable:
+        print(
+            f"error: --scale {scale.name} is for clusters of GPUs or TPUs; print its commands "
+            f"with --dry-run",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.dry_run:
+        for path, fields in work.config_files().items():
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump(fields, f, indent=2)
+    print(f"# {table.title}, scale {scale.name}, work {args.work}")
+    rc = run(plan, dry_run=args.dry_run, timings=work.w("timings.json"), in_process=args.in_process)
+    if rc != 0 or args.dry_run:
+        return rc
+    commands = [(c.shell(), c.output) for step in plan for c in step.commands]
+    report = work.w(f"{table.name}.md")
+    write(table, work, commands, report)
+    print(f"wrote {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

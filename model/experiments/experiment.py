@@ -1,0 +1,72 @@
+"""A table's commands in order, and its measured values once they have run.
+
+`steps(table, work)`: records for every input format the rows need, then per row
+its pre-training (calibrated to the scale's budget) and what each column
+measures from it, for every seed. `results(table, work)`: {row: {column: [values
+over the seeds that have finished]}}, read from the commands' own output files.
+"""
+
+from __future__ import annotations
+
+from model.experiments.plan import Work
+from model.experiments.tables import Table
+from model.recipes.runner import Step, read_json
+
+
+def steps(table: Table, work: Work) -> list[Step]:
+    formats = []
+    for row in table.rows:
+        key = (row.run.inputs, row.run.static)
+        if key not in formats:
+            formats.append(key)
+    plan = [
+        Step(
+            f"records-{inputs}" + ("-static" if static else ""),
+            tuple(work.make_records(inputs, static)),
+            summary=f"{inputs} records of the scale's corpora, and held-out ones",
+        )
+        for inputs, static in formats
+    ]
+    for row in table.rows:
+        commands = list(work.pretrain(row.run))
+        for column in table.columns:
+            commands += column_commands(column, row, work)
+        plan.append(Step(work.run_name(row.run), tuple(commands), summary=row.label))
+    return plan
+
+
+def column_commands(column, row, work: Work) -> list:
+    if column.kind == "finetune":
+        return [work.finetune(row.run, column.arg, seed) for seed in work.scale.seeds]
+    if column.kind == "features":
+        return [work.feature_tagger(row.run, column.arg, seed) for seed in work.scale.seeds]
+    if column.kind == "mlm":
+        return [work.mlm_score(row.run)]
+    raise ValueError(f"unknown column kind {column.kind!r}")
+
+
+def results(table: Table, work: Work) -> dict[str, dict[str, list[float]]]:
+    """{row label: {column name: the values measured so far, one per seed}} (percent, or
+    perplexity for an `mlm` column)."""
+    out = {}
+    for row in table.rows:
+        values = {}
+        for column in table.columns:
+            if column.kind == "mlm":
+                scores = read_json(work.mlm_file(row.run))
+                found = [scores["mlm_perplexity"]] if "mlm_perplexity" in scores else []
+            else:
+                found = []
+                for seed in work.scale.seeds:
+                    if column.kind == "finetune":
+                        path = work.finetune_dir(row.run, column.arg, seed)
+                        metric = work.scale.tasks[column.arg].metric
+                    else:
+                        path = work.features_dir(row.run, column.arg, seed)
+                        metric = "f1"
+                    dev = read_json(f"{path}/metrics.json").get("dev", {})
+                    if isinstance(dev.get(metric), (int, float)):
+                        found.append(100.0 * dev[metric])
+            values[column.name] = found
+        out[row.label] = values
+    return out

@@ -1,0 +1,264 @@
+"""The commands of an experiment: records, calibration, pre-training, fine-tuning, features.
+
+Everything lives under one work directory, named so that a run made for one
+table is found, complete, by every other table that needs it (the `bert` model
+of `pretraining-tasks` is the 80/10/10 row of `masking`):
+
+    WORK/data/train-FORMAT, valid-FORMAT     records (`python -m model.data --inputs FORMAT`)
+    WORK/configs/SIZE.json                   a size that is not a preset
+    WORK/calibration/RUN/                    a short run timing the step of RUN
+    WORK/runs/RUN/                           a pre-training run, RUN = NAME-SIZE-seedN
+    WORK/finetune/RUN/TASK-seedK/            a fine-tuning run (metrics.json)
+    WORK/features/RUN/LAYERS-seedK/          a feature-based tagger (metrics.json)
+    WORK/mlm/RUN.json                        held-out masked-LM scores
+    WORK/timings.json                        every finished command's wall time
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from model.experiments.scales import Scale
+from model.recipes.runner import Command, Deferred, read_json
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# bert-base-uncased's 30,522 WordPieces (the shipped models' vocabulary).
+DEFAULT_VOCAB = os.path.join(REPOSITORY, "assets", "models", "mlm", "vocab.txt")
+PRETRAINING_SEED = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+    """One pre-training run of a table row.
+
+    Args:
+        name: the row's run name ("bert", "no-nsp", "mask-100-0-0", ...).
+        objective: `--objective`.
+        inputs: the records' `--inputs` format.
+        flags: further `model.train pretrain` flags (--no-nsp, masking rates).
+        size: a preset or a size of `Scale.sizes`; None: the scale's size.
+        static: records masked at creation (`--masking static --dupe-factor 10`).
+        random: no training: a 1-step run at learning rate 0 (the floor).
+    """
+
+    name: str
+    objective: str = "bert"
+    inputs: str = "sentence-pairs"
+    flags: tuple[str, ...] = ()
+    size: str | None = None
+    static: bool = False
+    random: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """The work directory, the data directory and the scale of one experiment."""
+
+    work: str
+    data: str
+    scale: Scale
+    vocab: str = DEFAULT_VOCAB
+
+    def w(self, *parts) -> str:
+        return os.path.join(self.work, *parts)
+
+    def d(self, *parts) -> str:
+        return os.path.join(self.data, *parts)
+
+    # === Names ===
+
+    def size_of(self, p: Pretraining) -> str:
+        return p.size or self.scale.size
+
+    def run_name(self, p: Pretraining) -> str:
+        return f"{p.name}-{self.size_of(p)}-seed{PRETRAINING_SEED}"
+
+    def run_dir(self, p: Pretraining) -> str:
+        return self.w("runs", self.run_name(p))
+
+    def records(self, inputs: str, static: bool = False, split: str = "train") -> str:
+        return self.w("data", f"{split}-{inputs}" + ("-static" if static else ""))
+
+    def finetune_dir(self, p: Pretraining, task: str, seed: int) -> str:
+        return self.w("finetune", self.run_name(p), f"{task}-seed{seed}")
+
+    def features_dir(self, p: Pretraining, layers: str, seed: int) -> str:
+        return self.w("features", self.run_name(p), f"{layers}-seed{seed}")
+
+    def mlm_file(self, p: Pretraining) -> str:
+        return self.w("mlm", f"{self.run_name(p)}.json")
+
+    def config_arg(self, size: str) -> str:
+        """`--config`: a preset name, or WORK/configs/SIZE.json for a size given by its fields
+        (written when the plan is made; a dry run writes nothing)."""
+        fields = dict(self.scale.sizes).get(size, size)
+        if isinstance(fields, str):
+            return fields
+        return self.w("configs", f"{size}.json")
+
+    def config_files(self) -> dict[str, dict]:
+        """{path: BertConfig fields} of the sizes that are not presets."""
+        return {
+            self.w("configs", f"{name}.json"): {"vocabulary_size": 30522, **fields}
+            for name, fields in self.scale.sizes
+            if not isinstance(fields, str)
+        }
+
+    # === Commands ===
+
+    def make_records(self, inputs: str, static: bool = False) -> list[Command]:
+        """Training records from the scale's corpora and held-out ones from its held-out text."""
+        commands = []
+        for split, sources in (("valid", (self.scale.held_out,)), ("train", self.scale.corpora)):
+            if split == "valid" and static:
+                continue  # held-out instances are masked the same way for every row
+            out = self.records(inputs, static, split)
+            argv = ["--inputs", inputs, "--vocab", self.vocab, "--output", out]
+            for source in sources:
+                argv += ["--input", self.d(source)]
+            argv += ["--max-seq-length", str(self.scale.seq_len), "--num-shards", "8"]
+            if static:
+                argv += ["--masking", "static", "--dupe-factor", "10"]
+            commands.append(Command("model.data", tuple(argv), os.path.join(out, "dataset.json")))
+        return commands
+
+    def pretrain_argv(self, p: Pretraining, output: str, steps, every) -> tuple:
+        s = self.scale
+        argv = [
+            "pretrain",
+            "--objective",
+            p.objective,
+            "--config",
+            self.config_arg(self.size_of(p)),
+            "--data",
+            self.records(p.inputs, p.static),
+            "--eval-data",
+            self.records(p.inputs, split="valid"),
+            "--eval-steps",
+            "20",
+            "--output",
+            output,
+            "--steps",
+            steps,
+            "--checkpoint-every",
+            every,
+            "--keep-checkpoints",
+            "100",
+            "--learning-rate",
+            "0" if p.random else str(s.learning_rate),
+            "--batch-size",
+            str(s.batch_size),
+            "--seed",
+            str(PRETRAINING_SEED),
+            *p.flags,
+            *s.strategy_flags,
+        ]
+        return tuple(argv)
+
+    def pretrain(self, p: Pretraining) -> list[Command]:
+        """The run of `p` (after a calibration run when the scale has a time budget)."""
+        run = self.run_dir(p)
+        done = os.path.join(run, "train_summary.json")
+        s = self.scale
+        if p.random:
+            return [Command("model.train", self.pretrain_argv(p, run, "1", "1"), done)]
+        if not s.budget_seconds:
+            every = str(max(1, s.steps // s.checkpoints))
+            return [Command("model.train", self.pretrain_argv(p, run, str(s.steps), every), done)]
+        calibration = self.w("calibration", self.run_name(p))
+        n = s.calibration_steps
+        calibrate = Command(
+            "model.train",
+            self.pretrain_argv(p, calibration, str(n), str(n)),
+            os.path.join(calibration, "train_summary.json"),
+            skip_if=done,  # the run itself is complete: nothing left to time
+        )
+        steps = Deferred(
+            f"<{s.budget_seconds:.0f} s / the calibrated s per step>",
+            lambda: str(self.budgeted_steps(calibration)),
+        )
+        every = Deferred(
+            f"<steps / {s.checkpoints}>",
+            lambda: str(self.budgeted_steps(calibration) // s.checkpoints),
+        )
+        return [calibrate, Command("model.train", self.pretrain_argv(p, run, steps, every), done)]
+
+    def budgeted_steps(self, calibration: str) -> int:
+        """The scale's budget over the calibration run's seconds per step, rounded up to a
+        whole number of checkpoint intervals."""
+        summary = read_json(os.path.join(calibration, "train_summary.json"))
+        if not summary.get("steps_this_run") or not summary.get("seconds_this_run"):
+            raise ValueError(f"{calibration}: no timed steps in train_summary.json")
+        per_step = summary["seconds_this_run"] / summary["steps_this_run"]
+        k = self.scale.checkpoints
+        return k * math.ceil(self.scale.budget_seconds / per_step / k)
+
+    def finetune(self, p: Pretraining, task: str, seed: int) -> Command:
+        t = self.scale.tasks[task]
+        out = self.finetune_dir(p, task, seed)
+        argv = (
+            "finetune",
+            "--task",
+            task,
+            "--data",
+            self.d(t.data),
+            "--init",
+            self.run_dir(p),
+            "--output",
+            out,
+            "--seed",
+            str(seed),
+            *t.flags,
+        )
+        return Command("model.train", argv, os.path.join(out, "metrics.json"))
+
+    def feature_tagger(self, p: Pretraining, layers: str, seed: int) -> Command:
+        t = self.scale.tasks["conll2003"]
+        out = self.features_dir(p, layers, seed)
+        flags = [f for f in t.flags if f != "--group-by-length"]
+        argv = (
+            "--model",
+            self.run_dir(p),
+            "--data",
+            self.d(t.data),
+            "--output",
+            out,
+            f"--layers={layers}",
+            "--seed",
+            str(seed),
+            *_tagger_flags(flags),
+        )
+        return Command("model.feature_tagger", argv, os.path.join(out, "metrics.json"))
+
+    def mlm_score(self, p: Pretraining) -> Command:
+        out = self.mlm_file(p)
+        argv = (
+            "--task",
+            "mlm",
+            "--model",
+            self.run_dir(p),
+            "--data",
+            self.d(self.scale.held_out),
+            "--max-seq-length",
+            str(self.scale.seq_len),
+            "--out",
+            out,
+        )
+        return Command("model.evaluate", argv, out)
+
+
+def _tagger_flags(finetune_flags: list[str]) -> list[str]:
+    """The fine-tuning slice and epochs in `model.feature_tagger`'s flag names."""
+    names = {"--max-train-examples": "--max-train-examples", "--epochs": "--epochs"}
+    names["--seq-len"] = "--max-seq-length"
+    out, i = [], 0
+    while i < len(finetune_flags):
+        flag = finetune_flags[i]
+        if flag in names and i + 1 < len(finetune_flags):
+            out += [names[flag], finetune_flags[i + 1]]
+            i += 2
+        else:
+            i += 1
+    return out

@@ -1,0 +1,190 @@
+"""How large each experiment runs: `--scale {smoke,cpu,gpu,paper}`.
+
+A scale fixes everything a table leaves open: the corpora and the records'
+length, the model sizes, how long each pre-training runs (a number of steps, or
+a wall-clock budget that a short calibration run turns into steps, so that every
+pre-training of a table gets the same time), the learning rate, the fine-tuning
+tasks with their slices and epochs, and the seeds.
+
+    python -c "from model.experiments.scales import SCALES; print(SCALES['cpu'])"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A fine-tuning task as a scale runs it.
+
+    Args:
+        data: the task's data, relative to `--data`.
+        metric: the key of its dev metric in the run's metrics.json.
+        flags: `python -m model.train finetune` flags (epochs, slices, lengths).
+    """
+
+    data: str
+    metric: str
+    flags: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Args:
+    name: the `--scale` value.
+    corpora: pre-training text, globs relative to `--data`.
+    held_out: the raw text the held-out records (pre-training curves) are made from.
+    seq_len: the records' length.
+    size: the model size of every table but `model-size` (a preset).
+    sizes: `model-size`'s sizes, (name, preset or BertConfig fields).
+    batch_size, learning_rate: pre-training's.
+    steps: pre-training steps, when there is no budget.
+    budget_seconds: the wall-clock each pre-training of a table gets; the steps
+        come from a calibration run of `calibration_steps` (its s/step).
+    checkpoints: pre-training checkpoints kept per run (the `training-steps` points).
+    tasks: fine-tuning tasks by name.
+    seeds: fine-tuning seeds (median and spread over them).
+    strategy_flags: extra pre-training and fine-tuning flags (devices, precision).
+    executable: whether this scale is meant to run here (paper: --dry-run only).
+    """
+
+    name: str
+    corpora: tuple[str, ...]
+    held_out: str
+    seq_len: int
+    size: str
+    sizes: tuple[tuple[str, object], ...]
+    batch_size: int
+    learning_rate: float
+    steps: int | None
+    budget_seconds: float | None
+    tasks: dict[str, Task]
+    seeds: tuple[int, ...]
+    calibration_steps: int = 30
+    checkpoints: int = 6
+    strategy_flags: tuple[str, ...] = ()
+    executable: bool = True
+
+    def budget_text(self) -> str:
+        if self.budget_seconds:
+            return f"{self.budget_seconds / 60:.1f} min of pre-training each (steps calibrated)"
+        return f"{self.steps:,} pre-training steps each"
+
+
+WIKITEXT_VALID = "wikitext-2-raw/wiki.valid.raw"
+# Google's BERT-Tiny (Turc et al. 2019): 2 layers of width 128.
+BERT_TINY = {"num_layers": 2, "num_heads": 2, "hidden_dim": 128, "intermediate_dim": 512}
+
+SMOKE_TASKS = {
+    "conll2003": Task(
+        "conll2003", "f1", ("--max-train-examples", "32", "--epochs", "1", "--seq-len", "32")
+    ),
+}
+# Small models from scratch prefer a larger learning rate than the paper's 2e-5..5e-5.
+CPU_LR = ("--learning-rate", "1e-4")
+CPU_TASKS = {
+    "sst2": Task(
+        "glue/SST-2",
+        "accuracy",
+        ("--max-train-examples", "20000", "--epochs", "1", "--seq-len", "64")
+        + ("--group-by-length", *CPU_LR),
+    ),
+    "mrpc": Task("glue/MRPC", "f1", ("--epochs", "3", "--seq-len", "128", *CPU_LR)),
+    "conll2003": Task("conll2003", "f1", ("--epochs", "3", "--group-by-length", *CPU_LR)),
+    "squad1": Task(
+        "squad/train-v1.1.reconstructed.json",
+        "f1",
+        ("--max-train-examples", "8000", "--epochs", "1", "--seq-len", "256", *CPU_LR),
+    ),
+}
+PAPER_TASKS = {
+    "sst2": Task("glue/SST-2", "accuracy", ("--epochs", "3")),
+    "mrpc": Task("glue/MRPC", "f1", ("--epochs", "3")),
+    "conll2003": Task("conll2003", "f1", ("--epochs", "3")),
+    "squad1": Task("squad/train-v1.1.reconstructed.json", "f1", ("--epochs", "2")),
+}
+
+SCALES = {
+    # Every table end to end in seconds per command: the test suite runs it.
+    "smoke": Scale(
+        name="smoke",
+        corpora=(WIKITEXT_VALID,),
+        held_out=WIKITEXT_VALID,
+        seq_len=32,
+        size="4x16",  # four blocks: the feature-based columns read the last four
+        sizes=(
+            ("4x16", {"num_layers": 4, "num_heads": 1, "hidden_dim": 16, "intermediate_dim": 32}),
+            ("1x16", {"num_layers": 1, "num_heads": 1, "hidden_dim": 16, "intermediate_dim": 32}),
+            ("2x32", {"num_layers": 2, "num_heads": 2, "hidden_dim": 32, "intermediate_dim": 64}),
+        ),
+        batch_size=8,
+        learning_rate=1e-3,
+        steps=4,
+        budget_seconds=None,
+        tasks=SMOKE_TASKS,
+        seeds=(1,),
+        checkpoints=2,
+    ),
+    # A 2-core CPU, a few hours a table: `mini` models, ~21 minutes of pre-training each.
+    "cpu": Scale(
+        name="cpu",
+        corpora=("pretrain/enwiki-2015/AA/wiki_0*.gz", "pretrain/gutenberg/books/00[0-2]*.txt.gz"),
+        held_out=WIKITEXT_VALID,
+        seq_len=128,
+        size="mini",
+        sizes=(("bert-tiny", BERT_TINY), ("mini", "mini"), ("small", "small")),
+        batch_size=32,
+        learning_rate=5e-4,
+        steps=None,
+        budget_seconds=1275.0,
+        tasks=CPU_TASKS,
+        seeds=(1, 2, 3),
+    ),
+    # One GPU, ~30 minutes of pre-training a model, ELECTRA-Small's width.
+    "gpu": Scale(
+        name="gpu",
+        corpora=("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/*.txt.gz"),
+        held_out=WIKITEXT_VALID,
+        seq_len=128,
+        size="electra-small",
+        sizes=(("mini", "mini"), ("small", "small"), ("electra-small", "electra-small")),
+        batch_size=128,
+        learning_rate=5e-4,
+        steps=None,
+        budget_seconds=1800.0,
+        tasks=PAPER_TASKS,
+        seeds=(1, 2, 3),
+        strategy_flags=("--mixed-precision", "mixed_bfloat16"),
+    ),
+    # The papers' BERT-Base schedule (1M steps of 256 x 128; the paper's last 10 % at 512 is
+    # the documented second phase, docs/pretraining.md): for GPUs and TPUs, printed here.
+    "paper": Scale(
+        name="paper",
+        corpora=("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/*.txt.gz"),
+        held_out=WIKITEXT_VALID,
+        seq_len=128,
+        size="base",
+        sizes=(
+            (
+                "3x768",
+                {"num_layers": 3, "num_heads": 12, "hidden_dim": 768, "intermediate_dim": 3072},
+            ),
+            (
+                "6x768",
+                {"num_layers": 6, "num_heads": 12, "hidden_dim": 768, "intermediate_dim": 3072},
+            ),
+            ("base", "base"),
+            ("large", "large"),
+        ),
+        batch_size=256,
+        learning_rate=1e-4,
+        steps=1_000_000,
+        budget_seconds=None,
+        tasks=PAPER_TASKS,
+        seeds=(1, 2, 3, 4, 5),
+        checkpoints=10,
+        strategy_flags=("--strategy", "tpu", "--mixed-precision", "mixed_bfloat16"),
+        executable=False,
+    ),
+}

@@ -1,0 +1,247 @@
+"""The papers' tables as experiments: rows (a pre-training each), columns (what is measured from
+it), the paper's own figures for the same rows, and the comparisons each table is about.
+
+    pretraining-tasks  BERT Table 5: MLM + NSP, No NSP, LTR & No NSP (+ a random floor)
+    model-size         BERT Table 6: the same objective at several sizes
+    training-steps     BERT Figure 5: fine-tuned score against pre-training steps, MLM and LTR
+    feature-based      BERT Table 7: fine-tuning against a BiLSTM on frozen layers (CoNLL-2003)
+    masking            BERT Table 8: MASK / SAME / RND shares, fine-tuned and feature-based NER
+    beyond-bert        RoBERTa (dynamic and static masking), SpanBERT, ELECTRA against BERT
+
+The papers' figures are those of `../shared/reference/PAPERS.md`, at the papers'
+scale; they stand beside the measured ones for reading, never for comparing
+numbers across scales.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from model.experiments.plan import Pretraining, Work
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """What is measured from a row's model: `finetune` (a task of the scale, its dev metric
+    over the seeds), `features` (a BiLSTM tagger on frozen layers, CoNLL-2003 dev F1) or `mlm`
+    (held-out masked-LM perplexity)."""
+
+    name: str
+    kind: str
+    arg: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    label: str
+    run: Pretraining
+    paper: dict = dataclasses.field(default_factory=dict)  # column name -> the paper's figure
+    floor: bool = False  # the randomly initialised encoder
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """An effect the paper reports: `better` against `worse`, in the paper's words."""
+
+    better: str
+    worse: str
+    paper_says: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    name: str
+    title: str
+    rows: tuple[Row, ...]
+    columns: tuple[Column, ...]
+    comparisons: tuple[Comparison, ...] = ()
+    paper_columns: tuple[str, ...] = ()  # the paper's column names, for its figures
+    not_built: tuple[str, ...] = ()  # rows or columns of the paper this table cannot run yet
+    note: str = ""
+
+
+RANDOM = Pretraining("random", random=True)
+BERT = Pretraining("bert")
+NO_NSP = Pretraining("no-nsp", inputs="segments", flags=("--no-nsp",))
+LTR = Pretraining("ltr", objective="ltr", inputs="segments")
+ROBERTA = Pretraining("roberta", objective="roberta", inputs="full-sentences")
+ROBERTA_STATIC = Pretraining(
+    "roberta-static", objective="roberta", inputs="full-sentences", static=True
+)
+SPANBERT = Pretraining("spanbert", objective="spanbert", inputs="segments")
+ELECTRA = Pretraining("electra", objective="electra", inputs="segments")
+# Table 8's rows: (MASK, SAME, RND) in percent; 80/10/10 is BERT's own run.
+MASKINGS = ((100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80), (0, 0, 100))
+PAPER_MASKING = {
+    (80, 10, 10): (84.2, 95.4, 94.9),
+    (100, 0, 0): (84.3, 94.9, 94.0),
+    (80, 0, 20): (84.1, 95.2, 94.6),
+    (80, 20, 0): (84.4, 95.2, 94.7),
+    (0, 20, 80): (83.7, 94.8, 94.6),
+    (0, 0, 100): (83.6, 94.9, 94.6),
+}
+LAST_FOUR = "-1,-2,-3,-4"
+
+
+def masking_run(mask: int, same: int, rnd: int) -> Pretraining:
+    if (mask, same, rnd) == (80, 10, 10):
+        return BERT
+    flags = ("--mask-token-rate", str(mask / 100), "--random-token-rate", str(rnd / 100))
+    return Pretraining(f"mask-{mask}-{same}-{rnd}", flags=flags)
+
+
+def task_columns(work: Work, tasks=None) -> tuple[Column, ...]:
+    names = [t for t in (tasks or work.scale.tasks) if t in work.scale.tasks]
+    return tuple(Column(t, "finetune", t) for t in names)
+
+
+def pretraining_tasks(work: Work) -> Table:
+    return Table(
+        "pretraining-tasks",
+        "Pre-training tasks (BERT Table 5)",
+        rows=(
+            Row("BERT (MLM + NSP)", BERT, {"mrpc": 86.7, "sst2": 92.7, "squad1": 88.5}),
+            Row("No NSP", NO_NSP, {"mrpc": 86.5, "sst2": 92.6, "squad1": 87.9}),
+            Row("LTR & No NSP", LTR, {"mrpc": 77.5, "sst2": 92.1, "squad1": 77.8}),
+            Row("random initialisation (floor)", RANDOM, floor=True),
+        ),
+        columns=task_columns(work),
+        comparisons=(
+            Comparison("BERT (MLM + NSP)", "LTR & No NSP", "9.2 MRPC, 10.7 SQuAD F1 (large)"),
+            Comparison("BERT (MLM + NSP)", "No NSP", "0.2 MRPC, 0.6 SQuAD F1 (small)"),
+        ),
+        paper_columns=("mrpc", "sst2", "squad1"),
+        not_built=(
+            "+ BiLSTM on top of LTR at fine-tuning: no fine-tuning head with a BiLSTM yet",
+            "MNLI, QNLI: no training data offline",
+        ),
+    )
+
+
+def model_size(work: Work) -> Table:
+    rows = tuple(
+        Row(f"size {name}", dataclasses.replace(BERT, size=name)) for name, _ in work.scale.sizes
+    )
+    return Table(
+        "model-size",
+        "Model size (BERT Table 6)",
+        rows=rows + (Row("random initialisation (floor)", RANDOM, floor=True),),
+        columns=(Column("held-out MLM perplexity", "mlm"),)
+        + task_columns(work, ("mrpc", "sst2", "conll2003")),
+        comparisons=tuple(
+            Comparison(b.label, a.label, "larger is better on every task (Table 6)")
+            for a, b in zip(rows, rows[1:])
+        ),
+        paper_columns=(),
+        note="The paper's sizes (3x768 to 24x1024) and figures: ../shared/reference/PAPERS.md.",
+        not_built=("MNLI: no training data offline",),
+    )
+
+
+def feature_based(work: Work) -> Table:
+    layers = (
+        ("last hidden", "-1"),
+        ("second-to-last hidden", "-2"),
+        ("concat last four", LAST_FOUR),
+    )
+    return Table(
+        "feature-based",
+        "Feature-based against fine-tuning, CoNLL-2003 (BERT Table 7)",
+        rows=(
+            Row("BERT (MLM + NSP)", BERT),
+            Row("random initialisation (floor)", RANDOM, floor=True),
+        ),
+        columns=task_columns(work, ("conll2003",))
+        + tuple(Column(label, "features", spec) for label, spec in layers),
+        comparisons=(),
+        paper_columns=(),
+        note="The paper (BERT-Base, dev F1): fine-tuning 96.4; last hidden 94.9; second-to-last "
+        "95.6; concat last four 96.1.",
+        not_built=(
+            "embeddings only, weighted sums of layers: the feature tagger concatenates blocks only",
+        ),
+    )
+
+
+def masking(work: Work) -> Table:
+    rows = []
+    for rates in ((80, 10, 10), *MASKINGS):
+        mnli, fine, feat = PAPER_MASKING[rates]
+        rows.append(
+            Row(
+                "MASK {} / SAME {} / RND {}".format(*rates),
+                masking_run(*rates),
+                {"conll2003": fine, "features": feat},
+            )
+        )
+    return Table(
+        "masking",
+        "Masking procedures (BERT Table 8)",
+        rows=tuple(rows) + (Row("random initialisation (floor)", RANDOM, floor=True),),
+        columns=task_columns(work, ("conll2003",)) + (Column("features", "features", LAST_FOUR),),
+        comparisons=(
+            Comparison(
+                rows[0].label, rows[1].label, "feature-based 0.9 (MASK only hurts features)"
+            ),
+            Comparison(rows[0].label, rows[5].label, "fine-tuned 0.5, feature-based 0.3"),
+        ),
+        paper_columns=("conll2003", "features"),
+        note="The paper's NER figures are dev F1 of BERT-Base; its MNLI column has no data here.",
+    )
+
+
+def beyond_bert(work: Work) -> Table:
+    return Table(
+        "beyond-bert",
+        "Beyond BERT at equal pre-training time: RoBERTa, SpanBERT, ELECTRA",
+        rows=(
+            Row("BERT (MLM + NSP)", BERT),
+            Row("RoBERTa, dynamic masking, FULL-SENTENCES", ROBERTA),
+            Row("RoBERTa, static masking (10 copies)", ROBERTA_STATIC),
+            Row("SpanBERT (span masking + SBO)", SPANBERT),
+            Row("ELECTRA (generator counted in the time)", ELECTRA),
+            Row("random initialisation (floor)", RANDOM, floor=True),
+        ),
+        columns=task_columns(work),
+        comparisons=(
+            Comparison(
+                "ELECTRA (generator counted in the time)",
+                "BERT (MLM + NSP)",
+                "+4.8 GLUE at Small size, equal FLOPs (ELECTRA Table 1)",
+            ),
+            Comparison(
+                "SpanBERT (span masking + SBO)",
+                "BERT (MLM + NSP)",
+                "+2.0 SQuAD 1.1 F1 (large, SpanBERT Table 1)",
+            ),
+            Comparison(
+                "RoBERTa, dynamic masking, FULL-SENTENCES",
+                "RoBERTa, static masking (10 copies)",
+                "dynamic +0.4 SQuAD 2.0 F1, -0.3 MNLI (RoBERTa Table 1: a tie)",
+            ),
+        ),
+        note="Each pre-training gets the same wall-clock budget on this machine.",
+    )
+
+
+def training_steps(work: Work) -> Table:
+    return Table(
+        "training-steps",
+        "Fine-tuned score against pre-training steps, MLM and LTR (BERT Figure 5)",
+        rows=(Row("BERT (MLM + NSP)", BERT), Row("LTR & No NSP", LTR)),
+        columns=task_columns(work, ("conll2003",)),
+        not_built=(
+            "fine-tuning from intermediate checkpoints: the runs keep them "
+            "(WORK/runs/RUN/checkpoints), a model directory is not yet made from one",
+        ),
+    )
+
+
+TABLES = {
+    "pretraining-tasks": pretraining_tasks,
+    "model-size": model_size,
+    "training-steps": training_steps,
+    "feature-based": feature_based,
+    "masking": masking,
+    "beyond-bert": beyond_bert,
+}

@@ -1,0 +1,174 @@
+"""Running a recipe: a list of the project's own command lines, each skipped when its output exists.
+
+A `Command` is `python -m MODULE ARGV` and the file it completes; a `Step` a named
+group of them. `run` prints each command before it runs it in a child process
+(this interpreter, the repository importable), times it, stops at the first
+failure, and skips every command whose output already exists, so the same
+recipe started again after a stop goes on where it was (the training commands
+themselves resume from their checkpoints). Shared by the default models'
+recipe (`model.recipes.defaults`) and the papers' experiments (`model.experiments`).
+
+An argument known only once earlier commands have run (the number of steps that
+fits a wall-clock budget, measured by a calibration run) is a `Deferred`: its
+text is printed in a dry run, its value computed just before the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """An argument computed when its command is about to run; `text` stands for it until then."""
+
+    text: str
+    value: Callable[[], str]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Command:
+    """`python -m module argv`; done when `output` exists (and, for an export, when the
+    bundle there was made from `bundle_of`: the shipped bundles of a fresh clone were not made
+    from this run's models, so the recipe exports over them), or when `skip_if` exists (a
+    later command's output that makes this one pointless: a finished run needs no timing)."""
+
+    module: str
+    argv: tuple
+    output: str
+    bundle_of: str | None = None
+    skip_if: str | None = None
+
+    def done(self) -> bool:
+        if self.skip_if is not None and os.path.exists(self.skip_if):
+            return True
+        if not os.path.exists(self.output):
+            return False
+        if self.bundle_of is None:
+            return True
+        source = read_json(self.output).get("source")
+        made_from = source.get("model_dir") if isinstance(source, dict) else None
+        return isinstance(made_from, str) and os.path.abspath(made_from) == os.path.abspath(
+            self.bundle_of
+        )
+
+    def resolved(self) -> list[str]:
+        """The arguments, every `Deferred` computed."""
+        return [a.value() if isinstance(a, Deferred) else str(a) for a in self.argv]
+
+    def shell(self, resolve: bool = False) -> str:
+        """The command as one would type it (shell-quoted: globs reach the program unexpanded);
+        a `Deferred` shows its text unless `resolve`."""
+        argv = self.resolved() if resolve else [str(a) for a in self.argv]
+        return shlex.join(["python", "-m", self.module, *argv])
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    commands: tuple
+    needs: tuple = ()  # steps whose outputs this one reads
+    summary: str = ""
+
+
+def child_env() -> dict:
+    """The environment of the children: this repository importable wherever they start."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run(
+    chosen: list[Step],
+    dry_run: bool = False,
+    log=print,
+    timings: str | None = None,
+    in_process: bool = False,
+) -> int:
+    """Runs (or prints) every command of `chosen`; 0, or the first failing command's status.
+
+    `timings`: a JSON file where each finished command's wall time is recorded
+    ({output: seconds}), kept across restarts, for the tables' cost columns.
+    `in_process`: call each module's `main(argv)` here instead of in a child
+    process (no interpreter start-up: for tiny runs, as the tests make).
+    """
+    total = sum(len(s.commands) for s in chosen)
+    number = 0
+    started = time.time()
+    for step in chosen:
+        log(f"# step {step.name}: {step.summary}")
+        for command in step.commands:
+            number += 1
+            tag = f"[{number}/{total} {step.name}]"
+            if command.done():
+                found = command.output if os.path.exists(command.output) else command.skip_if
+                log(f"{tag} skip, {found} exists: {command.shell()}")
+                continue
+            if dry_run:
+                log(f"{tag} {command.shell()}")
+                continue
+            argv = command.resolved()
+            log(f"{tag} {shlex.join(['python', '-m', command.module, *argv])}")
+            start = time.time()
+            if in_process:
+                rc = call_main(command.module, argv)
+            else:
+                rc = subprocess.call([sys.executable, "-m", command.module, *argv], env=child_env())
+            seconds = time.time() - start
+            if rc != 0:
+                log(
+                    f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
+                    f"the same command line again (finished commands are skipped)"
+                )
+                return rc
+            if not os.path.exists(command.output):
+                log(f"{tag} exited 0 but did not write {command.output}")
+                return 1
+            if timings:
+                record_time(timings, command.output, seconds)
+            log(f"{tag} done in {seconds:.1f} s ({seconds / 60:.1f} min)")
+    if not dry_run:
+        log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
+    return 0
+
+
+def call_main(module: str, argv: list[str]) -> int:
+    """`module.main(argv)` (or its package's `__main__.main`), its exit status."""
+    import importlib
+
+    target = importlib.import_module(module)
+    if not hasattr(target, "main"):
+        target = importlib.import_module(f"{module}.__main__")
+    try:
+        return int(target.main(argv) or 0)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+
+
+def record_time(path: str, output: str, seconds: float) -> None:
+    from model.io.files import write_json
+
+    times = read_json(path)
+    times[output] = round(seconds, 1)
+    write_json(path, times)
+
+
+def read_json(path: str) -> dict:
+    """A JSON object file's content; {} when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,107 @@
+"""`python -m model.experiments TABLE --scale S --work DIR [--dry-run]`: every table's smoke scale
+runs end to end (one work directory, so runs are shared between tables), resumes by skipping,
+and the paper and gpu scales print their whole command lists."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from model.experiments.__main__ import main
+from model.experiments.scales import SCALES
+from model.experiments.tables import TABLES
+from tests.helpers import SHARED_DATA
+
+needs_data = pytest.mark.skipif(
+    not os.path.isdir(SHARED_DATA), reason=f"{SHARED_DATA} (the real data) is not here"
+)
+
+
+@pytest.mark.parametrize("scale", ["paper", "gpu", "cpu"])
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_dry_run_prints_every_command_and_runs_nothing(table, scale, tmp_path, capsys):
+    work = tmp_path / "work"
+    assert main([table, "--scale", scale, "--work", str(work), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if "python -m model." in line]
+    assert commands and all("skip" not in line for line in commands)
+    assert any("model.train pretrain" in line for line in commands)
+    assert any(
+        "model.train finetune" in line or "model.feature_tagger" in line for line in commands
+    )
+    assert not work.exists()  # nothing written, not even the size configs
+    if SCALES[scale].budget_seconds:
+        assert "calibrated s per step" in out
+
+
+def test_the_paper_scale_refuses_to_run_here(tmp_path, capsys):
+    assert main(["masking", "--scale", "paper", "--work", str(tmp_path)]) == 2
+    assert "--dry-run" in capsys.readouterr().err
+
+
+def head(source: str, target, lines: int) -> None:
+    """The first `lines` lines of a real data file, in the same layout."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, encoding="utf-8") as f, open(target, "w", encoding="utf-8") as out:
+        for _, line in zip(range(lines), f):
+            out.write(line)
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """The smoke scale's files, cut from the real ones (the first lines of each)."""
+    data = tmp_path_factory.mktemp("data")
+    head(
+        os.path.join(SHARED_DATA, "wikitext-2-raw", "wiki.valid.raw"),
+        data / "wikitext-2-raw" / "wiki.valid.raw",
+        120,
+    )
+    for name in ("train.txt", "valid.txt"):
+        head(os.path.join(SHARED_DATA, "conll2003", name), data / "conll2003" / name, 600)
+    return str(data)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, small_data):
+    """Every table at the smoke scale in one work directory."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip(f"{SHARED_DATA} (the real data) is not here")
+    work = tmp_path_factory.mktemp("experiments")
+    for table in TABLES:
+        argv = [table, "--scale", "smoke", "--work", str(work), "--data", small_data]
+        assert main([*argv, "--in-process"]) == 0, table
+    return work
+
+
+@needs_data
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_smoke_scale_writes_the_table_with_a_value_in_every_cell(table, smoke):
+    with open(smoke / f"{table}.md", encoding="utf-8") as f:
+        text = f.read()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    body = rows[1:]
+    assert body, text
+    header = [c.strip() for c in rows[0].strip().strip("|").split("|")]
+    measured = [i for i, name in enumerate(header) if i > 0 and not name.startswith("paper: ")]
+    for line in body:
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [row[i] for i in measured]
+        assert all(c != "—" for c in cells), line  # every column measured for every row
+    assert "## Commands" in text and "python -m model.train pretrain" in text
+
+
+@needs_data
+def test_a_second_run_skips_every_command(smoke, small_data, capsys):
+    argv = ["beyond-bert", "--scale", "smoke", "--work", str(smoke), "--data", small_data]
+    assert main([*argv, "--in-process"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert lines and all(" skip, " in line for line in lines)
+
+
+@needs_data
+def test_one_pretraining_serves_every_table_that_needs_it(smoke):
+    runs = sorted(os.listdir(smoke / "runs"))
+    # bert: pretraining-tasks, feature-based, masking's 80/10/10, beyond-bert, training-steps
+    assert runs.count("bert-4x16-seed1") == 1
+    assert "mask-100-0-0-4x16-seed1" in runs and "electra-4x16-seed1" in runs
