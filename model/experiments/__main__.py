@@ -26,7 +26,6 @@ the commands and their wall times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -85,11 +84,12 @@ def main(argv=None) -> int:
         )
         return 2
     if not args.dry_run:
+        from model.io.files import write_json
+
         for path, fields in work.config_files().items():
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w", encoding="utf-8") as f:
-                    json.dump(fields, f, indent=2)
+                write_json(path, fields)
     print(f"# {table.title}, scale {scale.name}, work {args.work}")
     rc = run(plan, dry_run=args.dry_run, timings=work.w("timings.json"), in_process=args.in_process)
     if rc != 0 or args.dry_run:
