@@ -45,7 +45,7 @@ import os
 from model.checkpoints import huggingface as hf
 from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
-from model.config import GELU, GELU_APPROXIMATE, BertConfig
+from model.config import GELU, BertConfig
 from model.io.files import write_json
 
 MODEL_TYPE = "electra"
@@ -313,27 +313,7 @@ def hf_config(cfg: BertConfig, arch: str) -> dict:
             f"a masked LM with activation {cfg.activation!r} has no Hugging Face ELECTRA "
             f"form: transformers' ELECTRA generator head always applies the exact GELU"
         )
-    act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
-    return {
-        "architectures": [arch],
-        "model_type": MODEL_TYPE,
-        "attention_probs_dropout_prob": cfg.dropout,
-        "embedding_size": cfg.embedding_size,
-        "hidden_act": act,
-        "hidden_dropout_prob": cfg.dropout,
-        "hidden_size": cfg.hidden_dim,
-        "initializer_range": cfg.initializer_range,
-        "intermediate_size": cfg.intermediate_dim,
-        "layer_norm_eps": cfg.layer_norm_epsilon,
-        "max_position_embeddings": cfg.max_sequence_length,
-        "num_attention_heads": cfg.num_heads,
-        "num_hidden_layers": cfg.num_layers,
-        "pad_token_id": 0,
-        "position_embedding_type": "absolute",
-        "type_vocab_size": cfg.num_segments,
-        "vocab_size": cfg.vocabulary_size,
-        "tie_word_embeddings": True,
-    }
+    return {**hf.encoder_config(cfg, arch, MODEL_TYPE), "embedding_size": cfg.embedding_size}
 
 
 def _write_folder(

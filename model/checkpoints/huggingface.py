@@ -365,6 +365,30 @@ def check_tied(tensors: dict, pairs, source: str) -> None:
 # === Writing ===
 
 
+def encoder_config(cfg: BertConfig, arch: str, model_type: str) -> dict:
+    """The encoder's keys of a transformers config.json (BERT's, which ELECTRA's share)."""
+    act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
+    return {
+        "architectures": [arch],
+        "model_type": model_type,
+        "attention_probs_dropout_prob": cfg.dropout,
+        "hidden_act": act,
+        "hidden_dropout_prob": cfg.dropout,
+        "hidden_size": cfg.hidden_dim,
+        "initializer_range": cfg.initializer_range,
+        "intermediate_size": cfg.intermediate_dim,
+        "layer_norm_eps": cfg.layer_norm_epsilon,
+        "max_position_embeddings": cfg.max_sequence_length,
+        "num_attention_heads": cfg.num_heads,
+        "num_hidden_layers": cfg.num_layers,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": cfg.num_segments,
+        "vocab_size": cfg.vocabulary_size,
+        "tie_word_embeddings": True,
+    }
+
+
 def hf_config(model) -> dict:
     from model.checkpoints.model_dir import describe, encoder_of
 
@@ -387,27 +411,7 @@ def hf_config(model) -> dict:
             f"form: transformers' BertModel has no embedding projection, and ELECTRA's "
             f"task heads differ from ours; write its encoder (--task encoder) instead"
         )
-    arch = architecture_of(info)
-    act = {GELU: "gelu", GELU_APPROXIMATE: "gelu_new"}.get(cfg.activation, cfg.activation)
-    data = {
-        "architectures": [arch],
-        "model_type": "bert",
-        "attention_probs_dropout_prob": cfg.dropout,
-        "hidden_act": act,
-        "hidden_dropout_prob": cfg.dropout,
-        "hidden_size": cfg.hidden_dim,
-        "initializer_range": cfg.initializer_range,
-        "intermediate_size": cfg.intermediate_dim,
-        "layer_norm_eps": cfg.layer_norm_epsilon,
-        "max_position_embeddings": cfg.max_sequence_length,
-        "num_attention_heads": cfg.num_heads,
-        "num_hidden_layers": cfg.num_layers,
-        "pad_token_id": 0,
-        "position_embedding_type": "absolute",
-        "type_vocab_size": cfg.num_segments,
-        "vocab_size": cfg.vocabulary_size,
-        "tie_word_embeddings": True,
-    }
+    data = encoder_config(cfg, architecture_of(info), "bert")
     if "dropout" in info:
         data["classifier_dropout"] = None if info["dropout"] == cfg.dropout else info["dropout"]
     if info["task"] in ("classifier", "token_classifier"):

@@ -251,8 +251,9 @@ class Work:
 
 def _tagger_flags(finetune_flags: list[str]) -> list[str]:
     """The fine-tuning slice and epochs in `model.feature_tagger`'s flag names."""
+    # fine-tuning's flag -> the tagger's; other flags (learning rate, grouping) are not its
     names = {"--max-train-examples": "--max-train-examples", "--epochs": "--epochs"}
-    names["--seq-len"] = "--max-seq-length"
+    names |= {"--seq-len": "--max-seq-length"}
     out, i = [], 0
     while i < len(finetune_flags):
         flag = finetune_flags[i]
