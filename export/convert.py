@@ -44,7 +44,8 @@ Quantizations:
 
     float32   as trained
     float16   weights stored as float16, computed in float32 (half the size)
-    dynamic   weights int8 (per channel), activations quantized on the fly
+    dynamic   weights int8 (per channel), activations quantized on the fly; a tied
+              decoder shares the token embedding's table (`export.tied_weights`)
     int8      full integer: weights and activations int8, activation ranges
               calibrated on real examples (`representative` batches)
 
@@ -85,6 +86,7 @@ from export.bundle import (
     REPLACED_TOKEN_TASK,
 )
 from export.interpreter import SEQUENCE_INPUTS
+from export.tied_weights import share_tied_embeddings
 
 DEFAULT_MASK_VALUE = -120.0
 # LayerNormalization's arithmetic (and with ADD the residual sums it normalises):
@@ -304,7 +306,10 @@ def to_tflite(
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
             if quantization == "int8" and float_ops:
                 return _selective_int8(converter, list(float_ops))
-            return converter.convert()
+            result = converter.convert()
+    if quantization == "dynamic":  # a tied decoder reads the embedding's own int8 table
+        result, _ = share_tied_embeddings(result)
+    return result
 
 
 def _calibration_samples(representative, functions: dict):

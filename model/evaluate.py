@@ -183,6 +183,11 @@ def evaluate_mlm(
             }
         )
         hits, top_k = mlm_hits(out, labels[sl])
+        hits.update(
+            copy_hits(
+                hits.pop("top1_id"), labels[sl], token_ids[sl], padding_mask[sl], positions[sl]
+            )
+        )
         w = weights[sl]
         for name, value in hits.items():
             totals[name] = totals.get(name, 0.0) + float((value * w).sum())
@@ -194,6 +199,8 @@ def evaluate_mlm(
     metrics = {
         f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5") if name in totals
     }
+    for name in ("top1", "gold"):
+        metrics[f"mlm_{name}_copy_rate"] = totals[f"{name}_copy"] / count
     if "nll" in totals:
         metrics["mlm_loss"] = totals["nll"] / count
         metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
@@ -212,6 +219,7 @@ def mlm_hits(out: dict, gold):
     `mlm` logits: the gold word's rank (how many words score strictly higher)
     and its negative log-likelihood. `topk_ids` (batch, P, k), best first:
     whether the gold id is among the first 1 and 5 (top5 only when k >= 5).
+    Both give "top1_id", the best guess's id (batch, P).
     """
     import numpy as np
 
@@ -221,12 +229,13 @@ def mlm_hits(out: dict, gold):
         logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
         gold_logp = np.take_along_axis(logp, gold[..., None], -1)[..., 0]  # (batch, P)
         rank = (logp > gold_logp[..., None]).sum(-1)  # 0 = the best guess
-        return {"top1": (rank < 1) * 1.0, "top5": (rank < 5) * 1.0, "nll": -gold_logp}, None
+        hits = {"top1": (rank < 1) * 1.0, "top5": (rank < 5) * 1.0, "nll": -gold_logp}
+        return {**hits, "top1_id": logits.argmax(-1)}, None
     if "topk_ids" in out:
         ids = np.asarray(out["topk_ids"])  # (batch, P, k), best first
         k = ids.shape[-1]
         found = ids == gold[..., None]  # (batch, P, k)
-        hits = {"top1": found[..., 0] * 1.0}
+        hits = {"top1": found[..., 0] * 1.0, "top1_id": ids[..., 0]}
         if k >= 5:
             hits["top5"] = found[..., :5].any(-1) * 1.0
         return hits, k
@@ -234,6 +243,22 @@ def mlm_hits(out: dict, gold):
         f"the model's outputs {sorted(out)} have neither masked-LM logits (mlm) "
         f"nor top-k predictions (topk_ids); is it a pre-training model?"
     )
+
+
+def copy_hits(top1_id, gold, token_ids, padding_mask, positions) -> dict:
+    """{"top1_copy", "gold_copy"}: (batch, P) floats, 1 where the best guess (the
+    true word) stands elsewhere in the same input as the model sees it (masked;
+    its own position left out). A model that copies context words guesses a word
+    already in view far more often than the true words are in view."""
+    import numpy as np
+
+    seq = np.arange(token_ids.shape[1])
+    elsewhere = (seq[None, None, :] != positions[..., None]) & (padding_mask[:, None, :] > 0)
+
+    def in_view(ids):
+        return ((token_ids[:, None, :] == ids[..., None]) & elsewhere).any(-1) * 1.0
+
+    return {"top1_copy": in_view(top1_id), "gold_copy": in_view(gold)}
 
 
 def load_mlm(directory: str, max_seq_length: int):

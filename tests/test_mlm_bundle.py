@@ -7,6 +7,7 @@ its Keras model, scored from the bundle's top-k outputs (tiny models, seconds).
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -107,16 +108,35 @@ def test_top_k_hits_equal_the_ranks_of_full_logits():
     gold[:, :2] = order[:, :2, 0]
     gold[:, 2] = order[:, 2, 3]
     full, k = mlm_hits({"mlm": logits}, gold)
-    assert k is None and set(full) == {"top1", "top5", "nll"}
+    assert k is None and set(full) == {"top1", "top5", "nll", "top1_id"}
+    np.testing.assert_array_equal(full["top1_id"], order[..., 0])
     for top_k in (5, 8):
         top, k = mlm_hits({"topk_ids": order[..., :top_k]}, gold)
         assert k == top_k
         np.testing.assert_array_equal(top["top1"], full["top1"])
         np.testing.assert_array_equal(top["top5"], full["top5"])
+        np.testing.assert_array_equal(top["top1_id"], full["top1_id"])
     top, k = mlm_hits({"topk_ids": order[..., :3]}, gold)
-    assert k == 3 and set(top) == {"top1"}
+    assert k == 3 and set(top) == {"top1", "top1_id"}
     with pytest.raises(ValueError, match="neither masked-LM logits"):
         mlm_hits({"logits": logits}, gold)
+
+
+def test_copy_rates_count_words_in_view_elsewhere_only():
+    """A word counts as copied when it stands at another non-padding position of the
+    input as shown; the masked position itself and the padding do not count."""
+    from model.evaluate import copy_hits
+
+    token_ids = np.array([[2, 7, 103, 9, 7, 0, 0], [2, 5, 103, 6, 3, 0, 0]])
+    padding_mask = (token_ids > 0).astype(np.int32)
+    positions = np.array([[2, 1], [2, 4]])  # (batch, P): a [MASK], then a position kept as is
+    gold = np.array([[9, 7], [8, 3]])
+    top1 = np.array([[7, 4], [0, 6]])  # 0: only the padding holds it
+    hits = copy_hits(top1, gold, token_ids, padding_mask, positions)
+    # row 0: 7 stands at 1 and 4 (in view); 4 nowhere; 9 at 3; 7 again at 4 (not only at 1)
+    # row 1: 0 only in the padding; 6 at 3; 8 nowhere; 3 only at its own position 4
+    np.testing.assert_array_equal(hits["top1_copy"], [[1, 0], [0, 1]])
+    np.testing.assert_array_equal(hits["gold_copy"], [[1, 1], [0, 0]])
 
 
 def test_bundle_errors_name_the_problem(pretrainer, tmp_path, capsys):
@@ -135,3 +155,77 @@ def test_bundle_errors_name_the_problem(pretrainer, tmp_path, capsys):
         == 1
     )
     assert "'encoder' bundle has no masked-LM head" in capsys.readouterr().err
+
+
+def tied_tables(path: str) -> dict[str, tuple[int, int, set]]:
+    """{subgraph name: (the token embedding's buffer (the largest GATHER table), how
+    many buffers of its shape the subgraph holds, the buffers of the FULLY_CONNECTED
+    weights of its shape)} of a `.tflite` file."""
+    import numpy as np
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from export.tied_weights import FULLY_CONNECTED, GATHER, _ops
+
+    m = flatbuffer_utils.read_model(path)
+    rows = {}
+    for g in m.subgraphs:
+        table = max(
+            (g.tensors[o.inputs[0]] for o in _ops(m, g, GATHER)), key=lambda t: np.prod(t.shape)
+        )
+        shape = list(table.shape)
+        same_shape = {t.buffer for t in g.tensors if list(t.shape) == shape}
+        decoders = {
+            g.tensors[o.inputs[1]].buffer
+            for o in _ops(m, g, FULLY_CONNECTED)
+            if list(g.tensors[o.inputs[1]].shape) == shape
+        }
+        rows[g.name.decode()] = (table.buffer, len(same_shape), decoders)
+    return rows
+
+
+def test_dynamic_bundle_stores_the_tied_embedding_once(pretrainer, tmp_path):
+    """The fill-mask decoder reads the token embedding's own int8 table (one copy in
+    the file, shared with the encoder signature), and the bundle still scores as its
+    Keras model."""
+    from export import bundle
+
+    directory, _, _, text = pretrainer
+    info = export(directory, tmp_path / "dynamic", quantization="dynamic")
+    assert info["verification"]["passed"], info["verification"]["problems"]
+    tables = tied_tables(bundle.model_path(str(tmp_path / "dynamic")))
+    table, copies, decoders = tables["serving_default"]
+    assert decoders == {table} and copies == 1
+    assert tables["encoder"][:2] == (table, 1)
+    lite = evaluate(str(tmp_path / "dynamic"), text, tmp_path, "dynamic")
+    keras_metrics = evaluate(directory, text, tmp_path, "keras")
+    assert abs(lite["mlm_top1_accuracy"] - keras_metrics["mlm_top1_accuracy"]) < 0.02
+
+
+def test_only_the_same_weight_is_shared():
+    """Two int8 constants are one weight only when every value agrees to within
+    their quantization steps: per-tensor against per-row scales of the same floats
+    agree, a different table of the same shape does not."""
+    import numpy as np
+
+    from export.tied_weights import _same_weight
+
+    def tensor(buffer, scale):
+        q = SimpleNamespace(scale=list(np.ravel(scale)), zeroPoint=[0], quantizedDimension=0)
+        return SimpleNamespace(buffer=buffer, shape=[4, 3], quantization=q)
+
+    rng = np.random.default_rng(0)
+    floats = rng.normal(0, 0.3, size=(4, 3)).astype(np.float32)
+    per_tensor = np.abs(floats).max() / 127
+    per_row = np.abs(floats).max(1) / 127
+    other = rng.normal(0, 0.3, size=(4, 3)).astype(np.float32)
+    buffers = [
+        np.round(floats / per_tensor),
+        np.round(floats / per_row[:, None]),
+        np.round(other / per_tensor),
+    ]
+    model = SimpleNamespace(
+        buffers=[SimpleNamespace(data=b.astype(np.int8).view(np.uint8).ravel()) for b in buffers]
+    )
+    table, rows, different = tensor(0, per_tensor), tensor(1, per_row), tensor(2, per_tensor)
+    assert _same_weight(model, table, rows)
+    assert not _same_weight(model, table, different)
