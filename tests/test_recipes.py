@@ -76,6 +76,10 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         ("squad1", "model.train finetune"),
         ("squad1", "export"),
         ("squad1", "model.evaluate"),
+        ("electra", "model.data"),
+        ("electra", "model.train pretrain"),
+        ("electra", "export"),
+        ("electra", "export.report"),
     ]
     assert not any(skipped for _, skipped, _ in commands)
     argv = {(step, i): c for i, (step, _, c) in enumerate(commands)}
@@ -183,13 +187,37 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--checkpoint-every": "100",
     }
     assert "--group-by-length" in squad
+    electra_records, electra, electra_export, card = (argv["electra", i] for i in range(16, 20))
+    assert flags(electra_records, "--input") == [
+        f"{d}/pretrain/enwiki-2015/AA/wiki_0*.gz",
+        f"{d}/pretrain/gutenberg/books/00[0-2]*.txt.gz",
+    ]
+    assert flags(electra_records, "--vocab") == f"{w}/minilm/vocab.txt"
+    assert flags(electra_records, "--inputs") == "segments"
+    assert {
+        k: flags(electra, k)
+        for k in ("--data", "--output", "--objective", "--config", "--steps", "--seed")
+    } == {
+        "--data": f"{w}/electra_records",
+        "--output": f"{w}/electra",
+        "--objective": "electra",
+        "--config": "mini",
+        "--steps": "1152",
+        "--seed": "1",
+    }
+    assert "--init-checkpoint" not in electra  # from scratch
+    assert (flags(card, "--model"), flags(card, "--out")) == (
+        f"{w}/electra",
+        f"{w}/electra.card.md",
+    )
     exports = {step: c for (step, _), c in argv.items() if c[2] == "export"}
-    assert sorted(exports) == ["conll2003", "mlm", "squad1", "sst2"]  # no encoder bundle
+    assert sorted(exports) == ["conll2003", "electra", "mlm", "squad1", "sst2"]  # no encoder
     for step, folder, model, dev, extra in (
         ("mlm", "mlm", "mlm", "wikitext-2-raw/wiki.valid.raw", ["--encoder-signature"]),
         ("sst2", "sst2", "sst2", "glue/SST-2/dev.tsv", []),
         ("conll2003", "conll2003", "conll2003", "conll2003/valid.txt", []),
         ("squad1", "squad", "squad1", "squad/dev-v1.1.json", []),
+        ("electra", "electra", "electra", "wikitext-2-raw/wiki.valid.raw", []),
     ):
         assert exports[step][3:] == [
             "--model",
@@ -219,12 +247,14 @@ def test_every_flag_exists_in_the_program_it_is_given_to(tmp_path, capsys):
     """Each command parses with its own module's argument parser (model.convert's parser lives
     inside its main(): checked by name)."""
     from export.__main__ import parse_args as export_args
+    from export.report import parse_args as report_args
     from model.data import parse_args as data_args
     from model.evaluate import parse_args as evaluate_args
     from model.train import parse_args as train_args
 
     parsers = {
         "export": export_args,
+        "export.report": report_args,
         "model.data": data_args,
         "model.evaluate": evaluate_args,
         "model.train": train_args,
@@ -349,12 +379,16 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
 def test_bundle_folders_are_the_ones_the_app_looks_for():
     """Every view gets a bundle: its own folder's, or (Attention) the mlm bundle's encoder
     signature through the view's fallback."""
-    from app.models import VIEW, VIEWS
+    from app.models import OPTIONAL_VIEWS, VIEW, VIEWS
     from model import tasks
 
-    folders = {v.folder: v.task for v in VIEWS}
+    folders = {v.folder: v.task for v in VIEWS + OPTIONAL_VIEWS}
     assert set(defaults.ASSET_FOLDERS.values()) == set(folders) - {"encoder"}
-    made = {"mlm": "pretraining", **{t: tasks.get(t).head for t in defaults.FINETUNE}}
+    made = {
+        "mlm": "pretraining",
+        "electra": "replaced_token_detection",  # the bundle's task, from the pre-training run
+        **{t: tasks.get(t).head for t in defaults.FINETUNE},
+    }
     for step, folder in defaults.ASSET_FOLDERS.items():
         assert folders[folder] == made[step], step
     attention = VIEW["attention"]

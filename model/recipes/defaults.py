@@ -20,6 +20,10 @@ before it runs and timed after. Steps, in order (`--only` picks some, by name):
     sst2       fine-tuned, exported, the bundle scored on SST-2 dev
     conll2003  fine-tuned, exported, the bundle scored on CoNLL-2003 valid
     squad1     fine-tuned (0.8 epoch, bfloat16), exported to ASSETS/squad, the bundle scored on SQuAD v1.1 dev
+    electra    ELECTRA pre-trained from scratch (`mini`, ~21 minutes of this CPU, the objectives'
+               comparison run of docs/pretraining.md), its replaced-token bundle with the
+               generator signature (the app's Replaced tokens view) and its report card on
+               corrupted WikiText-2 valid
 
 Every command names the file it completes (a model directory's metrics.json or
 train_summary.json, a bundle's bundle.json, an evaluation's JSON): a command
@@ -29,7 +33,7 @@ their checkpoints. An export is skipped only when the bundle there was made
 from this run's model (its bundle.json "source"): on a fresh clone, whose
 assets/models holds the shipped bundles, the recipe exports over them.
 Bundles go to ASSETS under the folder names the app looks for
-(`app/models.py` VIEWS: mlm, sst2, squad, conll2003; there is no encoder
+(`app/models.py` VIEWS: mlm, sst2, squad, conll2003, and the optional view's electra; there is no encoder
 bundle: the Attention view falls back to mlm, whose file holds the encoder as
 a second signature for ~1 % of its size); every intermediate model stays
 under WORK. At the end a table compares each bundle's score with its Keras
@@ -126,20 +130,49 @@ FINETUNE = {
     ),
 }
 
+# The ELECTRA default, pre-trained from scratch with the WordPiece vocabulary of the others
+# (all-MiniLM-L6-v2's is bert-base-uncased's): records from the experiments' cpu corpora
+# (model/experiments/scales.py: the first ten Wikipedia files and thirty Gutenberg books,
+# 4.8 M tokens), the `mini` size (the discriminator; the generator a quarter of its width),
+# and the steps that make ~21 minutes of this 2-core CPU (1.1 s a step).
+ELECTRA_INPUTS = ("pretrain/enwiki-2015/AA/wiki_0*.gz", "pretrain/gutenberg/books/00[0-2]*.txt.gz")
+ELECTRA_RECORDS_FLAGS = ("--inputs", "segments", "--max-seq-length", "128", "--num-shards", "8")
+ELECTRA_PRETRAIN_FLAGS = (
+    "--objective",
+    "electra",
+    "--config",
+    "mini",
+    "--steps",
+    "1152",
+    "--checkpoint-every",
+    "192",
+    "--learning-rate",
+    "5e-4",
+    "--seed",
+    "1",
+)
+
 # The file (relative to --data) each model is verified and scored on.
 DEV = {
     "mlm": "wikitext-2-raw/wiki.valid.raw",
     "sst2": "glue/SST-2/dev.tsv",
     "conll2003": "conll2003/valid.txt",
     "squad1": "squad/dev-v1.1.json",
+    "electra": "wikitext-2-raw/wiki.valid.raw",
 }
 
 # Bundle folders under --assets: the names app/models.py VIEWS look for
 # (tests/test_recipes.py checks they agree). The Attention view's "encoder" is
 # not made: the mlm bundle serves it.
-ASSET_FOLDERS = {"mlm": "mlm", "sst2": "sst2", "conll2003": "conll2003", "squad1": "squad"}
+ASSET_FOLDERS = {
+    "mlm": "mlm",
+    "sst2": "sst2",
+    "conll2003": "conll2003",
+    "squad1": "squad",
+    "electra": "electra",
+}
 
-STEPS = ("convert", "mlm", "sst2", "conll2003", "squad1")
+STEPS = ("convert", "mlm", "sst2", "conll2003", "squad1", "electra")
 
 # The figures of the final table: step -> metric keys of model.evaluate's JSON.
 TABLE_METRICS = {
@@ -311,8 +344,47 @@ def plan(p: Paths) -> list[Step]:
                 f"fine-tuned on {task} and its bundle",
             )
         )
+    steps.append(electra_step(p, os.path.join(minilm, "vocab.txt")))
     assert tuple(s.name for s in steps) == STEPS
     return steps
+
+
+def electra_step(p: Paths, vocab: str) -> Step:
+    """ELECTRA from scratch, its bundle (discriminator + generator) and its report card
+    (`python -m export.report`: AUC, accuracy on replaced and original tokens, float32 against
+    the shipped dynamic int8, on corrupted held-out text)."""
+    records, run, dev = p.w("electra_records"), p.w("electra"), p.d(DEV["electra"])
+    bundle, card = p.bundle("electra"), p.w("electra.card.md")
+    inputs = [a for pattern in ELECTRA_INPUTS for a in ("--input", p.d(pattern))]
+    return Step(
+        "electra",
+        (
+            Command(
+                "model.data",
+                (*inputs, "--vocab", vocab, "--output", records, *ELECTRA_RECORDS_FLAGS),
+                os.path.join(records, "dataset.json"),
+            ),
+            Command(
+                "model.train",
+                ("pretrain", "--data", records, "--output", run, *ELECTRA_PRETRAIN_FLAGS),
+                os.path.join(run, "train_summary.json"),
+            ),
+            Command(
+                "export",
+                ("--model", run, "--quantize", QUANTIZATION, "--out", bundle, "--data", dev),
+                os.path.join(bundle, "bundle.json"),
+                bundle_of=run,
+            ),
+            Command(
+                "export.report",
+                ("--model", run, "--data", dev, "--variants", f"float32,{QUANTIZATION}")
+                + ("--out", card),
+                card,
+            ),
+        ),
+        ("convert",),
+        "ELECTRA pre-trained from scratch, its replaced-token bundle and report card",
+    )
 
 
 def select(steps: list[Step], only: str | None) -> list[Step]:
