@@ -135,51 +135,17 @@ def parse_args(argv):
     return args
 
 
-def export_bundle(
-    model_dir: str,
-    out: str,
-    quantization: str = "float32",
-    data: str | None = None,
-    calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
-    verify_examples: int = DEFAULT_VERIFY_EXAMPLES,
-    seq_len: int | None = None,
-    top_k: int = DEFAULT_TOP_K,
-    mask_value: float = DEFAULT_MASK_VALUE,
-    threads: int = 2,
-    loaded=None,
-    log=None,
-    float_ops=(),
-    encoder_signature: bool | None = None,
-    generator_signature: bool | None = None,
-) -> dict:
+def export_bundle(model_dir: str, out: str, quantization: str = "float32", **options) -> dict:
     """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
 
-    loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
-    encoder_signature: the "encoder" signature; None: for pretraining models.
-    generator_signature: the "generator" signature; None: for ELECTRA pre-training runs.
+    options: `build`'s keyword arguments (data, seq_len, top_k, loaded, log, ...).
     Raises `export.verify.VerificationError` (nothing written under `out`) when
     the new file does not match the Keras model.
     """
     from export import bundle
 
     with bundle.staging(out) as tmp:
-        result = build(
-            model_dir,
-            tmp,
-            quantization,
-            data,
-            calibration_examples,
-            verify_examples,
-            seq_len,
-            top_k,
-            mask_value,
-            threads,
-            loaded,
-            log,
-            float_ops,
-            encoder_signature,
-            generator_signature,
-        )
+        result = build(model_dir, tmp, quantization, **options)
         bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
     return result
 
@@ -205,6 +171,8 @@ def build(
     it would get. On a failed verification the file stays there (the report
     scores refused variants too) and VerificationError is raised.
 
+    loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
+    encoder_signature: the "encoder" signature; None: for pretraining models.
     generator_signature: the "generator" signature; None: for ELECTRA
     pre-training runs (whose bundle is a "replaced_token_detection" one)."""
     from export import bundle, convert, examples, verify
@@ -451,13 +419,13 @@ def main(argv=None) -> int:
             args.model,
             args.out,
             args.quantize,
-            args.data,
-            args.calibration_examples,
-            args.verify_examples,
-            args.seq_len,
-            args.top_k,
-            args.mask_value,
-            args.threads,
+            data=args.data,
+            calibration_examples=args.calibration_examples,
+            verify_examples=args.verify_examples,
+            seq_len=args.seq_len,
+            top_k=args.top_k,
+            mask_value=args.mask_value,
+            threads=args.threads,
             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
             encoder_signature=args.encoder_signature,
             generator_signature=args.generator_signature,
