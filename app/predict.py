@@ -491,16 +491,49 @@ def sentiment(slot, text, limits: Limits = Limits()) -> dict:
         truncation_note(model, text) if result.get("truncated") else None,
         unknown_text_note(model, text),
     ]
+    names = LABEL_NAMES.get((slot.info or {}).get("finetuned_task"), {})
     if result.get("value") is not None and not result.get("scores"):
+        headline = f"Score: **{result['value']:.3f}**"
         return {
-            "status": status_line(f"Score: **{result['value']:.3f}**", notes),
+            "status": status_line(_with_reading(headline, result, names), notes),
             "raw": jsonable(result),
         }
-    names = LABEL_NAMES.get((slot.info or {}).get("finetuned_task"), {})
     scores = {names.get(str(k), str(k)): round(float(v), 6) for k, v in result["scores"].items()}
     label = names.get(str(result["label"]), str(result["label"]))
     headline = f"**{label}** ({scores.get(label, max(scores.values())):.1%})"
-    return {"status": status_line(headline, notes), "label": scores, "raw": jsonable(result)}
+    return {
+        "status": status_line(_with_reading(headline, result, names), notes),
+        "label": scores,
+        "raw": jsonable(result),
+    }
+
+
+def reading_note(result: dict, names: dict | None = None) -> str | None:
+    """How `classify` read a text longer than the model (its windows), in words; None
+    for a text read in one go."""
+    windows = result.get("window_results") or []
+    if (result.get("windows") or 1) < 2 or len(windows) < 2:
+        return None
+    names = names or {}
+    note = (
+        f"Read as {len(windows)} overlapping windows of up to "
+        f"{result.get('window_wordpieces', '?')} WordPieces ({result.get('wordpieces', '?')} "
+        f"in all: more than the model reads at once), their scores averaged, weighted by "
+        f"length."
+    )
+    if result.get("scores"):
+        label = result["label"]
+        each = ", ".join(f"{w['scores'].get(label, 0.0):.0%}" for w in windows)
+        note += f" Window by window, {names.get(str(label), str(label))}: {each}."
+    elif result.get("value") is not None:
+        each = ", ".join(f"{w['value']:.3f}" for w in windows)
+        note += f" Window by window: {each}."
+    return note
+
+
+def _with_reading(headline: str, result: dict, names: dict) -> str:
+    note = reading_note(result, names)
+    return headline if note is None else f"{headline}\n\n{note}"
 
 
 # === Question answering ===

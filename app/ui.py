@@ -16,6 +16,14 @@ from app.models import VIEW
 
 TITLE = "BERT on the edge"
 
+LONG_REVIEW = (
+    "The first hour is a delight: the cast is warm and funny, the dialogue sparkles, and the "
+    "city has never looked lovelier on screen. Then the plot takes over. A kidnapping subplot "
+    "drags on for forty minutes, the villain is a cardboard cutout, and the ending is so "
+    "muddled that the audience around me laughed in all the wrong places. Stay for the first "
+    "act and leave before the second."
+)
+
 EXAMPLES = {
     "fill_mask": [
         ["The capital of France is [MASK]."],
@@ -31,6 +39,8 @@ EXAMPLES = {
         ["A gripping, beautifully acted film."],
         ["The plot is thin and the jokes fall flat."],
         ["An uneven but often charming debut."],
+        # Longer than the default model's 64 tokens: read in windows, as the status says.
+        [LONG_REVIEW],
     ],
     "answer": [
         [
@@ -279,7 +289,12 @@ def _event_value(evt, *names):
 
 def _sentiment_view(gr, slot, limits):
     _header(gr, slot)
-    text = gr.Textbox(label="Text", lines=2, elem_id="sentiment-text")
+    text = gr.Textbox(
+        label="Text",
+        lines=3,
+        placeholder="A sentence or a whole review: a long text is read in windows.",
+        elem_id="sentiment-text",
+    )
     button = gr.Button("Classify", variant="primary", elem_id="sentiment-run")
     status = gr.Markdown(elem_id="sentiment-status")
     label = gr.Label(label="Confidence", elem_id="sentiment-label")

@@ -36,8 +36,16 @@ The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores i
   * fill_mask: "[MASK]" (any case) is cut out of the text and each piece
     tokenized on its own around the mask id: the brackets are punctuation,
     so the other tokens are exactly the whole text's.
-  * classify, attention, features: `[CLS] A [SEP] (B [SEP])` at its own length
-    (no padding); a text over max_seq_length is cut (`truncated`: True).
+  * classify: `[CLS] text [SEP]` at its own length (no padding); a text over
+    max_seq_length is read in overlapping windows, as evaluation reads it
+    (`model.tasks.glue.text_windows`: half a window apart, cut at sentence
+    ends where one is near), and their probabilities averaged, each weighted
+    by its WordPieces (`glue.combine_windows`); `windows`, `wordpieces` and
+    `window_results` say how it was read. `long_texts="truncate"` cuts it
+    instead (`truncated`: True), as training reads it. A pair `[CLS] A [SEP]
+    B [SEP]` is always cut.
+  * attention, features: `[CLS] A [SEP] (B [SEP])` at its own length (no
+    padding); a text over max_seq_length is cut (`truncated`: True).
   * detect_replaced (ELECTRA's discriminator): `[CLS] text [SEP]`, the
     probability that each WordPiece was replaced (sigmoid of its logit;
     "replaced" above 0.5), with its characters in the text.
@@ -71,7 +79,7 @@ import sys
 import numpy as np
 
 from model.pretraining.masking import Masker, MaskingConfig
-from model.tasks import ner, squad
+from model.tasks import glue, ner, squad
 from model.tasks.base import predict_in_batches
 from model.text import wordpiece
 
@@ -294,20 +302,94 @@ class EdgeModel:
 
     # === classify ===
 
-    def classify(self, text: str, text_pair: str | None = None) -> dict:
-        """Label probabilities (or a regression value, e.g. STS-B) of a text (pair)."""
+    def classify(
+        self, text: str, text_pair: str | None = None, long_texts: str = "windows"
+    ) -> dict:
+        """Label probabilities (or a regression value, e.g. STS-B) of a text (pair).
+
+        A single text longer than the model is read in windows (`long_texts="windows"`)
+        or cut (`"truncate"`); see the module docstring. Besides label, scores, value and
+        truncated: `windows` (model inputs read), `wordpieces` (the text's, both texts'
+        for a pair), `window_wordpieces` (the most one input holds) and, for a single
+        text, `window_results`: each window's [start, end) in the text's WordPieces and
+        characters, its weight in the verdict and its own label, scores or value.
+        """
         self._require("classify")
-        x, n, truncated = self._pack(text, text_pair)
+        if long_texts not in glue.LONG_TEXTS:
+            raise ValueError(f"long_texts must be one of {glue.LONG_TEXTS}, not {long_texts!r}")
+        x, n, truncated, encoded = self._packed(text, text_pair)
+        single = len(encoded) == 1
+        if single and truncated and long_texts == "windows":
+            return self._classify_windows(text, encoded[0])
         logits = np.asarray(_output(self.predict(x), "logits"), np.float64).reshape(-1)
+        reading = {
+            "windows": 1,
+            "wordpieces": sum(map(len, encoded)),
+            "window_wordpieces": self.max_seq_length - 1 - len(encoded),
+        }
+        result = {**self._scores(logits), "truncated": truncated, **reading}
+        if single:
+            pieces = self.pieces(text)
+            result["window_results"] = [
+                {**self._window(pieces, 0, n - 2, 1.0), **self._scores(logits)}
+            ]
+        return result
+
+    def _classify_windows(self, text: str, ids: list[int]) -> dict:
+        """`classify` of a text longer than the model: its windows, combined."""
+        windows = glue.encode_windows(self.tokenizer, [ids], self.max_seq_length)
+        logits = predict_in_batches(
+            lambda b: _output(self.predict(b), "logits"), windows.x, BATCH_SIZE
+        )
+        logits = np.asarray(logits, np.float64).reshape(len(windows.owner), -1)
+        regression = logits.shape[1] == 1 and not self.labels
+        combined = glue.combine_windows(logits, windows.owner, windows.weights, 1, regression)[0]
+        if regression:
+            verdict = {"label": None, "scores": {}, "value": float(combined[0])}
+        else:
+            names = self._label_names(combined.size)
+            verdict = {
+                "label": names[int(np.argmax(combined))],
+                "scores": {name: float(p) for name, p in zip(names, combined)},
+                "value": None,
+            }
+        pieces = self.pieces(text)
+        share = windows.weights / windows.weights.sum()
+        return {
+            **verdict,
+            "truncated": False,
+            "windows": len(windows.owner),
+            "wordpieces": len(ids),
+            "window_wordpieces": self.max_seq_length - 2,
+            "window_results": [
+                {**self._window(pieces, int(start), int(end), float(w)), **self._scores(row)}
+                for (start, end), w, row in zip(windows.spans, share, logits)
+            ],
+        }
+
+    def _scores(self, logits: np.ndarray) -> dict:
+        """{"label", "scores", "value"} of one input's logits (one value: a regression)."""
         if logits.size == 1 and not self.labels:  # regression
-            return {"label": None, "scores": {}, "value": float(logits[0]), "truncated": truncated}
+            return {"label": None, "scores": {}, "value": float(logits[0])}
         names = self._label_names(logits.size)
         probs = softmax(logits)
         return {
             "label": names[int(np.argmax(probs))],
             "scores": {name: float(p) for name, p in zip(names, probs)},
             "value": None,
-            "truncated": truncated,
+        }
+
+    @staticmethod
+    def _window(pieces: list, start: int, end: int, weight: float) -> dict:
+        """A window's WordPieces [start, end), the characters they cover, and its weight."""
+        last = len(pieces) - 1  # pieces and the tokenizer's ids agree but for odd Unicode
+        empty = last < 0 or end <= start
+        return {
+            "start": start,
+            "end": end,
+            "char_start": 0 if empty else pieces[min(start, last)][1],
+            "char_end": 0 if empty else pieces[min(end - 1, last)][2],
+            "weight": weight,
         }
 
     # === answer ===
@@ -663,11 +745,12 @@ class EdgeModel:
 
     def _pack(self, text: str, text_pair: str | None):
         """({inputs}, real length, truncated) of `[CLS] A [SEP] (B [SEP])`, cut to its length."""
+        return self._packed(text, text_pair)[:3]
+
+    def _packed(self, text: str, text_pair: str | None):
+        """`_pack`'s answer and the texts' WordPiece ids ([A] or [A, B])."""
         _check_text(text, "text")
-        if text_pair is not None and not isinstance(text_pair, str):
-            raise ValueError(f"the second text must be a string, not {type(text_pair).__name__}")
-        if text_pair is not None and not text_pair.strip():
-            text_pair = None  # an empty optional box
+        text_pair = _second_text(text_pair)
         texts = [text] if text_pair is None else [text, text_pair]
         encoded = self.tokenizer.encode(texts)
         if not encoded[0]:
@@ -681,7 +764,7 @@ class EdgeModel:
             "segment_ids": segments[None, :n],
             "padding_mask": mask[None, :n],
         }
-        return x, n, needed > self.max_seq_length
+        return x, n, needed > self.max_seq_length, encoded[: len(texts)]
 
     def _tokens(self, x: dict, n: int) -> list[str]:
         return [self.tokenizer.vocabulary[int(i)] for i in x["token_ids"][0, :n]]
@@ -742,6 +825,15 @@ def _rewrite(text: str, pieces: list, ids: list[int], vocabulary: list[str]) -> 
 
 def _a(word: str) -> str:
     return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def _second_text(text_pair):
+    """The optional second text: None for an empty box; ValueError for a non-string."""
+    if text_pair is not None and not isinstance(text_pair, str):
+        raise ValueError(f"the second text must be a string, not {type(text_pair).__name__}")
+    if text_pair is not None and not text_pair.strip():
+        return None  # an empty optional box
+    return text_pair
 
 
 def _check_text(text, what: str) -> None:

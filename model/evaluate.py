@@ -22,6 +22,13 @@ directory with bundle.json): it is scored by the same task code through
 `export.interpreter.TFLiteModel`, with the bundle's vocabulary, casing and
 sequence length.
 
+Long texts (cola, sst2): a text longer than the model's sequence length is read
+in overlapping windows whose probabilities are averaged (`model.tasks.glue`, the
+code the edge runtime's classify runs too), or with --long-texts truncate only
+its beginning, as training reads it. Texts that fit are read the same either
+way; sentence pairs are always cut. When a file has long texts, the metrics
+count them (`long_examples`) and the windows read (`windows`).
+
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
 questions (counted as `skipped`) instead of stopping at the first. squad2
@@ -36,6 +43,10 @@ model's config.json; 0 for a model without one), or --null-threshold X.
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
     python -m model.evaluate --task sst2 --model bundles/sst2 \\
         --data ../shared/data/glue/SST-2/dev.tsv
+    python -m model.tasks.glue make-long-reviews --input ../shared/data/glue/SST-2/dev.tsv \\
+        --output runs/sst2-long/dev.tsv --min-wordpieces 200 --max-wordpieces 400 --seed 0
+    python -m model.evaluate --task sst2 --model assets/models/sst2 \\
+        --data runs/sst2-long/dev.tsv --long-texts truncate
     python -m model.evaluate --task squad2 --model runs/squad2 --predictions-dir runs/squad2/dev \\
         --data ../shared/data/squad/dev-v2.0.reconstructed.json
 """
@@ -80,6 +91,15 @@ def parse_args(argv):
     g.add_argument("--max-predictions", type=int, default=20)
     g.add_argument("--seed", type=int, default=12345)
     g.add_argument("--format", default="auto", help="corpus format of --data")
+    g = p.add_argument_group("cola, sst2")
+    g.add_argument(
+        "--long-texts",
+        choices=("windows", "truncate"),
+        default=None,
+        help="how a text longer than the model's sequence length is read: in "
+        "overlapping windows, their probabilities averaged (the default), or cut "
+        "to its beginning, as in training",
+    )
     g = p.add_argument_group("squad1, squad2")
     g.add_argument(
         "--predictions-dir",
@@ -306,6 +326,7 @@ def evaluate_task(
     predictions_dir: str | None = None,
     null_threshold: float | None = None,
     skip_invalid: bool = False,
+    long_texts: str | None = None,
 ) -> dict:
     """The metrics of the fine-tuned model in `directory` on the labelled file `path`.
 
@@ -313,6 +334,8 @@ def evaluate_task(
     null_threshold: squad2 only; None takes the model's stored `null_threshold`.
     skip_invalid: skip malformed examples (tasks with a `skip_invalid` reader
         only); their count is the `skipped` metric.
+    long_texts: "windows" or "truncate": how a single-text task (cola, sst2) reads a
+        text longer than `seq_len`; None keeps the task's default (windows).
     """
     from export import bundle
     from model import tasks
@@ -327,6 +350,13 @@ def evaluate_task(
         raise ValueError(
             f"--skip-invalid: task {task.name} reads its files strictly and cannot skip examples"
         )
+    if long_texts is not None and getattr(task, "text_b", "") is not None:
+        raise ValueError(
+            f"--long-texts: task {task.name} does not read single texts; only cola and "
+            f"sst2 do (sentence pairs are cut, as in training)"
+        )
+    if long_texts is not None:
+        task.long_texts = long_texts
     from model.features import tagger as feature_tagger
 
     if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
@@ -391,6 +421,8 @@ def evaluate_task(
     )
     if skip_invalid:
         metrics["skipped"] = len(getattr(task, "skipped", ()))
+    if getattr(task, "text_b", "") is None:
+        metrics["long_texts"] = task.long_texts
     return metrics
 
 
@@ -417,11 +449,13 @@ def main(argv=None) -> int:
                 args.predictions_dir,
                 args.null_threshold,
                 args.skip_invalid,
+                args.long_texts,
             )
             return _report(args, metrics, start)
-        if args.null_threshold is not None or args.skip_invalid:
+        if args.null_threshold is not None or args.skip_invalid or args.long_texts:
             raise ValueError(
-                "--null-threshold (squad2) and --skip-invalid (squad1, squad2) do not apply to mlm"
+                "--null-threshold (squad2), --skip-invalid (squad1, squad2) and --long-texts "
+                "(cola, sst2) do not apply to mlm"
             )
         seq_len = args.max_seq_length or 128
         predict, tokenizer = load_mlm(args.model, seq_len)

@@ -270,6 +270,37 @@ def test_truncation_note_names_what_was_cut():
     assert "positive" in out["status"] and "the 8 after" in out["status"]
 
 
+def test_sentiment_says_how_a_long_text_was_read():
+    from export.runtime import EdgeModel
+    from model.text.wordpiece import WordPieceTokenizer
+    from tests.helpers import BERT_VOCAB
+
+    tokenizer = WordPieceTokenizer(BERT_VOCAB)
+    good = tokenizer.token_to_id["good"]
+
+    def logits(x):  # "1" (positive) by as many "good"s as a window reads
+        return {
+            "logits": np.stack([np.ones(len(x["token_ids"])), (x["token_ids"] == good).sum(-1)], -1)
+        }
+
+    info = {"task": "classifier", "max_seq_length": 16, "finetuned_task": "sst2"}
+    model = EdgeModel(logits, tokenizer, info)
+    slot = models.Slot(models.VIEW["sentiment"], model=model, path="x", info=info)
+    text = "The film is good. " * 3 + "The rest is long. " * 3
+    out = predict.sentiment(slot, text, LIMITS)
+    n = len(out["raw"]["window_results"])
+    assert n == out["raw"]["windows"] > 2
+    assert out["status"].startswith("**negative** (")
+    assert f"Read as {n} overlapping windows of up to 14 WordPieces (30 in all" in out["status"]
+    each = ", ".join(f"{w['scores']['0']:.0%}" for w in out["raw"]["window_results"])
+    assert f"Window by window, negative: {each}." in out["status"]
+    assert predict.WARNING not in out["status"]  # reading in windows is no warning
+    short = predict.sentiment(slot, "The film is good.", LIMITS)
+    assert "Read as" not in short["status"] and short["raw"]["windows"] == 1
+    # A bundle (or a stand-in) that cuts instead still says what it cut.
+    assert "Read as" not in predict.sentiment(stand_in_slots()["sentiment"], text, LIMITS)["status"]
+
+
 def test_attention_views_and_token_choice():
     slot = stand_in_slots()["attention"]
     out = predict.attention(slot, "The cat sat.", "Where?", 2, 3, None, LIMITS)
@@ -658,6 +689,7 @@ CALLS = [
     ("/attention", (LONG, "", 1, 1, None)),
     ("/sentiment", ("A good film.",)),
     ("/sentiment", ("\U0001f600 caf\u00e9 \u202e\u0645\u0631\u062d\u0628\u0627 x\u0301",)),
+    ("/sentiment", (LONG,)),
     ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
     ("/answer", ("Where did the cat sit?", LONG, 3)),
     ("/entities", ("George met Anna in Paris.",)),
@@ -684,8 +716,11 @@ def check_real_answers(client) -> dict:
     assert attention[5]["tokens"][-1] == "[SEP]" and attention[5]["token"] == 3
     assert len(attention_long[5]["tokens"]) == TINY_SEQ_LEN
     assert "were not read" in attention_long[0]
-    sentiment, odd = answers["/sentiment"]
+    sentiment, odd, sentiment_long = answers["/sentiment"]
     assert set(sentiment[1]) == {"label", "confidences"}
+    assert "Read as" not in sentiment[0] and sentiment[2]["windows"] == 1
+    windows = sentiment_long[2]["windows"]
+    assert windows > 2 and f"Read as {windows} overlapping windows" in sentiment_long[0]
     assert "[UNK]" in odd[0] or predict.WARNING not in odd[0]
     qa, qa_long = answers["/answer"]
     assert qa[3]["nbest"] and "overlapping windows" in qa_long[0]

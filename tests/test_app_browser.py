@@ -22,6 +22,7 @@ import shutil
 import pytest
 
 from app.models import VIEW
+from app.ui import LONG_REVIEW
 from tests.test_app import (  # noqa: F401 (fixtures)
     ELECTRA_TEXT,
     SENTENCE,
@@ -178,6 +179,8 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     expect(page.locator("#sentiment-label")).to_contain_text("positive")
     expect(page.locator("#sentiment-label")).to_contain_text("negative")
     shot("sentiment")
+    run("sentiment", {"text": LONG_REVIEW})  # longer than the model: read in windows
+    expect(status("sentiment")).to_contain_text("overlapping windows")
     run("sentiment", {"text": "   "})
     expect(status("sentiment")).to_contain_text("The text is empty")
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pytest
 
 from model import tasks
+from model.tasks import glue
 from model.tasks.glue import TASKS as GLUE
 from tests.helpers import SHARED_DATA, finetune_argv, make_init, run_evaluate, run_train, sentence
 
@@ -293,3 +295,208 @@ def test_real_glue_files_read_as_is(name):
     assert len(dev) == n_dev and all(e.label is not None for e in dev)
     test = task.read(os.path.join(directory, "test.tsv"))
     assert test and all(e.label is None for e in test)
+
+
+# === Long texts: windows, their combination, the long-review check ===
+
+
+def test_text_windows_cover_every_wordpiece():
+    rng = random.Random(0)
+    for _ in range(500):
+        n, room = rng.randint(0, 300), rng.randint(1, 70)
+        stride = rng.choice([None, rng.randint(1, room)])
+        ids = [rng.choice([1, 1, 1, 1, 9]) for _ in range(n)]  # 9: a sentence end
+        ends = rng.choice([(), (9,)])
+        windows = glue.text_windows(ids, room, stride, ends)
+        if n <= room:
+            assert windows == [(0, n)]
+            continue
+        assert windows[0][0] == 0 and windows[-1][1] == n
+        for (s0, e0), (s1, e1) in zip(windows, windows[1:]):
+            assert s0 < s1 <= e0 < e1  # moving on, overlapping or meeting: nothing skipped
+        assert all(0 < e - s <= room for s, e in windows)
+        read = set().union(*(range(s, e) for s, e in windows))
+        assert read == set(range(n))
+    assert glue.text_windows(list(range(10)), 4) == [(0, 4), (2, 6), (4, 8), (6, 10)]
+    with pytest.raises(ValueError, match="stride"):
+        glue.text_windows(list(range(10)), 4, stride=5)
+
+
+def test_text_windows_prefer_sentence_ends():
+    # Sentences of 5 to 12 WordPieces, each ending with 9; windows of 30 (stride 15).
+    rng = random.Random(1)
+    ids = []
+    while len(ids) < 200:
+        ids += [1] * rng.randint(4, 11) + [9]
+    starts = {0} | {k + 1 for k, i in enumerate(ids) if i == 9}
+    windows = glue.text_windows(ids, 30, None, (9,))
+    # Sentences shorter than half a window: here every window holds whole sentences.
+    assert all(s in starts and (e in starts or e == len(ids)) for s, e in windows)
+    assert len(windows) > 1 and all(e - s > 15 for s, e in windows[:-1])
+    # Without sentence ends, the plain windows of SQuAD's kind.
+    assert glue.text_windows(ids, 30) == [(s, min(s + 30, len(ids))) for s in range(0, 195, 15)]
+
+
+def test_combine_windows_is_the_weighted_mean_of_probabilities():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(7, 3)) * 3
+    owner = np.array([0, 0, 0, 1, 2, 2, 2])
+    weights = np.array([62.0, 62.0, 10.0, 5.0, 30.0, 62.0, 1.0])
+    got = glue.combine_windows(logits, owner, weights, 3)
+    for k in range(3):
+        rows = owner == k
+        probs = [np.exp(z) / np.exp(z).sum() for z in logits[rows]]
+        expected = sum(w * p for w, p in zip(weights[rows], probs)) / weights[rows].sum()
+        np.testing.assert_allclose(got[k], expected, rtol=1e-12)
+    np.testing.assert_allclose(got.sum(-1), 1.0)
+    values = glue.combine_windows(logits[:, :1], owner, weights, 3, regression=True)
+    assert values[0, 0] == pytest.approx(np.average(logits[:3, 0], weights=weights[:3]))
+    # A text read in one window gets that window's probabilities.
+    one = glue.combine_windows(logits[:1], np.array([0]), np.array([17.0]), 1)
+    np.testing.assert_allclose(one[0], np.exp(logits[0]) / np.exp(logits[0]).sum())
+
+
+def _cue_predict(tokenizer):
+    """A model that says "positive" by as much as a window holds "sun" over "moon"."""
+    sun, moon = tokenizer.token_to_id["sun"], tokenizer.token_to_id["moon"]
+
+    def predict(x):
+        ids, mask = x["token_ids"], x["padding_mask"] > 0
+        score = ((ids == sun) & mask).sum(-1) - ((ids == moon) & mask).sum(-1)
+        return np.stack([np.zeros(len(ids)), 2.0 * score], -1).astype(np.float32)
+
+    return predict
+
+
+def test_evaluate_reads_long_texts_in_windows_or_cut(tmp_path):
+    from model.text.wordpiece import WordPieceTokenizer
+    from tests.helpers import write_task_vocab
+
+    tokenizer = WordPieceTokenizer(write_task_vocab(tmp_path / "vocab.txt"))
+    path = tmp_path / "dev.tsv"
+    # The verdict is in the words after the first window of 14 (seq_len 16).
+    rows = [
+        ("the cat sat . " * 5 + "sun sun .", 1),
+        ("sun . " + "the cat sat . " * 6 + "moon moon moon .", 0),
+        ("sun sun sat .", 1),  # short: read whole either way
+    ]
+    path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+    task = tasks.get("sst2")
+    examples = task.read(str(path))
+    predict = _cue_predict(tokenizer)
+    windows = task.evaluate(predict, examples, tokenizer, 16, batch_size=2)
+    assert task.long_texts == "windows" and windows["accuracy"] == 1.0
+    assert windows["long_examples"] == 2 and windows["windows"] > 4
+    task.long_texts = "truncate"
+    cut = task.evaluate(predict, examples, tokenizer, 16, batch_size=2)
+    # Cut, the first reads no cue ("negative" at a tie), the second only its "sun".
+    assert cut == {"accuracy": pytest.approx(1 / 3), "examples": 3, "long_examples": 2}
+    short = task.evaluate(predict, examples[2:], tokenizer, 16)
+    task.long_texts = "windows"
+    assert task.evaluate(predict, examples[2:], tokenizer, 16) == short
+    assert short == {"accuracy": 1.0, "examples": 1}
+    task.long_texts = "both"
+    with pytest.raises(ValueError, match="long_texts must be one of"):
+        task.evaluate(predict, examples, tokenizer, 16)
+
+
+def test_make_long_reviews_rows():
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 40) for _ in range(300)] + [90]  # the last fits no row
+    labels = [rng.choice("01") for _ in lengths]
+    rows = glue.make_long_reviews(lengths, labels, 60, 80, random.Random(3))
+    used = [k for row in rows for k in row]
+    assert len(used) == len(set(used)) and 300 not in used
+    assert len(used) > 0.9 * 300  # few sentences left over
+    for row in rows:
+        assert len({labels[k] for k in row}) == 1
+        assert 60 <= sum(lengths[k] for k in row) <= 80
+    assert {labels[row[0]] for row in rows} == {"0", "1"}
+    assert glue.make_long_reviews(lengths, labels, 60, 80, random.Random(3)) == rows
+    with pytest.raises(ValueError, match="min_wordpieces"):
+        glue.make_long_reviews(lengths, labels, 80, 60, random.Random(3))
+
+
+def test_make_long_reviews_command(tmp_path, capsys):
+    from model.text.wordpiece import WordPieceTokenizer
+    from tests.helpers import BERT_VOCAB
+
+    rng = random.Random(0)
+    # Sentences told apart by a number, SST-2 style (lower case, spaced punctuation).
+    sentences = [f"{sentence(rng)} number {i} . " for i in range(120)]
+    dev = tmp_path / "dev.tsv"
+    dev.write_text(
+        "sentence\tlabel\n" + "".join(f"{s}\t{i % 2}\n" for i, s in enumerate(sentences)),
+        encoding="utf-8",
+    )
+    output = tmp_path / "long" / "dev.tsv"
+    argv = ["make-long-reviews", "--input", str(dev), "--output", str(output)]
+    argv += ["--min-wordpieces", "40", "--max-wordpieces", "60", "--seed", "0"]
+    assert glue.main([*argv, "--vocab", BERT_VOCAB]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    examples = tasks.get("sst2").read(str(output))  # SST-2's own format
+    assert output.read_text(encoding="utf-8").startswith("sentence\tlabel\n")
+    assert summary["rows"] == len(examples) > 10
+    tokenizer = WordPieceTokenizer(BERT_VOCAB)
+    counts = {i: 0 for i in range(len(sentences))}
+    for e in examples:
+        assert 40 <= len(tokenizer.encode([e.text_a])[0]) <= 60
+        found = [int(n) for n in re.findall(r"number (\d+) \.", e.text_a)]
+        assert {n % 2 for n in found} == {int(e.label)}  # one label a row: its sentences'
+        for n in found:
+            counts[n] += 1
+    assert max(counts.values()) == 1  # every sentence at most once
+    assert summary["sentences_used"] == sum(counts.values())
+    assert (
+        glue.main(
+            [*argv, "--vocab", BERT_VOCAB, "--min-wordpieces", "10000", "--max-wordpieces", "20000"]
+        )
+        == 1
+    )
+    assert "too few sentences" in capsys.readouterr().err
+
+
+def test_evaluate_command_long_texts(tmp_path, tmp_path_factory, capsys):
+    """`model.evaluate --long-texts`: windows (the default) or truncate, scored as the edge
+    runtime's classify reads the same texts with the same model."""
+    from export.runtime import EdgeModel
+    from model.checkpoints import model_dir
+    from model.text.tokenizer import WordPieceTokenizer
+    from tests.helpers import write_sst2
+
+    data = write_sst2(tmp_path / "sst2", train=32, dev=60)
+    init = make_init(tmp_path_factory.getbasetemp())
+    output = tmp_path / "run"
+    assert run_train(finetune_argv("sst2", data, init, output, batch_size=8, seq_len=16)) == 0
+    vocab = os.path.join(output, "vocab.txt")
+    long = str(tmp_path / "long" / "dev.tsv")
+    make = ["make-long-reviews", "--input", os.path.join(data, "dev.tsv"), "--output", long]
+    assert (
+        glue.main([*make, "--min-wordpieces", "30", "--max-wordpieces", "50", "--vocab", vocab])
+        == 0
+    )
+    capsys.readouterr()
+
+    def evaluate(*extra) -> dict:
+        argv = ["--task", "sst2", "--model", str(output), "--data", long, *extra]
+        assert run_evaluate(argv) == 0
+        return json.loads(capsys.readouterr().out)
+
+    windows, cut = evaluate(), evaluate("--long-texts", "truncate")
+    examples = tasks.get("sst2").read(long)
+    assert windows["long_examples"] == cut["long_examples"] == len(examples)
+    assert windows["windows"] > 2 * len(examples) and "windows" not in cut
+    assert (windows["long_texts"], cut["long_texts"]) == ("windows", "truncate")
+    # The same reading as the runtime's, on the Keras model.
+    tokenizer = WordPieceTokenizer(vocab)
+    edge = EdgeModel(
+        model_dir.load(str(output)).predict_on_batch,
+        tokenizer,
+        {"task": "classifier", "max_seq_length": 16},  # labels "0", "1": the file's
+    )
+    for metrics, mode in ((windows, "windows"), (cut, "truncate")):
+        right = [edge.classify(e.text_a, long_texts=mode)["label"] == e.label for e in examples]
+        assert metrics["accuracy"] == pytest.approx(np.mean(right))
+    pair = ["--task", "mrpc", "--model", str(output), "--data", long, "--long-texts", "windows"]
+    assert run_evaluate(pair) == 1
+    assert "does not read single texts" in capsys.readouterr().err

@@ -88,10 +88,17 @@ def test_classify(tok):
     assert out["scores"]["positive"] == pytest.approx(1 / (1 + np.exp(-3)))
     assert sum(out["scores"].values()) == pytest.approx(1)
     assert m.classify("A bad film.", "")["label"] == "negative"  # an empty pair is no pair
-    assert m.classify("a " * 20 + "good")["truncated"]  # cut before "good"
-    assert m.classify("a " * 20 + "good")["label"] == "negative"
-    assert m.classify("A film.", "good " * 30)["truncated"]
+    cut = m.classify("a " * 20 + "good", long_texts="truncate")
+    assert cut["truncated"] and cut["label"] == "negative"  # cut before "good"
+    assert (cut["windows"], cut["wordpieces"], cut["window_wordpieces"]) == (1, 21, 14)
+    assert [(w["start"], w["end"]) for w in cut["window_results"]] == [(0, 14)]
+    read = m.classify("a " * 20 + "good")  # in windows: the last one reads "good"
+    assert not read["truncated"] and read["windows"] == 2 and read["label"] == "positive"
+    assert m.classify("A film.", "good " * 30)["truncated"]  # a pair is cut
     assert m.classify("A film.", "good " * 30)["label"] == "positive"
+    assert m.classify("A film.", "good " * 30)["windows"] == 1
+    with pytest.raises(ValueError, match="long_texts must be one of"):
+        m.classify("A film.", long_texts="all")
 
 
 def test_classify_regression_and_unnamed_labels(tok):
@@ -105,6 +112,9 @@ def test_classify_regression_and_unnamed_labels(tok):
         "scores": {},
         "value": 3.25,
         "truncated": False,
+        "windows": 1,
+        "wordpieces": 9,  # "a man plays ." + "a man is playing ."
+        "window_wordpieces": 13,
     }
     m = EdgeModel(
         stub(lambda x: np.array([[0.0, 1.0, 0.0]])),
@@ -112,6 +122,97 @@ def test_classify_regression_and_unnamed_labels(tok):
         {"task": "classifier", "max_seq_length": 16},
     )
     assert m.labels is None and m.classify("x")["label"] == "1"
+
+
+def cue_logits(tok):
+    """Logits of a stub classifier: "positive" by twice the count of "good" less "bad"."""
+    good, bad = tok.token_to_id["good"], tok.token_to_id["bad"]
+
+    def logits(x):
+        ids, real = x["token_ids"], x["padding_mask"] > 0
+        score = ((ids == good) & real).sum(-1) - ((ids == bad) & real).sum(-1)
+        return {"logits": np.stack([np.zeros(len(ids)), 2.0 * score], -1).astype(np.float32)}
+
+    return logits
+
+
+SST2_INFO = {"task": "classifier", "max_seq_length": 16, "id2label": {"0": "neg", "1": "pos"}}
+
+
+def test_classify_a_short_text_as_before(tok):
+    """A text that fits is read as one input at its own length, exactly as before windows."""
+    calls = []
+    logits = cue_logits(tok)
+    m = EdgeModel(stub(lambda x: calls.append(x) or logits(x)), tok, SST2_INFO)
+    text = "A good, if bad-tempered film."
+    out = m.classify(text)
+    ids = tok.encode([text])[0]
+    assert len(calls) == 1 and calls[0]["token_ids"][0].tolist() == [
+        tok.cls_id,
+        *ids,
+        tok.sep_id,
+    ]
+    probs = runtime.softmax(logits(calls[0])["logits"][0].astype(np.float64))
+    before = {  # what classify returned before it read long texts in windows
+        "label": "pos" if probs[1] > probs[0] else "neg",
+        "scores": {"neg": float(probs[0]), "pos": float(probs[1])},
+        "value": None,
+        "truncated": False,
+    }
+    assert {k: out[k] for k in before} == before
+    assert m.classify(text, long_texts="truncate") == out
+    assert (out["windows"], out["wordpieces"], out["window_wordpieces"]) == (1, len(ids), 14)
+    (window,) = out["window_results"]
+    assert (window["start"], window["end"], window["char_start"], window["char_end"]) == (
+        0,
+        len(ids),
+        0,
+        len(text),
+    )
+    assert window["weight"] == 1.0 and window["scores"] == out["scores"]
+
+
+def test_classify_a_long_text_in_windows(tok):
+    """Windows of the text (`glue.text_windows`), their probabilities averaged by length."""
+    from model.tasks import glue
+
+    logits = cue_logits(tok)
+    m = EdgeModel(stub(logits), tok, SST2_INFO)
+    text = "The cast is good. " * 3 + "The plot is so bad. " * 4 + "An ending."
+    ids = tok.encode([text])[0]
+    out = m.classify(text)
+    spans = glue.text_windows(ids, 14, None, glue.sentence_end_ids(tok))
+    assert [(w["start"], w["end"]) for w in out["window_results"]] == spans
+    assert out["windows"] == len(spans) > 2 and out["wordpieces"] == len(ids)
+    assert not out["truncated"]
+    # Every WordPiece is read; windows start and end at sentence ends here.
+    assert set().union(*(range(s, e) for s, e in spans)) == set(range(len(ids)))
+    for w in out["window_results"]:
+        assert text[w["char_start"] : w["char_end"]].split()[0] in ("The", "An")
+        assert text[w["char_start"] : w["char_end"]].endswith(".")
+    # The combination, computed directly from each window's own input.
+    probs, weights = [], []
+    for start, end in spans:
+        row = np.array([[tok.cls_id, *ids[start:end], tok.sep_id]], np.int32)
+        x = {"token_ids": row, "padding_mask": np.ones_like(row)}
+        probs.append(runtime.softmax(logits(x)["logits"][0].astype(np.float64)))
+        weights.append(end - start)
+    expected = np.average(probs, axis=0, weights=weights)
+    assert out["scores"] == pytest.approx({"neg": expected[0], "pos": expected[1]}, rel=1e-9)
+    assert out["label"] == "neg" and sum(w["weight"] for w in out["window_results"]) == 1.0
+    assert [w["label"] for w in out["window_results"]][0] == "pos"  # the good part
+    cut = m.classify(text, long_texts="truncate")
+    assert cut["truncated"] and cut["label"] == "pos"  # the beginning alone
+    # A regression: the weighted mean of the windows' values.
+    value = EdgeModel(
+        stub(lambda x: logits(x)["logits"][:, 1:]),
+        tok,
+        {"task": "classifier", "max_seq_length": 16},
+    ).classify(text)
+    assert value["label"] is None and value["windows"] == len(spans)
+    assert value["value"] == pytest.approx(
+        np.average([w["value"] for w in value["window_results"]], weights=weights)
+    )
 
 
 def test_fill_mask(tok):
@@ -662,6 +763,17 @@ def assert_same(task: str, got: dict, expected: dict) -> None:
         np.testing.assert_allclose(got["attention"], expected["attention"], atol=1e-4)
 
 
+def test_bundles_read_long_texts_in_windows_as_keras(bundles, tok):
+    text = "A gorgeous, witty film. " * 12 + "The ending is a dull, lifeless mess. " * 6
+    got = runtime.load(bundles["dirs"]["classifier"]).classify(text)
+    expected = keras_edge_model(bundles["models"], tok, "classifier").classify(text)
+    assert got["windows"] == expected["windows"] > 2 and not got["truncated"]
+    assert [(w["start"], w["end"]) for w in got["window_results"]] == [
+        (w["start"], w["end"]) for w in expected["window_results"]
+    ]
+    assert_same("classifier", got, expected)
+
+
 def test_command_line(bundles, capsys):
     assert runtime.main([bundles["dirs"]["classifier"], "classify", "A fine film."]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -672,6 +784,8 @@ def test_command_line(bundles, capsys):
 
 
 # === The edge environment: no TensorFlow, no Keras ===
+
+LONG_REVIEW = "A gorgeous, witty film. " * 20 + "The ending is a dull mess. " * 10
 
 EDGE_SCRIPT = r"""
 import json, sys
@@ -687,6 +801,8 @@ for task, (method, args) in calls.items():
     results[task] = result
 features = runtime.load(dirs["encoder"]).features("The cat sat.")
 results["features"] = [list(features["sequence_output"].shape), list(features["pooled_output"].shape)]
+long = runtime.load(dirs["classifier"]).classify(sys.argv[3])  # read in windows
+results["classify_long"] = [long["windows"], long["label"]]
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in
                ("tensorflow", "keras", "tensorflow_text", "keras_hub", "tf_keras", "jax", "torch"))
 results["heavy_modules"] = heavy
@@ -764,7 +880,7 @@ def edge_python(tmp_path_factory):
 def test_runtime_runs_without_tensorflow(edge_python, bundles, tok):
     dirs = bundles["dirs"]
     result = subprocess.run(
-        [edge_python, "-c", EDGE_SCRIPT, json.dumps(dirs), json.dumps(CALLS)],
+        [edge_python, "-c", EDGE_SCRIPT, json.dumps(dirs), json.dumps(CALLS), LONG_REVIEW],
         capture_output=True,
         text=True,
         timeout=600,
@@ -775,6 +891,9 @@ def test_runtime_runs_without_tensorflow(edge_python, bundles, tok):
     results = json.loads(result.stdout)
     assert results.pop("heavy_modules") == []
     assert results.pop("features") == [[6, 32], [32]]
+    long = runtime.load(dirs["classifier"]).classify(LONG_REVIEW)
+    assert results.pop("classify_long") == [long["windows"], long["label"]]
+    assert long["windows"] > 2
     results["encoder"]["attention"] = np.asarray(results["encoder"]["attention"], np.float32)
     check_contract(results)
     for task, (method, args) in CALLS.items():  # the same answers as in this environment

@@ -4,6 +4,11 @@
         --init runs/base --output runs/mrpc
     python -m model.evaluate --task mrpc --model runs/mrpc --data ../shared/data/glue/MRPC/dev.tsv
 
+    python -m model.tasks.glue make-long-reviews --min-wordpieces 200 --max-wordpieces 400 \\
+        --seed 0 --input ../shared/data/glue/SST-2/dev.tsv --output runs/sst2-long/dev.tsv
+    python -m model.evaluate --task sst2 --model assets/models/sst2 --data runs/sst2-long/dev.tsv \\
+        --long-texts truncate      # windows (the default) or truncate
+
 Every task is `[CLS] A [SEP] (B [SEP])` -> pooled output -> dropout -> one
 Dense (`model.heads.classifier.BertClassifier`), as in the paper; STS-B is a
 regression (one output, mean squared error).
@@ -25,14 +30,34 @@ contain unbalanced quotes that a quoting reader would run across lines. A
 row with the wrong number of columns or an unknown label stops the reader
 with its file and line. Test files (no label column) are read, and refused
 by `encode(..., training=True)` and `evaluate` with a clear message.
+
+Long texts. A single-text task (SST-2, CoLA) trains on short sentences, but a
+review runs to paragraphs. `evaluate` (and the edge runtime's `classify`,
+which imports this code, numpy only) reads a text longer than `seq_len` the
+way SQuAD reads a long context: in overlapping windows (`text_windows`: half a
+window apart, cut at sentence ends where one is near), whose predictions
+`combine_windows` averages into one. `long_texts = "truncate"` (`model.evaluate
+--long-texts truncate`) reads only the beginning, as training does. A text that
+fits is one window, read exactly as before; sentence pairs are always cut.
+
+SST-2 has no long texts. `make_long_reviews` builds a check from its dev set:
+rows of same-label dev sentences joined until they are a few hundred
+WordPieces long (`make-long-reviews` above), each sentence used at most once.
+As every sentence of a row has the row's label, windows agree by construction:
+the check tests the reading (is the verdict of a long text its sentences'
+verdict?), not whether a model follows a review that weighs good against bad.
 """
 
 from __future__ import annotations
 
+import argparse
+import bisect
 import csv
 import dataclasses
+import json
 import math
 import os
+import random
 import sys
 
 import numpy as np
@@ -93,6 +118,9 @@ class GlueTask(Task):
     positions: tuple | None = None
     # Which label counts as positive for F1 (MRPC, QQP).
     positive_label: str = "1"
+    # How `evaluate` reads a single text longer than seq_len: one of LONG_TEXTS
+    # (the module docstring); sentence pairs are always cut.
+    long_texts: str = "windows"
 
     def labels(self) -> list[str] | None:
         names = self.display_names or self.label_names
@@ -161,14 +189,16 @@ class GlueTask(Task):
             tokenizer.encode_flat([e.text_b for e in examples]) if self.text_b is not None else None
         )
         x = pack_rows(tokenizer, ids_a, ids_b, seq_len)
-        y = None
-        if examples and all(e.label is not None for e in examples):
-            if self.label_names is None:
-                y = np.array([e.label for e in examples], dtype=np.float32)
-            else:
-                index = {name: i for i, name in enumerate(self.label_names)}
-                y = np.array([index[e.label] for e in examples], dtype=np.int32)
-        return Encoded(x=x, y=y)
+        return Encoded(x=x, y=self._label_ids(examples))
+
+    def _label_ids(self, examples: list[PairExample]) -> np.ndarray | None:
+        """Label ids (float scores for a regression); None unless every example has one."""
+        if not examples or any(e.label is None for e in examples):
+            return None
+        if self.label_names is None:
+            return np.array([e.label for e in examples], dtype=np.float32)
+        index = {name: i for i, name in enumerate(self.label_names)}
+        return np.array([index[e.label] for e in examples], dtype=np.int32)
 
     # === Model ===
 
@@ -201,14 +231,216 @@ class GlueTask(Task):
         batch_size: int = 64,
         output_dir: str | None = None,
     ) -> dict:
+        """The task's metrics; a single text longer than `seq_len` is read as
+        `long_texts` says (the module docstring). When some are, the metrics also
+        count them (`long_examples`) and, read in windows, the model's inputs
+        (`windows`)."""
         check_labelled(examples)
-        encoded = self.encode(examples, tokenizer, seq_len)
-        logits = np.asarray(predict_in_batches(predict, encoded.x, batch_size), dtype=np.float64)
-        return {**self.metrics(encoded.y, logits), "examples": len(examples)}
+        if self.long_texts not in LONG_TEXTS:
+            raise ValueError(f"long_texts must be one of {LONG_TEXTS}, not {self.long_texts!r}")
+        y = self._label_ids(examples)
+        if self.text_b is not None:
+            x = self.encode(examples, tokenizer, seq_len).x
+            logits = np.asarray(predict_in_batches(predict, x, batch_size), dtype=np.float64)
+            return {**self.metrics(y, logits), "examples": len(examples)}
+        ids = tokenizer.encode_flat([e.text_a for e in examples])
+        long = int((ids.lengths > seq_len - 2).sum())
+        reading = {"long_examples": long} if long else {}
+        if not long or self.long_texts == "truncate":  # what training reads
+            x = pack_rows(tokenizer, ids, None, seq_len)
+            scores = np.asarray(predict_in_batches(predict, x, batch_size), dtype=np.float64)
+        else:
+            windows = encode_windows(tokenizer, ids.rows(), seq_len)
+            logits = predict_in_batches(predict, windows.x, batch_size)
+            # Probabilities, whose argmax the metrics read as they read logits.
+            scores = combine_windows(
+                logits, windows.owner, windows.weights, len(examples), self.label_names is None
+            )
+            reading["windows"] = len(windows.owner)
+        return {**self.metrics(y, scores), "examples": len(examples), **reading}
 
     def metrics(self, y: np.ndarray, logits: np.ndarray) -> dict:
-        """The task's metrics of (num_examples, num_labels) logits against label ids."""
+        """The task's metrics of (num_examples, num_labels) logits (or anything with
+        their argmax: long texts' combined probabilities) against label ids."""
         return {"accuracy": accuracy(y, logits.argmax(-1))}
+
+
+# === Long texts: windows ===
+
+LONG_TEXTS = ("windows", "truncate")
+# WordPieces after which a sentence ends: windows prefer to start and end there.
+SENTENCE_ENDS = (".", "!", "?")
+
+
+@dataclasses.dataclass
+class Windows:
+    """The windows of many texts, as model inputs.
+
+    x: {"token_ids", "segment_ids", "padding_mask"}, each (num_windows, seq_len) int32:
+        `[CLS] window [SEP]`.
+    owner: (num_windows,) int: the text each window reads.
+    spans: (num_windows, 2) int: its [start, end) in that text's WordPieces.
+    weights: (num_windows,) float: its WordPieces (end - start, at least 1), its say in
+        the verdict.
+    """
+
+    x: dict[str, np.ndarray]
+    owner: np.ndarray
+    spans: np.ndarray
+    weights: np.ndarray
+
+
+def text_windows(ids, room: int, stride: int | None = None, ends=()) -> list[tuple[int, int]]:
+    """[start, end) of the windows that read `ids` (a text's WordPieces), at most `room`
+    WordPieces each (a model's length less [CLS] and [SEP]).
+
+    A text that fits is one window, (0, len(ids)): read as it always was. A longer one is
+    read as SQuAD reads a long context: windows start `stride` WordPieces apart (by
+    default half a window, so every WordPiece but those of the first and last stride is
+    read twice, with more context on one side each time) and the last one ends at the
+    text's end. Sentence ends (WordPiece ids in `ends`: ".", "!", "?") are preferred: a
+    window ends after the last one in its second half (and past the previous window's end),
+    and the next starts after the last one within `stride` of its start; so where
+    sentences are shorter than half a window, windows mostly hold whole sentences, the unit
+    SST-2 trains on. Windows start and end later each time, and each starts at or before
+    the previous one's end, so every WordPiece is read.
+
+    Example:
+    >>> text_windows(list(range(10)), room=4)
+    [(0, 4), (2, 6), (4, 8), (6, 10)]
+    """
+    n = len(ids)
+    if room < 1:
+        raise ValueError(f"a window of {room} WordPieces reads nothing")
+    if n <= room:
+        return [(0, n)]
+    stride = max(1, room // 2) if stride is None else stride
+    if not 1 <= stride <= room:
+        raise ValueError(f"stride must be from 1 to the window's {room} WordPieces, not {stride}")
+    ends = set(ends)
+    after = [k + 1 for k, i in enumerate(ids) if i in ends]  # where a new sentence starts
+
+    def last_boundary(low: int, high: int) -> int | None:  # the last one in [low, high]
+        k = bisect.bisect_right(after, high)
+        return after[k - 1] if k and after[k - 1] >= low else None
+
+    out, start, before = [], 0, 0  # before: where the previous window ended
+    while True:
+        end = min(start + room, n)
+        if end < n:  # past the previous end, so that no window lies inside another
+            end = last_boundary(max(start + room // 2, before) + 1, end) or end
+        out.append((start, end))
+        if end == n:
+            return out
+        step = start + stride
+        start, before = min(last_boundary(start + 1, step) or step, end), end
+
+
+def sentence_end_ids(tokenizer) -> set[int]:
+    """The ids of `SENTENCE_ENDS` in the tokenizer's vocabulary."""
+    return {tokenizer.token_to_id[t] for t in SENTENCE_ENDS if t in tokenizer.token_to_id}
+
+
+def encode_windows(tokenizer, rows: list[list[int]], seq_len: int, stride=None) -> Windows:
+    """The `text_windows` of every text (`rows`: their WordPiece ids) as `[CLS] window
+    [SEP]` inputs of length `seq_len`."""
+    ends = sentence_end_ids(tokenizer)
+    owner, spans, pieces = [], [], []
+    for k, ids in enumerate(rows):
+        for start, end in text_windows(ids, seq_len - 2, stride, ends):
+            owner.append(k)
+            spans.append((start, end))
+            pieces.append(ids[start:end])
+    spans = np.array(spans, dtype=np.int64).reshape(-1, 2)
+    return Windows(
+        x=pack_rows(tokenizer, pieces, None, seq_len),
+        owner=np.array(owner, dtype=np.int64),
+        spans=spans,
+        # An empty text's one window still counts (it is read as [CLS] [SEP], as before).
+        weights=np.maximum(spans[:, 1] - spans[:, 0], 1).astype(np.float64),
+    )
+
+
+def combine_windows(logits, owner, weights, count: int, regression: bool = False) -> np.ndarray:
+    """One prediction per text from its windows' `logits` (num_windows, labels): the mean
+    of the windows' probabilities (softmax), each window weighted by `weights` (its
+    WordPieces); for a regression (one output) the weighted mean of the values.
+    Returns (count, labels): row k combines the windows whose `owner` is k.
+
+    Probabilities rather than logits: a mean of logits lets one window's confidence
+    outvote the rest (logits are unbounded), while a probability is at most 1, so each
+    window's say is its share of the text. Weighted by WordPieces: the short last window
+    of a text would otherwise count as much as a full one for a few words. WordPieces in
+    two windows are counted twice; with windows half a window apart, that is nearly all
+    of them, so no part of the text counts much more than another.
+    """
+    logits = np.asarray(logits, dtype=np.float64).reshape(len(owner), -1)
+    if regression:
+        scores = logits
+    else:
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        scores = e / e.sum(-1, keepdims=True)
+    weights = np.asarray(weights, dtype=np.float64)
+    total = np.bincount(owner, weights=weights, minlength=count)  # (count,)
+    summed = np.stack(
+        [np.bincount(owner, weights=weights * s, minlength=count) for s in scores.T], -1
+    )  # (count, labels)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a text without windows: NaN
+        return summed / total[:, None]
+
+
+# === A long-text check from SST-2 dev ===
+
+
+def make_long_reviews(
+    lengths: list[int],
+    labels: list,
+    min_wordpieces: int,
+    max_wordpieces: int,
+    rng: random.Random,
+) -> list[list[int]]:
+    """Rows for a long-text check: each a list of indices of sentences with one label,
+    whose WordPieces (`lengths`) add up to between `min_wordpieces` and
+    `max_wordpieces`; every sentence is in at most one row.
+
+    For each label in turn, its sentences are shuffled; a row draws a target length
+    uniformly from [min, max] and takes sentences until it reaches it, skipping one that
+    would take it past max. A row that cannot reach min (what is left does not fit) is
+    dropped and its sentences not used. The rows come back shuffled, labels mixed.
+
+    Example:
+    >>> make_long_reviews([5, 5, 5, 5], ["1", "1", "1", "0"], 8, 10, random.Random(0))
+    [[1, 0]]
+    """
+    if not 0 < min_wordpieces <= max_wordpieces:
+        raise ValueError(
+            f"need 0 < min_wordpieces <= max_wordpieces, not {min_wordpieces}, {max_wordpieces}"
+        )
+    by_label: dict = {}
+    for k, label in enumerate(labels):
+        by_label.setdefault(label, []).append(k)
+    rows = []
+    for label in sorted(by_label):
+        pool = by_label[label]
+        rng.shuffle(pool)
+        while pool:
+            target = rng.randint(min_wordpieces, max_wordpieces)
+            row, n = [], 0
+            while n < target:
+                fits = (
+                    j for j in reversed(range(len(pool))) if n + lengths[pool[j]] <= max_wordpieces
+                )
+                j = next(fits, None)
+                if j is None:
+                    break
+                n += lengths[pool[j]]
+                row.append(pool.pop(j))
+            if not row:  # what is left is longer than a whole row
+                break
+            if n >= min_wordpieces:
+                rows.append(row)
+    rng.shuffle(rows)
+    return rows
 
 
 def _chain(first, rest):
@@ -330,3 +562,92 @@ class Wnli(GlueTask):
 
 
 TASKS = {task.name: task for task in (Cola, Sst2, Mrpc, Stsb, Qqp, Mnli, Qnli, Rte, Wnli)}
+
+
+# === Command line ===
+
+# The shipped sentiment model's vocabulary: WordPieces are counted as it reads them.
+DEFAULT_VOCAB = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "assets",
+    "models",
+    "sst2",
+    "vocab.txt",
+)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m model.tasks.glue", description="GLUE data tools.")
+    sub = p.add_subparsers(dest="command", required=True)
+    make = sub.add_parser(
+        "make-long-reviews",
+        help="a long-text check in SST-2's format from SST-2 dev",
+        description=make_long_reviews.__doc__,
+    )
+    make.add_argument("--input", required=True, help="an SST-2 file (sentence, label): dev.tsv")
+    make.add_argument("--output", required=True, help="the SST-2-format .tsv file to write")
+    make.add_argument("--min-wordpieces", type=int, default=200)
+    make.add_argument("--max-wordpieces", type=int, default=400)
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument(
+        "--vocab",
+        default=DEFAULT_VOCAB,
+        help="the vocabulary WordPieces are counted with, lower-cased "
+        "(default: the shipped sentiment bundle's, assets/models/sst2/vocab.txt)",
+    )
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    from model.io.files import atomic_path
+    from model.text.wordpiece import WordPieceTokenizer
+
+    try:
+        examples = Sst2().read(args.input)
+        check_labelled(examples)
+        sentences = [e.text_a.strip() for e in examples]
+        tokenizer = WordPieceTokenizer(args.vocab)
+        lengths = [len(ids) for ids in tokenizer.encode(sentences)]
+        rows = make_long_reviews(
+            lengths,
+            [e.label for e in examples],
+            args.min_wordpieces,
+            args.max_wordpieces,
+            random.Random(args.seed),
+        )
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if not rows:
+        print(
+            f"error: {args.input}: too few sentences for one row of {args.min_wordpieces} "
+            f"WordPieces",
+            file=sys.stderr,
+        )
+        return 1
+    # Joined by one space, a row reads as its sentences' WordPieces one after another.
+    with atomic_path(args.output) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write("sentence\tlabel\n")
+            for row in rows:
+                f.write(" ".join(sentences[k] for k in row) + "\t" + examples[row[0]].label + "\n")
+    sizes = [sum(lengths[k] for k in row) for row in rows]
+    summary = {
+        "output": args.output,
+        "rows": len(rows),
+        "rows_by_label": {
+            label: sum(examples[row[0]].label == label for row in rows)
+            for label in sorted({e.label for e in examples})
+        },
+        "sentences_used": sum(map(len, rows)),
+        "sentences": len(examples),
+        "wordpieces": {
+            "min": min(sizes),
+            "mean": round(sum(sizes) / len(sizes), 1),
+            "max": max(sizes),
+        },
+        "seed": args.seed,
+    }
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
