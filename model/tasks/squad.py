@@ -9,6 +9,9 @@
         --input ../shared/data/squad/train-v1.1.reconstructed.json \\
         --output runs/squad2-data/train-v2.0.json \\
         --dev ../shared/data/squad/dev-v2.0.reconstructed.json  # copied in as dev-v2.0.json
+    python -m model.tasks.squad negatives-report \\
+        --input ../shared/data/squad/train-v1.1.reconstructed.json \\
+        --dev ../shared/data/squad/dev-v2.0.reconstructed.json   # how each kind of negative looks
     python -m model.train finetune --task squad2 --data runs/squad2-data --init runs/base \\
         --output runs/squad2 --epochs 2 --batch-size 48
     python -m model.evaluate --task squad2 --model runs/squad2 \\
@@ -53,14 +56,18 @@ that every threshold is considered (run on the thresholded predictions, as
 the official command line does, it can only lower the threshold).
 
 SQuAD v2.0 training data. There is no SQuAD v2.0 training set offline, so
-`make_v2_train` builds one from v1.1: each unanswerable question is a v1.1
-question paired with another paragraph of the same article that does not
-contain any of its answers. These negatives are a proxy for the real
-SQuAD 2.0 ones: those were written by crowd workers to look answerable from
-their own paragraph (with a plausible answer in it), whereas a question moved
-to another paragraph is usually off-topic there, so it is easier to reject.
-Expect a model trained on them to answer many of the real dev set's
-unanswerable questions (a low NoAns score).
+`make_v2_train` (in `model.tasks.squad_negatives`) builds one from v1.1: by
+default each unanswerable question is a v1.1 question paired with another
+paragraph of the same article that does not contain any of its answers.
+These negatives are a proxy for the real SQuAD 2.0 ones: those were written
+by crowd workers to look answerable from their own paragraph (with a
+plausible answer in it), whereas a question moved to another paragraph is
+usually off-topic there, so it is easier to reject. Expect a model trained
+on them to answer many of the real dev set's unanswerable questions (a low
+NoAns score). `--negatives answer-removed,entity-swap` adds harder kinds:
+the question's own paragraph without the sentence holding its answer, and
+the question with an entity swapped for one the paragraph never mentions;
+`negatives-report` measures how each kind looks.
 
 Files are read strictly: a missing field, a wrong type, a duplicate question
 id or an answer whose `answer_start` is past the context (out of range) or
@@ -76,10 +83,10 @@ import bisect
 import collections
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import os
-import random
 import re
 import shutil
 import sys
@@ -89,6 +96,16 @@ import numpy as np
 from model.io.files import check_size, reading
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
+from model.tasks.squad_negatives import (
+    DEFAULT_NEGATIVE_RATIO,
+    DEFAULT_NEGATIVES,
+    NEGATIVE_KINDS,
+    build_v2_train,
+    make_v2_train,
+    negatives_report,
+    parse_negatives,
+    report_table,
+)
 from model.text.wordpiece import basic_tokenize
 
 DOC_STRIDE = 128
@@ -706,89 +723,6 @@ def split_logits(outputs) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"cannot read start and end logits from outputs of shape {outputs.shape}")
 
 
-# === SQuAD v2.0 training data from v1.1 ===
-
-
-def make_v2_train(dataset: dict, negative_ratio: float = 0.5, seed: int = 0) -> dict:
-    """A SQuAD v2.0-format training set: every v1.1 question, plus
-    unanswerable ones, each a v1.1 question (drawn at random from articles
-    with several paragraphs) asked of another paragraph of the same article
-    that contains none of its answers; a proxy for SQuAD 2.0's negatives (see
-    the module docstring). `negative_ratio` of those questions are drawn
-    (each at most once per paragraph; a ratio above 1 draws questions again),
-    fewer when every other paragraph holds the answer. Deterministic for a
-    `seed`; the input is not modified.
-
-    The default ratio of 0.5 makes a third of the questions unanswerable, as
-    in the real SQuAD 2.0 train set (43,498 of 130,319).
-    """
-    if negative_ratio < 0:
-        raise ValueError(f"negative_ratio must be >= 0, not {negative_ratio}")
-    rng = random.Random(seed)
-    articles = []
-    candidates = []  # (article, paragraph, question) that have another paragraph
-    for ai, article in enumerate(dataset["data"]):
-        paragraphs = []
-        for pi, para in enumerate(article["paragraphs"]):
-            qas = [
-                {
-                    "question": qa["question"],
-                    "id": qa["id"],
-                    "answers": [dict(a) for a in qa["answers"]],
-                    "is_impossible": bool(qa.get("is_impossible", False)),
-                }
-                for qa in para["qas"]
-            ]
-            paragraphs.append({"context": para["context"], "qas": qas})
-            if len(article["paragraphs"]) > 1:
-                candidates.extend(
-                    (ai, pi, qi)
-                    for qi, qa in enumerate(qas)
-                    if not qa["is_impossible"] and qa["answers"]
-                )
-        articles.append({"title": article.get("title", ""), "paragraphs": paragraphs})
-
-    wanted = round(negative_ratio * len(candidates))
-    order = []
-    while len(order) < wanted and candidates:  # ratio > 1: every question again, reshuffled
-        batch = list(candidates)
-        rng.shuffle(batch)
-        order.extend(batch[: wanted - len(order)])
-    normalized = {}  # (article, paragraph) -> normalised context, for the leak check
-    used = set()
-    for ai, pi, qi in order:
-        qa = articles[ai]["paragraphs"][pi]["qas"][qi]
-        answers = {squad_metric.normalize_answer(a["text"]) for a in qa["answers"]}
-        others = [
-            j
-            for j in range(len(articles[ai]["paragraphs"]))
-            if j != pi and (ai, j, qa["id"]) not in used
-        ]
-        rng.shuffle(others)
-        for j in others:
-            if (ai, j) not in normalized:
-                normalized[ai, j] = (
-                    " "
-                    + squad_metric.normalize_answer(articles[ai]["paragraphs"][j]["context"])
-                    + " "
-                )
-            # Leave out paragraphs where the answer appears: there the question
-            # might well be answerable.
-            if any(f" {a} " in normalized[ai, j] for a in answers if a):
-                continue
-            used.add((ai, j, qa["id"]))
-            articles[ai]["paragraphs"][j]["qas"].append(
-                {
-                    "question": qa["question"],
-                    "id": f"{qa['id']}-unanswerable-p{j}",
-                    "answers": [],
-                    "is_impossible": True,
-                }
-            )
-            break
-    return {"version": "v2.0", "data": articles}
-
-
 # === The tasks ===
 
 
@@ -1028,15 +962,23 @@ def main(argv=None) -> int:
     make = sub.add_parser(
         "make-v2-train",
         help="a SQuAD v2.0-format train set from v1.1 (proxy negatives)",
-        description=make_v2_train.__doc__,
+        description=inspect.cleandoc(make_v2_train.__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     make.add_argument("--input", required=True, help="SQuAD v1.1 train JSON")
     make.add_argument("--output", required=True, help="v2.0-format JSON to write")
     make.add_argument(
+        "--negatives",
+        default=DEFAULT_NEGATIVES,
+        help=f"kinds of unanswerable questions, comma-separated, from {', '.join(NEGATIVE_KINDS)}; "
+        f"KIND=RATIO gives a kind its own ratio (default {DEFAULT_NEGATIVES})",
+    )
+    make.add_argument(
         "--negative-ratio",
         type=float,
-        default=0.5,
-        help="unanswerable questions per answerable one (default 0.5)",
+        default=None,
+        help=f"unanswerable questions per answerable one, split evenly between the kinds "
+        f"(default {DEFAULT_NEGATIVE_RATIO}; not with KIND=RATIO)",
     )
     make.add_argument("--seed", type=int, default=0)
     make.add_argument(
@@ -1045,13 +987,29 @@ def main(argv=None) -> int:
         help="a SQuAD v2.0 dev file to copy beside --output as dev-v2.0.json, "
         "making that folder a complete --data for --task squad2",
     )
+    report = sub.add_parser(
+        "negatives-report",
+        help="how each kind of made negative looks (yield, question/context word overlap)",
+        description=inspect.cleandoc(negatives_report.__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("--input", required=True, help="SQuAD v1.1 train JSON")
+    report.add_argument("--dev", default=None, help="SQuAD v2.0 dev JSON (its real negatives)")
+    report.add_argument("--seed", type=int, default=0)
+    report.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    report.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table instead of JSON"
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "negatives-report":
+        return _negatives_report(args)
     try:
+        ratios = parse_negatives(args.negatives, args.negative_ratio)
         # Read through the strict reader first: a malformed input stops here.
         examples, _ = read_squad(args.input, version_2=False)
         if args.dev is not None:
             read_squad(args.dev, version_2=True)
-        dataset = make_v2_train(load_json(args.input), args.negative_ratio, args.seed)
+        dataset, made = build_v2_train(load_json(args.input), seed=args.seed, negatives=ratios)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -1063,23 +1021,35 @@ def main(argv=None) -> int:
         if not os.path.exists(dev) or not os.path.samefile(dev, args.dev):
             with atomic_path(dev) as tmp:
                 shutil.copyfile(args.dev, tmp)
-    negatives = sum(
-        qa["is_impossible"]
-        for a in dataset["data"]
-        for para in a["paragraphs"]
-        for qa in para["qas"]
-    )
-    print(
-        json.dumps(
-            {
-                "output": args.output,
-                "answerable": len(examples),
-                "unanswerable": negatives,
-                "seed": args.seed,
-                "negative_ratio": args.negative_ratio,
-            }
-        )
-    )
+    summary = {
+        "output": args.output,
+        "answerable": len(examples),
+        "unanswerable": sum(made.values()),
+        "seed": args.seed,
+        "negative_ratio": sum(ratios.values()),
+    }
+    if args.negatives != DEFAULT_NEGATIVES:  # the default prints what it always printed
+        summary["negatives"] = {kind: {"ratio": ratios[kind], "made": made[kind]} for kind in made}
+    print(json.dumps(summary))
+    return 0
+
+
+def _negatives_report(args) -> int:
+    try:
+        read_squad(args.input, version_2=False)
+        if args.dev is not None:
+            read_squad(args.dev, version_2=True)
+        train = load_json(args.input)
+        dev = load_json(args.dev) if args.dev is not None else None
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    rows = negatives_report(train, dev, args.seed)
+    if args.out is not None:
+        from model.io.files import write_json
+
+        write_json(args.out, {"input": args.input, "dev": args.dev, "seed": args.seed, **rows})
+    print(report_table(rows) if args.markdown else json.dumps(rows, indent=2))
     return 0
 
 
