@@ -180,6 +180,13 @@ def build(
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     model, info, tokenizer = loaded or load(model_dir)
+    if info.get("bilstm_units") is not None:
+        # The converter's built-in ops cannot unroll an LSTM over a dynamic batch and length.
+        raise ValueError(
+            f"{model_dir}: a model fine-tuned with --bilstm ({info['bilstm_units']} units) "
+            f"cannot be exported to LiteRT (its LSTM needs TensorFlow ops the edge runtime "
+            f"lacks); evaluate it with python -m model.evaluate instead"
+        )
     source_task = info.get("task", "encoder")
     # Both ELECTRA model directories export their discriminator.
     electra = source_task in bundle.ELECTRA_TASKS

@@ -6,12 +6,19 @@
 The encoder is not trained. Every word of CoNLL-2003 is represented by its
 first WordPiece's hidden states in the chosen layers (default: the last four,
 concatenated: the paper's best, 96.1 dev F1 for BERT-base), computed once
-(`model.features.layers.LayerFeatures`). A randomly initialised two-layer
+(`model.features.layers.LayerFeatures`). The rest of the paper's Table 7:
+
+    --layers=embeddings                   embeddings only (the embedding layer's output)
+    --layers=-1,-2,-3,-4 --combine sum    the last four blocks summed ("weighted sum")
+    --layers=all --combine sum            every block summed ("weighted sum of all layers")
+
+`--combine sum` adds the layers with equal weights (the paper gives none). A randomly initialised two-layer
 BiLSTM (768 units a direction by default) and a Dense classifier are trained
 on them, word-level tags with cross-entropy; dev F1 is conlleval's, after
 every epoch, and the best epoch is kept. OUTPUT holds
 
-    config.json           {"task": "feature_tagger", "encoder": ..., "layers": ..., "id2label": ...}
+    config.json           {"task": "feature_tagger", "encoder": ..., "layers": ..., "combine": ...,
+                           "id2label": ...}
     tagger.weights.h5     the BiLSTM tagger's weights (the encoder stays where --model is)
     metrics.json          best dev metrics, every epoch's, wall time, command
 
@@ -25,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from model.features.layers import DEFAULT_LAYERS
+from model.features.layers import COMBINE, DEFAULT_LAYERS
 from model.features.tagger import train
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -46,7 +53,14 @@ def parse_args(argv):
     p.add_argument(
         "--layers",
         default=",".join(map(str, DEFAULT_LAYERS)),
-        help="layers concatenated per word (default: %(default)s); write --layers=-1,-2 (with '=')",
+        help="layers per word (default: %(default)s): block indexes, 'embeddings' (the "
+        "embedding layer's output) or 'all' (every block); write --layers=-1,-2 (with '=')",
+    )
+    p.add_argument(
+        "--combine",
+        choices=COMBINE,
+        default="concat",
+        help="concat: the layers side by side; sum: added up, equal weights (default: %(default)s)",
     )
     p.add_argument("--lstm-units", type=int, default=768, help="units per direction")
     p.add_argument("--lstm-layers", type=int, default=2)

@@ -238,7 +238,8 @@ def parse_args(argv):
     fine.add_argument(
         "--init",
         required=True,
-        help="pre-trained checkpoint: our model directory, HF or Google folder",
+        help="pre-trained checkpoint: our model directory, HF or Google folder, or one step "
+        "of a finished training run, RUN/checkpoints/ckpt-NNNNNNNN",
     )
     fine.add_argument(
         "--epochs",
@@ -253,6 +254,14 @@ def parse_args(argv):
         type=int,
         default=None,
         help="use only the first N training examples",
+    )
+    fine.add_argument(
+        "--bilstm",
+        type=int,
+        default=None,
+        metavar="UNITS",
+        help="put a randomly initialised bidirectional LSTM (UNITS a direction) between the "
+        "encoder and the task's head (BERT Table 5's '+ BiLSTM'); recorded in config.json",
     )
     fine.add_argument(
         "--group-by-length",

@@ -4,6 +4,7 @@ and the paper and gpu scales print their whole command lists."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -97,6 +98,69 @@ def test_a_second_run_skips_every_command(smoke, small_data, capsys):
     assert main([*argv, "--in-process"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert lines and all(" skip, " in line for line in lines)
+
+
+@needs_data
+def test_training_steps_fine_tunes_from_every_kept_checkpoint_and_plots_them(smoke):
+    with open(smoke / "training-steps.md", encoding="utf-8") as f:
+        text = f.read()
+    # The smoke runs: 4 steps, checkpoints at 2 and 4 (the finished run).
+    for label in ("BERT (MLM + NSP)", "LTR & No NSP"):
+        assert f"| {label}, 1/2 of the steps | 2 |" in text
+        assert f"| {label}, 2/2 of the steps | 4 |" in text
+    assert (
+        "--init " + str(smoke / "runs" / "ltr-4x16-seed1" / "checkpoints" / "ckpt-00000002") in text
+    )
+    with open(smoke / "training-steps.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_data
+def test_the_new_rows_and_columns_are_measured(smoke):
+    with open(smoke / "pretraining-tasks.md", encoding="utf-8") as f:
+        assert "| LTR & No NSP + BiLSTM | " in f.read()
+    with open(
+        smoke / "finetune" / "ltr-4x16-seed1" / "conll2003-bilstm-seed1" / "config.json"
+    ) as f:
+        assert json.load(f)["bilstm_units"] == 8  # half the 16-wide encoder, a direction
+    features = sorted(os.listdir(smoke / "features" / "bert-4x16-seed1"))
+    assert {"embeddings-seed1", "-1,-2,-3,-4-sum-seed1", "all-sum-seed1"} <= set(features)
+
+
+def test_every_table_is_built_whole_but_for_data_that_is_not_here(tmp_path):
+    from model.experiments.plan import Work
+
+    work = Work(str(tmp_path), "data", SCALES["cpu"])
+    for make in TABLES.values():
+        assert all(item.endswith("no training data offline") for item in make(work).not_built)
+
+
+def test_the_plot_draws_median_and_range_against_the_steps(tmp_path):
+    """report.write on made-up metrics of two seeds: the PNG and the steps column."""
+    import dataclasses
+
+    from model.experiments.plan import Work
+    from model.experiments.report import curve_points, write
+    from model.experiments.tables import training_steps
+
+    scale = dataclasses.replace(SCALES["smoke"], seeds=(1, 2))
+    work = Work(str(tmp_path), "data", scale)
+    table = training_steps(work)
+    for i, row in enumerate(table.rows):
+        for seed in scale.seeds:
+            out = work.finetune_dir(row.run, "conll2003", seed, row.checkpoint)
+            os.makedirs(out)
+            with open(os.path.join(out, "metrics.json"), "w") as f:
+                json.dump({"dev": {"f1": 0.1 * i + 0.01 * seed}}, f)
+    lines = write(table, work, [], str(tmp_path / "training-steps.md"))
+    assert "| row | pre-training steps | conll2003 |" in lines
+    assert "| LTR & No NSP, 1/2 of the steps | 2 | 21.50 [21.00–22.00] (n=2) |" in lines
+    from model.experiments.experiment import results
+
+    curves = curve_points(table, work, results(table, work), table.columns[0])
+    assert [step for step, _ in curves["BERT (MLM + NSP)"]] == [2, 4]
+    with open(tmp_path / "training-steps.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 @needs_data

@@ -149,3 +149,75 @@ def test_feature_tagger_trains_on_frozen_features(init, tmp_path):
     assert again["f1"] == pytest.approx(best["f1"], abs=1e-9)
     with pytest.raises(ValueError, match="scores task conll2003, not sst2"):
         evaluate_task("sst2", str(output), str(data / "valid.txt"))
+
+
+def test_embeddings_and_sums_of_layers_against_a_direct_computation(init):
+    from model.features.layers import LayerFeatures, parse_layers
+    from tests.helpers import random_encoder_inputs
+
+    encoder = model_dir.load(init)  # 2 blocks of 32
+    x = random_encoder_inputs(3, 10, encoder.config.vocabulary_size, lengths=[10, 6, 3])
+    assert parse_layers("embeddings,all", 2) == ("embeddings", 0, 1)
+    with pytest.raises(ValueError, match="not known"):
+        parse_layers("all")
+    with pytest.raises(ValueError, match="'embeddings'"):
+        parse_layers("embedding", 2)
+
+    blocks = LayerFeatures(encoder, (-1, -2))(x)  # (3, 10, 2, 32)
+    embeddings = LayerFeatures(encoder, ("embeddings",))
+    assert embeddings.width == 32
+    direct = np.asarray(encoder.embed(x["token_ids"], x["segment_ids"]))  # (3, 10, 32)
+    np.testing.assert_allclose(embeddings(x)[:, :, 0], direct, atol=1e-5)
+
+    summed = LayerFeatures(encoder, (-1, -2), combine="sum")
+    assert summed.width == 32 and summed.layers == (-1, -2)
+    values = summed(x)
+    assert values.shape == (3, 10, 1, 32)
+    np.testing.assert_allclose(values[:, :, 0], blocks[:, :, 0] + blocks[:, :, 1], atol=1e-5)
+    # "all": every block, the embeddings left out (the paper's "all 12 layers").
+    every = LayerFeatures(encoder, parse_layers("all", 2), combine="sum")
+    np.testing.assert_allclose(every(x), values, atol=1e-6)
+    concat = LayerFeatures(encoder, ("embeddings", -1))
+    assert concat.width == 64
+    np.testing.assert_allclose(concat(x)[:, :, 0], direct, atol=1e-5)
+    np.testing.assert_allclose(concat(x)[:, :, 1], blocks[:, :, 0], atol=1e-5)
+    with pytest.raises(ValueError, match="combine 'mean'"):
+        LayerFeatures(encoder, (-1,), combine="mean")
+
+
+@pytest.mark.parametrize(
+    "flags, layers, combine, width",
+    [
+        (["--layers=embeddings"], ["embeddings"], "concat", 32),
+        (["--layers=all", "--combine", "sum"], [0, 1], "sum", 32),
+    ],
+)
+def test_feature_tagger_records_the_layers_and_how_they_combine(
+    init, tmp_path, flags, layers, combine, width
+):
+    from model.feature_tagger import main
+    from model.features.layers import LayerFeatures
+    from model.features.tagger import word_features
+    from model.text.tokenizer import WordPieceTokenizer
+
+    data = tmp_path / "conll2003"
+    data.mkdir()
+    write_conll(data / "train.txt", random_sentences(8, seed=1))
+    write_conll(data / "valid.txt", random_sentences(4, seed=2))
+    output = tmp_path / "tagger"
+    argv = ["--model", init, "--data", str(data), "--output", str(output), *flags]
+    argv += ["--lstm-units", "4", "--lstm-layers", "1", "--epochs", "1", "--max-seq-length", "16"]
+    assert main(argv) == 0
+    with open(output / "config.json") as f:
+        info = json.load(f)
+    assert info["layers"] == layers and info["combine"] == combine
+    features = LayerFeatures(model_dir.load(init), tuple(info["layers"]), info["combine"])
+    tokenizer = WordPieceTokenizer(os.path.join(init, "vocab.txt"))
+    assert word_features(features, tokenizer, [["the", "cat"]], seq_len=8)[0].shape == (2, width)
+    # model.evaluate rebuilds the same features from config.json: the run's dev F1 again.
+    from model.evaluate import evaluate_task
+
+    with open(output / "metrics.json") as f:
+        metrics = json.load(f)
+    again = evaluate_task("conll2003", str(output), str(data / "valid.txt"))
+    assert again["f1"] == pytest.approx(metrics["dev"]["f1"], abs=1e-9)

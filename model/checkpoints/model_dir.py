@@ -18,6 +18,10 @@ rebuilds its model with no other input. Tasks and their fields:
     question_answerer                         BertQuestionAnswerer
     multiple_choice    num_choices, dropout   BertMultipleChoice
 
+A fine-tuned head may sit on a randomly initialised BiLSTM over the encoder
+(`finetune --bilstm UNITS`, BERT Table 5's "+ BiLSTM"): config.json then holds
+`"bilstm_units"` and the head is built over `BertBiLstmEncoder(encoder, units)`.
+
 Loading is strict: every tensor stored in model.weights.h5 is compared by
 name and shape with the model the config describes, and any missing,
 unexpected or mis-shaped tensor stops the load with its name (Keras itself
@@ -36,6 +40,7 @@ import h5py
 import keras
 
 from model.config import BertConfig
+from model.heads.bilstm_encoder import BertBiLstmEncoder
 from model.heads.causal_lm import BertCausalLM
 from model.heads.classifier import BertClassifier
 from model.heads.electra import ElectraDiscriminator, ElectraPretrainer
@@ -71,6 +76,10 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
     if encoder is None:
         encoder = BertEncoder.from_config_object(BertConfig.from_dict(info["encoder"]))
     task = info.get("task", "encoder")
+    if info.get("bilstm_units") is not None and task in BILSTM_TASKS:
+        # Other tasks have no BiLSTM: a fine-tuned model read as its "encoder" (model.convert
+        # --task encoder) keeps the BERT encoder alone.
+        encoder = BertBiLstmEncoder(encoder, units=info["bilstm_units"])
     if task == "encoder":
         return encoder
     if task == "pretraining":
@@ -112,6 +121,10 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
     raise ValueError(f"unknown task {task!r} in config.json; expected one of {TASKS}")
 
 
+# The heads a BiLSTM may stand under (fine-tuning's; pre-training has none).
+BILSTM_TASKS = ("classifier", "token_classifier", "question_answerer", "multiple_choice")
+
+
 def _num_labels(info: dict) -> int:
     if "num_labels" in info:
         return info["num_labels"]
@@ -127,6 +140,13 @@ def _dropout(info: dict) -> float:
 
 def describe(model: keras.Model) -> dict:
     """The config.json fields that rebuild `model` with `build_model`."""
+    top = getattr(model, "encoder", None)
+    if isinstance(top, BertBiLstmEncoder):
+        return {**_describe(model), "bilstm_units": top.units}
+    return _describe(model)
+
+
+def _describe(model: keras.Model) -> dict:
     if isinstance(model, BertPretrainer):
         return {
             "task": "pretraining",
@@ -175,7 +195,9 @@ def describe(model: keras.Model) -> dict:
 
 
 def encoder_of(model: keras.Model) -> BertEncoder:
-    return model if isinstance(model, BertEncoder) else model.encoder
+    """The `BertEncoder` of a task model (under its BiLSTM, if it has one)."""
+    encoder = model if isinstance(model, BertEncoder) else model.encoder
+    return encoder.encoder if isinstance(encoder, BertBiLstmEncoder) else encoder
 
 
 def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None = None) -> None:
@@ -274,9 +296,11 @@ def _readable(f: h5py.File, name: str) -> str:
     return "/".join(parts)
 
 
-def check_weights_file(model: keras.Model, path: str) -> None:
-    """Raises naming the first tensors that are missing, unexpected or mis-shaped."""
-    stored = weights_layout(path)
+def check_weights_file(model: keras.Model, path: str, skip: tuple[str, ...] = ()) -> None:
+    """Raises naming the first tensors that are missing, unexpected or mis-shaped;
+    stored tensors under the groups `skip` (e.g. a training checkpoint's "optimizer/")
+    are left out of the comparison."""
+    stored = {k: v for k, v in weights_layout(path).items() if not k.startswith(skip)}
     with tempfile.TemporaryDirectory() as tmp:
         # The layout Keras would write for this model is the layout it expects.
         reference = os.path.join(tmp, WEIGHTS)

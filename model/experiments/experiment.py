@@ -1,8 +1,8 @@
 """A table's commands in order, and its measured values once they have run.
 
-`steps(table, work)`: records for every input format the rows need, then per row
+`steps(table, work)`: records for every input format the rows need, then per run
 its pre-training (calibrated to the scale's budget) and what each column
-measures from it, for every seed. `results(table, work)`: {row: {column: [values
+measures from it for every row made from that run, for every seed. `results(table, work)`: {row: {column: [values
 over the seeds that have finished]}}, read from the commands' own output files.
 """
 
@@ -27,19 +27,33 @@ def steps(table: Table, work: Work) -> list[Step]:
         )
         for inputs, static in formats
     ]
+    # One step per run: its pre-training, then every column of every row made from it
+    # (a run's checkpoints and its BiLSTM fine-tuning are rows of their own).
+    runs: dict[str, list] = {}
     for row in table.rows:
-        commands = list(work.pretrain(row.run))
-        for column in table.columns:
-            commands += column_commands(column, row, work)
-        plan.append(Step(work.run_name(row.run), tuple(commands), summary=row.label))
+        runs.setdefault(work.run_name(row.run), []).append(row)
+    for name, rows in runs.items():
+        commands = list(work.pretrain(rows[0].run))
+        for row in rows:
+            for column in table.columns:
+                commands += column_commands(column, row, work)
+        plan.append(Step(name, tuple(commands), summary="; ".join(r.label for r in rows)))
     return plan
 
 
 def column_commands(column, row, work: Work) -> list:
     if column.kind == "finetune":
-        return [work.finetune(row.run, column.arg, seed) for seed in work.scale.seeds]
+        return [
+            work.finetune(row.run, column.arg, seed, row.checkpoint, row.bilstm)
+            for seed in work.scale.seeds
+        ]
+    if row.checkpoint is not None or row.bilstm:
+        raise ValueError(f"{row.label}: only fine-tuning starts from a checkpoint or a BiLSTM")
     if column.kind == "features":
-        return [work.feature_tagger(row.run, column.arg, seed) for seed in work.scale.seeds]
+        return [
+            work.feature_tagger(row.run, column.arg, seed, column.combine)
+            for seed in work.scale.seeds
+        ]
     if column.kind == "mlm":
         return [work.mlm_score(row.run)]
     raise ValueError(f"unknown column kind {column.kind!r}")
@@ -59,10 +73,12 @@ def results(table: Table, work: Work) -> dict[str, dict[str, list[float]]]:
                 found = []
                 for seed in work.scale.seeds:
                     if column.kind == "finetune":
-                        path = work.finetune_dir(row.run, column.arg, seed)
+                        path = work.finetune_dir(
+                            row.run, column.arg, seed, row.checkpoint, row.bilstm
+                        )
                         metric = work.scale.tasks[column.arg].metric
                     else:
-                        path = work.features_dir(row.run, column.arg, seed)
+                        path = work.features_dir(row.run, column.arg, seed, column.combine)
                         metric = "f1"
                     dev = read_json(f"{path}/metrics.json").get("dev", {})
                     if isinstance(dev.get(metric), (int, float)):

@@ -9,7 +9,9 @@ of `pretraining-tasks` is the 80/10/10 row of `masking`):
     WORK/calibration/RUN/                    a short run timing the step of RUN
     WORK/runs/RUN/                           a pre-training run, RUN = NAME-SIZE-seedN
     WORK/finetune/RUN/TASK-seedK/            a fine-tuning run (metrics.json)
-    WORK/features/RUN/LAYERS-seedK/          a feature-based tagger (metrics.json)
+    WORK/finetune/RUN/TASK-bilstm-seedK/     the same with a BiLSTM on the encoder (--bilstm)
+    WORK/finetune/RUN/TASK-checkpointKofN-seedK/   from RUN's checkpoint k of the scale's N
+    WORK/features/RUN/LAYERS[-sum]-seedK/    a feature-based tagger (metrics.json)
     WORK/mlm/RUN.json                        held-out masked-LM scores
     WORK/timings.json                        every finished command's wall time
 """
@@ -81,14 +83,60 @@ class Work:
     def records(self, inputs: str, static: bool = False, split: str = "train") -> str:
         return self.w("data", f"{split}-{inputs}" + ("-static" if static else ""))
 
-    def finetune_dir(self, p: Pretraining, task: str, seed: int) -> str:
-        return self.w("finetune", self.run_name(p), f"{task}-seed{seed}")
+    def finetune_dir(
+        self,
+        p: Pretraining,
+        task: str,
+        seed: int,
+        checkpoint: int | None = None,
+        bilstm: bool = False,
+    ) -> str:
+        """`checkpoint`: k of the scale's checkpoints (the last is the finished run itself)."""
+        name = task + ("-bilstm" if bilstm else "")
+        if checkpoint is not None and checkpoint != self.scale.checkpoints:
+            name += f"-checkpoint{checkpoint}of{self.scale.checkpoints}"
+        return self.w("finetune", self.run_name(p), f"{name}-seed{seed}")
 
-    def features_dir(self, p: Pretraining, layers: str, seed: int) -> str:
-        return self.w("features", self.run_name(p), f"{layers}-seed{seed}")
+    def features_dir(self, p: Pretraining, layers: str, seed: int, combine: str = "concat") -> str:
+        name = layers + ("" if combine == "concat" else f"-{combine}")
+        return self.w("features", self.run_name(p), f"{name}-seed{seed}")
 
     def mlm_file(self, p: Pretraining) -> str:
         return self.w("mlm", f"{self.run_name(p)}.json")
+
+    def hidden_dim(self, size: str) -> int:
+        from model.config import BertConfig
+
+        fields = dict(self.scale.sizes).get(size, size)
+        if isinstance(fields, str):
+            return BertConfig.preset(fields).hidden_dim
+        return fields["hidden_dim"]
+
+    def bilstm_units(self, p: Pretraining) -> int:
+        """`--bilstm`: half the encoder's width a direction, so the head reads vectors as wide
+        as without it (the paper does not give the BiLSTM's size)."""
+        return max(1, self.hidden_dim(self.size_of(p)) // 2)
+
+    def checkpoint_step(self, p: Pretraining, k: int) -> int | None:
+        """The pre-training step of checkpoint `k` of the scale's `checkpoints` (the last: the
+        finished run); None while a run with a time budget has not finished."""
+        s = self.scale
+        total = s.steps or read_json(os.path.join(self.run_dir(p), "train_summary.json")).get(
+            "steps"
+        )
+        if not isinstance(total, int):
+            return None
+        if k == s.checkpoints:
+            return total
+        # The run's --checkpoint-every (`pretrain`): a budget's steps are a multiple of it.
+        every = max(1, s.steps // s.checkpoints) if s.steps else total // s.checkpoints
+        return k * every
+
+    def checkpoint_dir(self, p: Pretraining, k: int) -> str:
+        step = self.checkpoint_step(p, k)
+        if step is None:
+            raise ValueError(f"{self.run_dir(p)}: the run has not finished (no train_summary.json)")
+        return os.path.join(self.run_dir(p), "checkpoints", f"ckpt-{step:08d}")
 
     def config_arg(self, size: str) -> str:
         """`--config`: a preset name, or WORK/configs/SIZE.json for a size given by its fields
@@ -195,9 +243,28 @@ class Work:
         k = self.scale.checkpoints
         return k * math.ceil(self.scale.budget_seconds / per_step / k)
 
-    def finetune(self, p: Pretraining, task: str, seed: int) -> Command:
+    def finetune(
+        self,
+        p: Pretraining,
+        task: str,
+        seed: int,
+        checkpoint: int | None = None,
+        bilstm: bool = False,
+    ) -> Command:
+        """Fine-tuning `task` from the run of `p` (from its checkpoint `checkpoint` of the
+        scale's, when given; with a BiLSTM on the encoder, when `bilstm`)."""
         t = self.scale.tasks[task]
-        out = self.finetune_dir(p, task, seed)
+        out = self.finetune_dir(p, task, seed, checkpoint, bilstm)
+        init = self.run_dir(p)
+        if checkpoint is not None and checkpoint != self.scale.checkpoints:
+            k, n = checkpoint, self.scale.checkpoints
+            if self.scale.steps:  # known now: print the very path
+                init = self.checkpoint_dir(p, k)
+            else:  # the steps are the calibrated budget's
+                init = Deferred(
+                    f"{init}/checkpoints/<ckpt at {k}/{n} of the steps>",
+                    lambda: self.checkpoint_dir(p, k),
+                )
         argv = (
             "finetune",
             "--task",
@@ -205,18 +272,21 @@ class Work:
             "--data",
             self.d(t.data),
             "--init",
-            self.run_dir(p),
+            init,
             "--output",
             out,
             "--seed",
             str(seed),
             *t.flags,
+            *(("--bilstm", str(self.bilstm_units(p))) if bilstm else ()),
         )
         return Command("model.train", argv, os.path.join(out, "metrics.json"))
 
-    def feature_tagger(self, p: Pretraining, layers: str, seed: int) -> Command:
+    def feature_tagger(
+        self, p: Pretraining, layers: str, seed: int, combine: str = "concat"
+    ) -> Command:
         t = self.scale.tasks["conll2003"]
-        out = self.features_dir(p, layers, seed)
+        out = self.features_dir(p, layers, seed, combine)
         flags = [f for f in t.flags if f != "--group-by-length"]
         argv = (
             "--model",
@@ -226,9 +296,11 @@ class Work:
             "--output",
             out,
             f"--layers={layers}",
+            *(("--combine", combine) if combine != "concat" else ()),
             "--seed",
             str(seed),
             *_tagger_flags(flags),
+            *self.scale.tagger_flags,
         )
         return Command("model.feature_tagger", argv, os.path.join(out, "metrics.json"))
 

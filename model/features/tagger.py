@@ -29,15 +29,15 @@ def word_features(
     batch_size: int = 32,
     dtype=np.float16,
 ) -> list[np.ndarray]:
-    """Per sentence, (num_words, len(layers) * hidden_dim): the layers at each
-    word's first WordPiece, concatenated (stored as float16 to halve memory)."""
+    """Per sentence, (num_words, features.width): the layers at each word's first
+    WordPiece, concatenated or summed (stored as float16 to halve memory)."""
     from model.tasks.ner import encode_sentences
 
     x, _, fmap = encode_sentences(sentences, None, tokenizer, seq_len)
-    width = len(features.layers) * features.hidden_dim
+    width = features.width
     out = [np.zeros((len(words), width), dtype) for words in sentences]
     for start, values in features.batches(x, batch_size):
-        values = values.reshape(*values.shape[:2], width)  # (batch, seq_len, layers * hidden)
+        values = values.reshape(*values.shape[:2], width)  # (batch, seq_len, slots * hidden)
         for row in range(len(values)):
             f = start + row
             positions = fmap.positions[f]
@@ -132,7 +132,8 @@ def evaluate(directory: str, path: str) -> dict:
     check_labelled(sentences, "tags")
     encoder, vocab_path = load_encoder(info["encoder"])
     tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
-    features = LayerFeatures(encoder, tuple(info["layers"]))
+    # Directories written before --combine existed concatenated their layers.
+    features = LayerFeatures(encoder, tuple(info["layers"]), info.get("combine", "concat"))
     feats = word_features(
         features, tokenizer, [s.words for s in sentences], int(info["max_seq_length"])
     )
@@ -165,7 +166,7 @@ def train(args) -> int:
     encoder, vocab_path = load_encoder(args.model)
     layers = parse_layers(args.layers, encoder.config.num_layers)
     tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
-    features = LayerFeatures(encoder, layers)
+    features = LayerFeatures(encoder, layers, args.combine)
     labels = task.labels()
     index = {t: i for i, t in enumerate(labels)}
 
@@ -174,7 +175,8 @@ def train(args) -> int:
     train_y = [[index[t] for t in s.tags] for s in train_set]
     dev_x = word_features(features, tokenizer, [s.words for s in dev_set], args.max_seq_length)
     print(
-        f"features of layers {list(layers)} for {len(train_set)} training and {len(dev_set)} "
+        f"features of layers {list(layers)} ({args.combine}) for {len(train_set)} training "
+        f"and {len(dev_set)} "
         f"dev sentences in {time.time() - start:.0f} s"
     )
 
@@ -190,6 +192,7 @@ def train(args) -> int:
         "task": "feature_tagger",
         "encoder": os.path.abspath(args.model),
         "layers": list(layers),
+        "combine": args.combine,
         "lstm_units": args.lstm_units,
         "lstm_layers": args.lstm_layers,
         "dropout": args.dropout,

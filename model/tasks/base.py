@@ -104,7 +104,12 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def build_model(self, encoder, dropout: float = 0.1):
-        """The head over `encoder`, a `model.checkpoints.model_dir`-known task model."""
+        """The head over `encoder`, a `model.checkpoints.model_dir`-known task model.
+
+        `encoder` is a `BertEncoder`, or anything with its inputs, outputs, `config` and
+        `dtype_policy`: fine-tuning's `--bilstm` passes a `BertBiLstmEncoder` over one
+        (model/heads/bilstm_encoder.py), so the task builds its usual head over a BiLSTM.
+        """
 
     @abc.abstractmethod
     def loss(self):

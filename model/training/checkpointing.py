@@ -18,6 +18,11 @@ Multi-worker training: only the chief (`is_chief`) writes; every worker
 restores from the same directory, which must be on a filesystem they share.
 The others have nothing of their own to save, since their variables are
 kept identical to the chief's by the all-reduce.
+
+`load_checkpoint(RUN/checkpoints/ckpt-N)` reads one checkpoint back as a model
+(the run's config.json and vocab.txt, this step's weights, no optimizer): what
+`python -m model.train finetune --init RUN/checkpoints/ckpt-N` starts from, to
+fine-tune from a pre-training run at an intermediate step (BERT Figure 5).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ import keras
 import numpy as np
 
 _NAME = re.compile(r"^ckpt-(\d{8})$")
+# A save killed before its rename: never a checkpoint to read.
+_PARTIAL = re.compile(r"^\.ckpt-\d{8}\.tmp-")
+WEIGHTS = "model.weights.h5"
 
 
 def _rng_variables(model):
@@ -208,3 +216,76 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         if self.model.stop_training and logs and not np.isfinite(logs.get("loss", 0.0)):
             return  # never checkpoint NaN weights: keep the last good one
         self.save(self._step())
+
+
+# === Reading one checkpoint as a model ===
+
+
+def checkpoint_of(path: str) -> str | None:
+    """The checkpoint directory `path` names (`.../ckpt-NNNNNNNN`, its model.weights.h5, or a
+    partial `.ckpt-*.tmp-*`), or None when `path` is no training checkpoint."""
+    directory = os.path.normpath(path)
+    if os.path.basename(directory) == WEIGHTS:
+        directory = os.path.dirname(directory)
+    name = os.path.basename(directory)
+    return directory if _NAME.match(name) or _PARTIAL.match(name) else None
+
+
+def load_checkpoint(path: str):
+    """(model, vocab path, step): the model of a training run at one of its checkpoints.
+
+    `path` is RUN/checkpoints/ckpt-NNNNNNNN (or its model.weights.h5). The model is the
+    one RUN/config.json describes (written when the run finished), with this checkpoint's
+    weights, the optimizer's state left out; the vocabulary is RUN/vocab.txt. Every tensor
+    is checked by name and shape before any is read, into a model built here and returned
+    only whole: a missing, partial or damaged checkpoint raises (FileNotFoundError or
+    ValueError) naming the file, and nothing is loaded in part.
+    """
+    from model.checkpoints import model_dir
+
+    directory = checkpoint_of(path) or os.path.normpath(path)
+    name = os.path.basename(directory)
+    if not _NAME.match(name):
+        raise ValueError(
+            f"{directory}: not a complete checkpoint (complete ones are named "
+            f"ckpt-NNNNNNNN; .ckpt-*.tmp-* is a save that never finished)"
+        )
+    if not os.path.isdir(directory):
+        found = ResumableCheckpoint(os.path.dirname(directory), every=1).checkpoints()
+        have = ", ".join(os.path.basename(p) for _, p in found) or "none"
+        raise FileNotFoundError(f"{directory}: no such checkpoint (the run has: {have})")
+    state_path, weights = os.path.join(directory, "state.json"), os.path.join(directory, WEIGHTS)
+    for needed in (state_path, weights):
+        if not os.path.isfile(needed):
+            raise FileNotFoundError(f"{needed}: missing, so {directory} is not a whole checkpoint")
+    state = _read(state_path, _read_json)
+    step = state.get("step") if isinstance(state, dict) else None
+    if step != int(_NAME.match(name).group(1)):
+        raise ValueError(f"{state_path}: step {step!r} is not the step its directory names")
+    run = os.path.dirname(os.path.dirname(directory))
+    for needed in (model_dir.CONFIG, model_dir.VOCAB):
+        if not os.path.isfile(os.path.join(run, needed)):
+            raise FileNotFoundError(
+                f"{os.path.join(run, needed)}: missing; a checkpoint is read with the "
+                f"{needed} its run writes when it finishes"
+            )
+    model = model_dir.build_model(model_dir.read_info(run))
+    # Names and shapes first (a truncated file fails here, naming it), the optimizer aside.
+    model_dir.check_weights_file(model, weights, skip=("optimizer/",))
+    with tempfile.TemporaryDirectory() as tmp:
+        clean = os.path.join(tmp, WEIGHTS)
+        _read(weights, lambda source: _copy_without_optimizer(source, clean))
+        _read(weights, lambda _: model.load_weights(clean))
+    return model, os.path.join(run, model_dir.VOCAB), step
+
+
+def _copy_without_optimizer(source: str, target: str) -> None:
+    """The model's part of a checkpoint's weights file: every group but "optimizer"."""
+    import h5py
+
+    with h5py.File(source, "r") as f, h5py.File(target, "w") as out:
+        for key, value in f.attrs.items():
+            out.attrs[key] = value
+        for name in f:
+            if name != "optimizer":
+                f.copy(f[name], out, name=name)

@@ -5,8 +5,17 @@
     python -m model.evaluate --task mrpc --model runs/mrpc --data ../shared/data/glue/MRPC/dev.tsv
 
 `--init` is any checkpoint `model.load` reads (our model directory, a Hugging
-Face or a Google folder); only its encoder is used, and the task's head
-(`model/tasks/`) starts fresh. The defaults are the paper's: batch 32, 3
+Face or a Google folder), or one checkpoint of a training run,
+RUN/checkpoints/ckpt-NNNNNNNN (`model.training.checkpointing.load_checkpoint`:
+the run's config.json and vocab.txt, that step's weights; BERT Figure 5 fine-tunes
+from several steps of one pre-training run). Only its encoder is used, and the
+task's head (`model/tasks/`) starts fresh.
+
+`--bilstm UNITS` puts a randomly initialised bidirectional LSTM (UNITS a
+direction) between the encoder and the task's head (BERT Table 5's "+ BiLSTM",
+`model/heads/bilstm_encoder.py`): token heads (NER, SQuAD) read its states,
+sentence heads its two final states. config.json records it (`bilstm_units`),
+so loading, `model.evaluate` and a later `--init` need no flag. The defaults are the paper's: batch 32, 3
 epochs, AdamW with the task's learning rate (GLUE and SWAG 2e-5, NER 3e-5),
 linear warm-up over the first 10 % of the steps then linear decay, dropout 0.1,
 weight decay 0.01; each is a flag. A flag left unset (None) takes the task's
@@ -118,9 +127,10 @@ def finetune(args) -> int:
     from model import tasks
     from model.checkpoints import model_dir
     from model.checkpoints.formats import read
+    from model.heads.bilstm_encoder import BertBiLstmEncoder
     from model.io.files import check_writable_dir, write_json
     from model.networks.encoder import BertEncoder
-    from model.training.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import ResumableCheckpoint, checkpoint_of, load_checkpoint
     from model.training.optimizer import bert_adamw
 
     # Under another backend (JAX) nothing here imports TensorFlow: the
@@ -142,6 +152,9 @@ def finetune(args) -> int:
         raise ValueError("--seq-len and --learning-rate must be positive")
     if args.max_train_examples is not None and args.max_train_examples < 1:
         raise ValueError("--max-train-examples must be positive")
+    bilstm = getattr(args, "bilstm", None)
+    if bilstm is not None and bilstm < 1:
+        raise ValueError(f"--bilstm must be a positive number of units, got {bilstm}")
     seq_len, learning_rate = args.seq_len, args.learning_rate
 
     # Read the data first: a malformed row should stop the run before a
@@ -157,14 +170,19 @@ def finetune(args) -> int:
         if name.startswith(SCRATCH_PREFIX):
             shutil.rmtree(os.path.join(args.output, name), ignore_errors=True)
 
-    source, vocab_path, notes = read(args.init)
+    init_step = None
+    if checkpoint_of(args.init) is not None:  # one step of a training run
+        source, vocab_path, init_step = load_checkpoint(args.init)
+        notes = [f"the run's model at step {init_step}"]
+    else:
+        source, vocab_path, notes = read(args.init)
     for note in notes:
         print(f"{args.init}: {note}")
     if vocab_path is None:
         vocab_path = os.path.join(args.init, model_dir.VOCAB)
         if not os.path.isfile(vocab_path):
             raise FileNotFoundError(f"{args.init}: no vocab.txt beside the checkpoint")
-    source_encoder = source if isinstance(source, BertEncoder) else source.encoder
+    source_encoder = model_dir.encoder_of(source)  # a BiLSTM of --init's own is left behind
     config = source_encoder.config.replace(dropout=args.dropout)
     if seq_len > config.max_sequence_length:
         raise ValueError(
@@ -269,8 +287,10 @@ def finetune(args) -> int:
     with scope():
         encoder = BertEncoder.from_config_object(config)
         encoder.set_weights(source_encoder.get_weights())
-        model = task.build_model(encoder, dropout=args.dropout)
-        pooler_frozen = freeze_unused_pooler(task, encoder)  # before compile
+        # The head sees the BiLSTM where it would see the encoder: same inputs and outputs.
+        top = BertBiLstmEncoder(encoder, bilstm) if bilstm else encoder
+        model = task.build_model(top, dropout=args.dropout)
+        pooler_frozen = freeze_unused_pooler(task, encoder, bilstm=bool(bilstm))  # before compile
         model.compile(
             optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
             # JAX always compiles its step (not compiling is eager, op by op)
@@ -412,6 +432,8 @@ def finetune(args) -> int:
         "train_file": train_file,
         "dev_files": dev_files,
         "init": args.init,
+        **({"init_step": init_step} if init_step is not None else {}),
+        **({"bilstm_units": bilstm} if bilstm else {}),
         "train_examples": len(train_examples),
         "train_features": num_train,
         "examples_seen": examples_seen(done, steps_per_epoch, args.batch_size, num_train),
@@ -512,9 +534,10 @@ def trim_batch(seq_len: int):
     return trim
 
 
-def freeze_unused_pooler(task, encoder) -> bool:
+def freeze_unused_pooler(task, encoder, bilstm: bool = False) -> bool:
     """Freezes `encoder.pooled_dense` when the task's head never reads the
-    pooled output (SQuAD, NER); returns whether it did.
+    pooled output (SQuAD, NER; every head over a BiLSTM, which pools its own
+    states); returns whether it did.
 
     Left trainable, it gets no gradient: Keras warns "Gradients do not exist
     for variables [...pooled_dense...]" and AdamW still allocates its two
@@ -523,7 +546,7 @@ def freeze_unused_pooler(task, encoder) -> bool:
     classifier fine-tuned later from this directory still finds the
     pre-trained pooler.
     """
-    if task.head not in POOLER_UNUSED:
+    if task.head not in POOLER_UNUSED and not bilstm:
         return False
     encoder.pooled_dense.trainable = False
     return True
