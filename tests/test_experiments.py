@@ -169,3 +169,23 @@ def test_one_pretraining_serves_every_table_that_needs_it(smoke):
     # bert: pretraining-tasks, feature-based, masking's 80/10/10, beyond-bert, training-steps
     assert runs.count("bert-4x16-seed1") == 1
     assert "mask-100-0-0-4x16-seed1" in runs and "electra-4x16-seed1" in runs
+
+
+def test_the_budget_counts_the_calibration_runs_steps_not_its_evaluation_and_saves(tmp_path):
+    """A 30-step calibration run spends a large share of its wall time on the one held-out
+    evaluation and the saves; the steps come from the seconds inside the training steps."""
+    from model.experiments.plan import Work
+
+    work = Work(str(tmp_path), "data", SCALES["cpu"])  # 1,275 s, six checkpoints
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    summary = {"steps_this_run": 29, "seconds_this_run": 59.8, "seconds_in_steps": 36.25}
+    (calibration / "train_summary.json").write_text(json.dumps(summary))
+    # 1.25 s a step: 1,275 / 1.25 = 1,020 steps, already six intervals of 170
+    assert work.budgeted_steps(str(calibration)) == 1020
+    del summary["seconds_in_steps"]  # a run written before the field: its wall time
+    (calibration / "train_summary.json").write_text(json.dumps(summary))
+    assert work.budgeted_steps(str(calibration)) == 6 * 104
+    (calibration / "train_summary.json").write_text(json.dumps({"steps_this_run": 0}))
+    with pytest.raises(ValueError, match="no timed steps"):
+        work.budgeted_steps(str(calibration))

@@ -235,11 +235,15 @@ class Work:
 
     def budgeted_steps(self, calibration: str) -> int:
         """The scale's budget over the calibration run's seconds per step, rounded up to a
-        whole number of checkpoint intervals."""
+        whole number of checkpoint intervals. The seconds are those inside the training steps
+        (`seconds_in_steps`): a 30-step run's one held-out evaluation and saves would count
+        several times more per step than in the long run (the wall time of a run written before
+        that field existed is used as it is)."""
         summary = read_json(os.path.join(calibration, "train_summary.json"))
-        if not summary.get("steps_this_run") or not summary.get("seconds_this_run"):
+        seconds = summary.get("seconds_in_steps") or summary.get("seconds_this_run")
+        if not summary.get("steps_this_run") or not seconds:
             raise ValueError(f"{calibration}: no timed steps in train_summary.json")
-        per_step = summary["seconds_this_run"] / summary["steps_this_run"]
+        per_step = seconds / summary["steps_this_run"]
         k = self.scale.checkpoints
         return k * math.ceil(self.scale.budget_seconds / per_step / k)
 

@@ -64,11 +64,14 @@ def init_from_checkpoint(model, path: str) -> list[str]:
 
 
 class Throughput:
-    """Wall time and examples of the steps this process ran (restarts excluded)."""
+    """Wall time and examples of the steps this process ran (restarts excluded); `in_steps`
+    the seconds inside the training steps alone (no held-out evaluation, no checkpoint save),
+    what a calibration run measures."""
 
     def __init__(self):
         self.start = None
         self.steps = 0
+        self.in_steps = 0.0
 
 
 def pretrain(args) -> int:
@@ -336,6 +339,8 @@ def pretrain(args) -> int:
         "steps": _step(model),
         "steps_this_run": timing.steps,
         "seconds_this_run": round(elapsed, 1),
+        # the same steps' time without evaluation and checkpoint saves
+        "seconds_in_steps": round(timing.in_steps, 1),
         "tokens_per_second": round(tokens / elapsed, 1) if elapsed else None,
         "examples_seen": _step(model) * args.batch_size,
         "batch_size": args.batch_size,
@@ -401,17 +406,24 @@ class _StopAt(_callbacks_base()):
 
 
 class _Timer(_callbacks_base()):
-    """Times the steps after the first (tracing and compilation excluded)."""
+    """Times the steps after the first (tracing and compilation excluded): the wall time
+    since the first step ended, and the time inside the steps alone."""
 
     def __init__(self, timing: Throughput):
         super().__init__()
         self.timing = timing
+        self.began = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.began = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
+        now = time.time()
         if self.timing.start is None:
-            self.timing.start = time.time()
+            self.timing.start = now
         else:
             self.timing.steps += 1
+            self.timing.in_steps += now - self.began
 
 
 class _EvalLog(_callbacks_base()):
