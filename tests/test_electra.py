@@ -253,6 +253,38 @@ def test_the_pretrainer_round_trips_through_a_model_directory(tmp_path):
     )
 
 
+def test_an_electra_run_initialises_another_whole_and_a_bert_run_only_what_fits(tmp_path):
+    """`pretrain --init-checkpoint` from an ELECTRA run copies the generator and both heads
+    too (nothing left fresh in silence); from a BERT pre-training run, whose masked-LM head is
+    as wide as its encoder, ELECTRA's narrower generator head is left fresh, saying why."""
+    from model.heads.pretrainer import BertPretrainer
+    from model.training.pretrain import init_from_checkpoint
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    keras.utils.set_random_seed(1)
+    source = ElectraPretrainer(BertEncoder.from_config_object(tiny()), 0.5, seed=4)
+    model_dir.save(source, str(tmp_path / "electra"), str(vocab))
+    keras.utils.set_random_seed(2)
+    target = ElectraPretrainer(BertEncoder.from_config_object(tiny()), 0.5, seed=4)
+    assert init_from_checkpoint(target, str(tmp_path / "electra")) == []
+    for a, b in zip(source.get_weights(), target.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    bert = BertPretrainer(BertEncoder.from_config_object(tiny()))
+    model_dir.save(bert, str(tmp_path / "bert"), str(vocab))
+    keras.utils.set_random_seed(3)
+    target = ElectraPretrainer(BertEncoder.from_config_object(tiny()), 0.5, seed=4)
+    fresh = init_from_checkpoint(target, str(tmp_path / "bert"))
+    assert fresh == [
+        f"masked_lm_head (its shapes in {tmp_path / 'bert'} differ from this run's)",
+        "generator",
+        "replaced_token_head",
+    ]
+    for a, b in zip(bert.encoder.get_weights(), target.encoder.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_google_form_refuses_a_factorised_embedding():
     with pytest.raises(ValueError, match="factorised embedding"):
         tiny(embedding_dim=16, activation="gelu_approximate").to_google_dict()

@@ -34,12 +34,22 @@ def resolve_config(spec: str, vocabulary_size: int, dropout: float | None):
 
 # The pre-training heads a model may hold, by attribute name; a head of the
 # same name in the source checkpoint is copied, any other starts fresh.
-HEADS = ("masked_lm_head", "next_sentence_head", "span_boundary_head")
+# Every part of a pre-training model beside its encoder, by attribute name (ELECTRA's generator
+# is a whole encoder of its own, over the shared embeddings).
+HEADS = (
+    "masked_lm_head",
+    "next_sentence_head",
+    "span_boundary_head",
+    "generator",
+    "replaced_token_head",
+)
 
 
 def init_from_checkpoint(model, path: str) -> list[str]:
     """Copies the encoder (and the pre-training heads it shares) of `path` into `model`.
-    Returns the names of heads that had no weights in `path` (left fresh)."""
+    Returns what was left fresh, each with why: a head `path` has no weights for, or one of
+    the same name but other shapes (a BERT masked-LM head is as wide as its encoder, ELECTRA's
+    generator head as wide as the generator). The encoder itself must match."""
     from model import load
 
     source = load(path)
@@ -58,8 +68,12 @@ def init_from_checkpoint(model, path: str) -> list[str]:
         theirs = getattr(source, name, None)
         if theirs is None:
             fresh.append(name)
-        else:
-            head.set_weights(theirs.get_weights())
+            continue
+        weights = theirs.get_weights()
+        if [w.shape for w in weights] != [tuple(v.shape) for v in head.weights]:
+            fresh.append(f"{name} (its shapes in {path} differ from this run's)")
+            continue
+        head.set_weights(weights)
     return fresh
 
 
