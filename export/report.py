@@ -33,7 +33,7 @@ as ELECTRA's pre-training corrupts it (`export.examples.replaced_tokens`:
 run's Keras generator's samples written in, or random vocabulary tokens for a
 discriminator alone; the card says which), and the table gives the
 discriminator's AUC and its accuracy on replaced and on original tokens
-(`detection_scores`) in place of the dev metric.
+(`export.detection`) in place of the dev metric.
 Latency depends on the machine and its load: compare rows of one report.
 """
 
@@ -283,6 +283,7 @@ def run_replaced_tokens(args, loaded, variants, log) -> str:
     pre-training (`export.examples.replaced_tokens`), for the Keras model and every variant."""
     from export import convert, examples
     from export.__main__ import DEFAULT_SEQ_LEN
+    from export.detection import detection_scores
 
     model, info, tokenizer = loaded
     if args.task:
@@ -338,40 +339,6 @@ def _at_length(x: dict, length: int) -> dict:
         v = np.asarray(v)[:, :length]
         out[k] = np.pad(v, [(0, 0), (0, length - v.shape[1])])
     return out
-
-
-def detection_scores(predict, held_out, batch_size: int = 32) -> dict:
-    """The discriminator's scores on `held_out` (`examples.ReplacedTokens`) from
-    `predict(inputs) -> (batch, length) logits`: AUC (exact, by ranks), accuracy on
-    replaced and on original tokens (replaced when the logit is above 0, the probability
-    above 0.5), over every real token."""
-    logits, labels = [], []
-    for rows, x in held_out.corrupted.batches(batch_size):
-        length = x["token_ids"].shape[1]
-        real = x["padding_mask"] > 0
-        logits.append(np.asarray(predict(x), np.float64)[:, :length][real])
-        labels.append(held_out.labels[rows][:, :length][real] > 0)
-    z, y = np.concatenate(logits), np.concatenate(labels)
-    flagged = z > 0
-    return {
-        "auc": auc(z, y),
-        "replaced_accuracy": float(flagged[y].mean()) if y.any() else None,
-        "original_accuracy": float((~flagged[~y]).mean()) if (~y).any() else None,
-        "replaced": int(y.sum()),
-        "tokens": int(y.size),
-    }
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
-    """The area under the ROC curve of `scores` for the boolean `labels`: the chance that a
-    positive scores above a negative (ties count half), by the Mann-Whitney rank sum."""
-    labels = np.asarray(labels, bool)
-    positives, negatives = int(labels.sum()), int((~labels).sum())
-    if not positives or not negatives:
-        return None
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]  # 1-based, ties averaged
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
 def detection_markdown(args, info, held_out, seq_len, timing_len, rows, float32_size, notes) -> str:

@@ -11,6 +11,15 @@ Tasks:
           bundle.json): it is scored on the very same instances and masks,
           top-1 and (k >= 5) top-5 only; loss and perplexity need the whole
           distribution, so they are left out.
+    rtd   replaced-token detection, ELECTRA's discriminator (a bundle or model
+          directory of either ELECTRA task): the rows of any raw text file
+          corrupted as pre-training corrupts them (15 % of the WordPieces
+          chosen, 85 % of those [MASK], 15 % kept; then the model's own
+          generator's samples written in: the bundle's "generator" signature
+          or the run's generator; random vocabulary tokens for a discriminator
+          alone), a fixed seed (--seed, default 0 as the report card's); the
+          discriminator's AUC of replaced against original tokens (exact, by
+          ranks), and its accuracy on replaced and on original tokens.
     cola sst2 mrpc stsb qqp mnli qnli rte wnli conll2003 (ner) swag squad1 squad2
           a model directory written by `python -m model.train finetune`,
           scored on any labelled file in the task's standard format with the
@@ -40,6 +49,8 @@ model's config.json; 0 for a model without one), or --null-threshold X.
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m model.evaluate --task mlm --model bundles/mlm \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
+    python -m model.evaluate --task rtd --model assets/models/electra \\
+        --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
     python -m model.evaluate --task sst2 --model bundles/sst2 \\
         --data ../shared/data/glue/SST-2/dev.tsv
@@ -63,7 +74,8 @@ from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES
 from model.tasks import TASKS as FINETUNE_TASKS
 
-TASKS = ("mlm", *FINETUNE_TASKS, *ALIASES)
+TASKS = ("mlm", "rtd", *FINETUNE_TASKS, *ALIASES)
+MLM_SEED = 12345  # --seed's default for mlm; rtd's is the report card's (export.examples.SEED)
 
 
 def parse_args(argv):
@@ -81,7 +93,7 @@ def parse_args(argv):
     p.add_argument("--data", required=True, help="evaluation file")
     p.add_argument("--out", default=None, help="also write the metrics JSON here")
     p.add_argument("--batch-size", type=int, default=32)
-    g = p.add_argument_group("mlm")
+    g = p.add_argument_group("mlm, rtd")
     g.add_argument(
         "--max-seq-length",
         type=int,
@@ -89,8 +101,13 @@ def parse_args(argv):
         help="mlm: instance length (default 128); other tasks: default the model's",
     )
     g.add_argument("--max-predictions", type=int, default=20)
-    g.add_argument("--seed", type=int, default=12345)
-    g.add_argument("--format", default="auto", help="corpus format of --data")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"the masking's seed (default: mlm {MLM_SEED}, rtd 0)",
+    )
+    g.add_argument("--format", default="auto", help="corpus format of --data (mlm)")
     g = p.add_argument_group("cola, sst2")
     g.add_argument(
         "--long-texts",
@@ -291,12 +308,9 @@ def load_mlm(directory: str, max_seq_length: int):
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
 
-        info = bundle.read_info(directory)
-        if info["task"] != "pretraining":
-            raise ValueError(
-                f"{directory}: a {info['task']!r} bundle has no masked-LM head "
-                f"(export a pre-training model for mlm)"
-            )
+        info = _bundle_info(
+            directory, "pretraining", "masked-LM head (export a pre-training model)"
+        )
         if max_seq_length > info["max_seq_length"]:
             raise ValueError(
                 f"{directory}: --max-seq-length {max_seq_length} is longer than "
@@ -315,6 +329,72 @@ def load_mlm(directory: str, max_seq_length: int):
         lowercase = info["encoder"].get("lowercase", True)
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     return predict, tokenizer
+
+
+def evaluate_replaced_tokens(
+    directory: str,
+    path: str,
+    batch_size: int = 32,
+    seq_len: int | None = None,
+    seed: int | None = None,
+) -> dict:
+    """ELECTRA's discriminator in `directory` (a bundle, or a model directory of either
+    ELECTRA task) on the raw text of `path` corrupted by its own generator (random vocabulary
+    tokens for a discriminator alone): `export.detection.detection_scores`, with how the text
+    was corrupted."""
+    from export import bundle, examples
+    from export.detection import detection_scores
+    from model.checkpoints import model_dir
+    from model.text.tokenizer import WordPieceTokenizer
+
+    electra_tasks = ("replaced_token_detection", "electra_pretraining")
+    if bundle.is_bundle(directory):
+        from export.interpreter import TFLiteModel
+
+        info = _bundle_info(
+            directory,
+            "replaced_token_detection",
+            "replaced-token detection head (export an ELECTRA model)",
+        )
+        length, lowercase = info["max_seq_length"], bool(info["lowercase"])
+        lite = TFLiteModel(bundle.model_path(directory), max_seq_length=length)
+        discriminate = lambda x: lite.predict(x)["rtd"]  # noqa: E731
+        generate = lite.signature("generator").predict if "generator" in lite.signatures else None
+    else:
+        info = model_dir.read_info(directory)
+        if info.get("task") not in electra_tasks:
+            raise ValueError(
+                f"{directory}: a {info.get('task')!r} model has no replaced-token detection "
+                f"head (python -m model.train pretrain --objective electra makes one)"
+            )
+        from export import convert
+
+        model = model_dir.load(directory)
+        length, lowercase = info.get("max_seq_length"), info["encoder"].get("lowercase", True)
+        generate = None
+        if info["task"] == "electra_pretraining":
+            generator = convert.serving(model, "generator")[0]
+            generate = lambda x: convert.keras_outputs(generator, x)  # noqa: E731
+            model = model.discriminator()  # the pre-trainer's call would corrupt again
+        discriminate = lambda x: model.predict_on_batch(x)["rtd"]  # noqa: E731
+    seq_len = seq_len or length or 128
+    if length and seq_len > length:
+        raise ValueError(
+            f"{directory}: --max-seq-length {seq_len} is longer than the model's {length}"
+        )
+    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
+    seed = examples.SEED if seed is None else seed
+    held_out = examples.replaced_tokens(
+        tokenizer, seq_len, None, path, generate, seed=seed, batch_size=batch_size
+    )
+    scores = detection_scores(discriminate, held_out, batch_size)
+    return {
+        **scores,
+        "rows": len(held_out),
+        "corruption": held_out.replacement,
+        "seed": seed,
+        "max_seq_length": seq_len,
+    }
 
 
 def evaluate_task(
@@ -426,6 +506,16 @@ def evaluate_task(
     return metrics
 
 
+def _bundle_info(directory: str, task: str, needs: str) -> dict:
+    """The bundle.json of `directory`, refused unless its task is `task` (it has no `needs`)."""
+    from export import bundle
+
+    info = bundle.read_info(directory)
+    if info["task"] != task:
+        raise ValueError(f"{directory}: a {info['task']!r} bundle has no {needs}")
+    return info
+
+
 def _bundle_as_info(info: dict) -> dict:
     """A bundle.json read as the config.json fields evaluate_task uses."""
     keys = ("task", "finetuned_task", "max_seq_length", "id2label", "null_threshold")
@@ -439,6 +529,16 @@ def main(argv=None) -> int:
     try:
         if not os.path.isfile(args.data):
             raise FileNotFoundError(f"{args.data}: no such file")
+        if args.task == "rtd":
+            if args.null_threshold is not None or args.skip_invalid or args.long_texts:
+                raise ValueError(
+                    "--null-threshold (squad2), --skip-invalid (squad1, squad2) and "
+                    "--long-texts (cola, sst2) do not apply to rtd"
+                )
+            metrics = evaluate_replaced_tokens(
+                args.model, args.data, args.batch_size, args.max_seq_length, args.seed
+            )
+            return _report(args, metrics, start)
         if args.task != "mlm":
             metrics = evaluate_task(
                 args.task,
@@ -465,7 +565,7 @@ def main(argv=None) -> int:
             args.data,
             seq_len,
             args.max_predictions,
-            args.seed,
+            MLM_SEED if args.seed is None else args.seed,
             args.batch_size,
             args.format,
         )

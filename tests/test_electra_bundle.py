@@ -467,7 +467,7 @@ def test_corrupt_and_detect_errors(tok):
 
 
 def test_auc_is_the_pairwise_ranking_chance():
-    from export.report import auc
+    from export.detection import auc
 
     rng = np.random.default_rng(0)
     scores = np.round(rng.normal(size=300), 1)  # ties
@@ -538,6 +538,40 @@ def test_report_card_of_a_discriminator_says_random_tokens(electra, tmp_path):
     assert "random vocabulary tokens written in (a discriminator alone has no generator)" in card
     rows = card_rows(card)
     assert rows["float32"]["AUC"] == rows["Keras float32 (model.weights.h5)"]["AUC"]
+
+
+def evaluate_rtd(model: str, data: str, capsys, *extra) -> dict:
+    from model.evaluate import main
+
+    capsys.readouterr()  # what came before
+    assert main(["--task", "rtd", "--model", model, "--data", data, *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_evaluate_scores_a_run_and_its_bundles_as_the_report_card(electra, tmp_path, capsys):
+    """`python -m model.evaluate --task rtd`: the run's figures are its report card's; its
+    float32 bundle, whose generator signature corrupts the same rows, scores the same; a
+    discriminator alone is scored on random vocabulary tokens; another model is refused."""
+    card = card_rows(report_card(electra["run"], electra["text"], tmp_path, "float32"))
+    run = evaluate_rtd(electra["run"], electra["text"], capsys)
+    assert f"{run['auc']:.4f}" == card["Keras float32 (model.weights.h5)"]["AUC"]
+    assert f"{100 * run['original_accuracy']:.2f}" == card["float32"]["original acc. (%)"]
+    assert run["corruption"] == "generator samples" and run["seed"] == 0 and run["rows"] > 0
+    bundled = evaluate_rtd(electra["float32"], electra["text"], capsys)
+    assert (bundled["replaced"], bundled["tokens"]) == (run["replaced"], run["tokens"])
+    assert bundled["auc"] == pytest.approx(run["auc"], abs=1e-3)
+    other_seed = evaluate_rtd(electra["float32"], electra["text"], capsys, "--seed", "5")
+    assert other_seed["seed"] == 5 and other_seed["auc"] != bundled["auc"]  # other positions
+    alone = evaluate_rtd(electra["discriminator-float32"], electra["text"], capsys)
+    assert alone["corruption"] == "random vocabulary tokens"
+
+    from model.evaluate import main
+
+    assert (
+        main(["--task", "rtd", "--model", ROOT + "/assets/models/sst2", "--data", electra["text"]])
+        == 1
+    )
+    assert "has no replaced-token detection head" in capsys.readouterr().err
 
 
 EDGE_SCRIPT = r"""
