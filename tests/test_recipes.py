@@ -77,6 +77,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         ("squad1", "export"),
         ("squad1", "model.evaluate"),
         ("electra", "model.data"),
+        ("electra", "model.data"),
         ("electra", "model.train pretrain"),
         ("electra", "export"),
         ("electra", "export.report"),
@@ -187,22 +188,35 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--checkpoint-every": "100",
     }
     assert "--group-by-length" in squad
-    electra_records, electra, electra_export, card = (argv["electra", i] for i in range(16, 20))
+    electra_records, held_out, electra, electra_export, card = (
+        argv["electra", i] for i in range(16, 21)
+    )
     assert flags(electra_records, "--input") == [
         f"{d}/pretrain/enwiki-2015/AA/wiki_0*.gz",
         f"{d}/pretrain/gutenberg/books/00[0-2]*.txt.gz",
     ]
-    assert flags(electra_records, "--vocab") == f"{w}/minilm/vocab.txt"
-    assert flags(electra_records, "--inputs") == "segments"
+    assert flags(held_out, "--input") == f"{d}/wikitext-2-raw/wiki.valid.raw"
+    for records in (electra_records, held_out):
+        assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
+        assert flags(records, "--inputs") == "segments"
     assert {
         k: flags(electra, k)
-        for k in ("--data", "--output", "--objective", "--config", "--steps", "--seed")
+        for k in (
+            "--data",
+            "--eval-data",
+            "--output",
+            "--objective",
+            "--config",
+            "--steps",
+            "--seed",
+        )
     } == {
         "--data": f"{w}/electra_records",
+        "--eval-data": f"{w}/electra_held_out",
         "--output": f"{w}/electra",
         "--objective": "electra",
         "--config": "mini",
-        "--steps": "1152",
+        "--steps": "1032",
         "--seed": "1",
     }
     assert "--init-checkpoint" not in electra  # from scratch
@@ -421,3 +435,45 @@ def test_every_data_path_exists_in_the_shared_data(tmp_path, capsys):
         assert os.path.exists(path), path
     assert defaults.PRETRAIN_INPUTS == ("pretrain/enwiki-2015/AA/*.gz",)
     assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[0]))) == 100
+
+
+def test_the_electra_default_is_the_cpu_experiments_run():
+    """The shipped ELECTRA bundle comes from the cpu-scale `electra-mini-seed1` run of the
+    experiments (docs/pretraining.md reports its curve): the recipe's commands are that run's,
+    with the steps its calibration gave pinned, and its records are made the same way."""
+    from model.experiments.experiment import steps
+    from model.experiments.plan import Work
+    from model.experiments.scales import SCALES
+    from model.experiments.tables import TABLES
+
+    def settings(argv, paths):
+        """{flag: value} of a command whose flags all take one value, `paths` left out;
+        numbers compared as numbers (5e-4 is 0.0005)."""
+        argv = [str(a) for a in argv]
+        out = {}
+        for flag, value in zip(argv[::2], argv[1::2]):
+            assert flag.startswith("--"), argv
+            if flag not in paths:
+                try:
+                    out[flag] = float(value)
+                except ValueError:
+                    out[flag] = value
+        return out
+
+    work = Work("W", "D", SCALES["cpu"])
+    (electra,) = [
+        s for s in steps(TABLES["beyond-bert"](work), work) if s.name == "electra-mini-seed1"
+    ]
+    (run,) = [c for c in electra.commands if c.argv[0] == "pretrain" and "/runs/" in c.output]
+    paths = ("--data", "--eval-data", "--output", "--steps", "--checkpoint-every")
+    recipe = defaults.ELECTRA_PRETRAIN_FLAGS
+    assert settings(recipe, paths) == settings(run.argv[1:], paths)
+    assert int(flags(list(recipe), "--steps")) == SCALES["cpu"].checkpoints * int(
+        flags(list(recipe), "--checkpoint-every")
+    )
+    held_out, train = work.make_records("segments")
+    assert flags(list(held_out.argv), "--input") == work.d(defaults.ELECTRA_HELD_OUT)
+    assert flags(list(train.argv), "--input") == [work.d(p) for p in defaults.ELECTRA_INPUTS]
+    paths = ("--input", "--vocab", "--output")
+    for records in (held_out, train):
+        assert settings(records.argv, paths) == settings(defaults.ELECTRA_RECORDS_FLAGS, paths)
