@@ -144,7 +144,11 @@ def parse_args(argv):
         "electra-mini) "
         "or a config JSON (ours or Google's bert_config.json)",
     )
-    pre.add_argument("--data", required=True, help="record files: a glob or a directory")
+    pre.add_argument(
+        "--data",
+        required=True,
+        help="record files: a glob or a directory (several joined by commas)",
+    )
     pre.add_argument("--vocab", default=None, help="vocab.txt (default: the data's)")
     pre.add_argument("--steps", type=int, required=True, help="total training steps")
     pre.add_argument(

@@ -419,6 +419,16 @@ def test_find_records_with_and_without_dataset_json(dynamic, tmp_path):
     assert find_records(os.path.join(dynamic, "part-0000[01]-*"))[1]["num_instances"] == sum(
         list(info["shards"].values())[:2]
     )
+    # Several globs joined by commas: their union, each counted once.
+    both = f"{dynamic}/part-00000-*,{dynamic}/part-0000[02]-*"
+    picked, picked_info = find_records(both)
+    assert [os.path.basename(f)[:10] for f in picked] == ["part-00000", "part-00002"]
+    assert (
+        picked_info["num_instances"]
+        == info["shards"][os.path.basename(picked[0])] + info["shards"][os.path.basename(picked[1])]
+    )
+    with pytest.raises(FileNotFoundError, match="part-9"):
+        find_records(f"{dynamic}/part-00000-*,{dynamic}/part-9*")
     # Records from elsewhere (no dataset.json) are inspected.
     bare = tmp_path / "bare"
     bare.mkdir()

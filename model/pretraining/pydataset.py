@@ -51,12 +51,17 @@ _MAXINT32 = 2**31 - 1
 
 
 def find_records(pattern: str) -> tuple[list[str], dict]:
-    """The record files matched by `pattern` (a glob or a directory) and their dataset.json."""
-    if os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "*.tfrecord")
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"{pattern}: no record files match")
+    """The record files matched by `pattern` (a glob, a directory, or several of them joined
+    by commas: a subset of one directory's shards, say) and their dataset.json."""
+    files = set()
+    for part in pattern.split(","):
+        if os.path.isdir(part):
+            part = os.path.join(part, "*.tfrecord")
+        found = glob.glob(part)
+        if not found:
+            raise FileNotFoundError(f"{part}: no record files match")
+        files.update(found)
+    files = sorted(files)
     info_path = os.path.join(os.path.dirname(files[0]), INFO)
     info = {}
     if os.path.isfile(info_path):
