@@ -13,8 +13,8 @@ where the two are provably the same weight (the same shape, and the same
 values to within their quantization steps), and only where the decoder is
 hybrid (float input and bias, int8 weights), the one case in which the
 weights' scale can change alone; full-integer files fold the weight scale
-into the bias and are left as they are. The cost on the fill-mask default
-(docs/export.md): WikiText-2 valid top-1 41.51 -> 41.47 %, 36.6 -> 24.5 MB.
+into the bias and are left as they are. The cost on the CPU-trained fill-mask
+model (docs/export.md): WikiText-2 valid top-1 41.51 -> 41.47 %, 36.6 -> 24.5 MB.
 """
 
 from __future__ import annotations

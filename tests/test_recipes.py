@@ -63,7 +63,6 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         ("convert", "model.convert"),
         ("mlm", "model.data"),
         ("mlm", "model.train pretrain"),
-        ("mlm", "model.train pretrain"),
         ("mlm", "model.evaluate"),
         ("mlm", "export"),
         ("mlm", "model.evaluate"),
@@ -94,9 +93,12 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--overwrite",
     ]
     records = argv["mlm", 1]
-    assert flags(records, "--input") == f"{d}/pretrain/enwiki-2015/AA/*.gz"
+    assert flags(records, "--input") == [
+        f"{d}/pretrain/enwiki-2015/AA/*.gz",
+        f"{d}/pretrain/gutenberg/books/00[0-9]*.txt.gz",
+    ]
     assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
-    assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "16"
+    assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "64"
     keys = (
         "--config",
         "--data",
@@ -107,42 +109,30 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--learning-rate",
         "--mask-rate",
         "--max-predictions",
-        "--dropout",
         "--seed",
         "--output",
         "--checkpoint-every",
         "--mixed-precision",
     )
-    common = {
+    # One run from MiniLM on the first 26 of the 64 shards; its model is the one exported.
+    shards = ("part-0000?-*", "part-0001?-*", "part-0002[0-5]-*")
+    assert {k: flags(argv["mlm", 2], k) for k in keys} == {
         "--config": "minilm-l6",
-        "--data": f"{w}/pretrain_records",
-        "--batch-size": "32",
+        "--data": ",".join(f"{w}/pretrain_records/{s}" for s in shards),
+        "--batch-size": "256",
         "--mask-rate": "0.2",
         "--max-predictions": "26",
-        "--dropout": "0",
-        "--checkpoint-every": "200",
+        "--checkpoint-every": "950",
         "--mixed-precision": "mixed_bfloat16",
-    }
-    # The second schedule starts from the first's model and writes the one that is exported.
-    assert {k: flags(argv["mlm", 2], k) for k in keys} == {
-        **common,
         "--init-checkpoint": f"{w}/minilm",
-        "--output": f"{w}/mlm-stage1",
-        "--steps": "6200",
-        "--warmup-steps": "150",
-        "--learning-rate": "3e-4",
+        "--output": f"{w}/mlm",
+        "--steps": "3800",
+        "--warmup-steps": "228",
+        "--learning-rate": "5e-4",
         "--seed": "12345",
     }
-    assert {k: flags(argv["mlm", 3], k) for k in keys} == {
-        **common,
-        "--init-checkpoint": f"{w}/mlm-stage1",
-        "--output": f"{w}/mlm",
-        "--steps": "5400",
-        "--warmup-steps": "200",
-        "--learning-rate": "2e-4",
-        "--seed": "3",
-    }
-    sst2 = argv["sst2", 7]
+    assert "--dropout" not in argv["mlm", 2]
+    sst2 = argv["sst2", 6]
     assert sst2[3:] == [
         "finetune",
         "--task",
@@ -161,14 +151,14 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--epochs",
         "2",
     ]
-    conll = argv["conll2003", 10]
+    conll = argv["conll2003", 9]
     assert (
         flags(conll, "--data"),
         flags(conll, "--learning-rate"),
         flags(conll, "--epochs"),
         "--group-by-length" in conll,
     ) == (f"{d}/conll2003", "8e-5", "4", True)
-    squad = argv["squad1", 13]
+    squad = argv["squad1", 12]
     assert {
         k: flags(squad, k)
         for k in (
@@ -189,7 +179,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
     }
     assert "--group-by-length" in squad
     electra_records, held_out, electra, electra_export, card = (
-        argv["electra", i] for i in range(16, 21)
+        argv["electra", i] for i in range(15, 20)
     )
     assert flags(electra_records, "--input") == [
         f"{d}/pretrain/enwiki-2015/AA/wiki_0*.gz",
@@ -287,7 +277,7 @@ def test_every_flag_exists_in_the_program_it_is_given_to(tmp_path, capsys):
 
 def test_only_selects_steps_in_recipe_order(tmp_path, capsys):
     commands, err = dry_run(tmp_path, capsys, "--only", "sst2, mlm")
-    assert [step for step, _, _ in commands] == ["mlm"] * 6 + ["sst2"] * 3
+    assert [step for step, _, _ in commands] == ["mlm"] * 5 + ["sst2"] * 3
     # They read WORK/minilm, which neither makes: a dry run says so, a real run refuses.
     assert "step mlm needs step convert's output" in err and "add convert to --only" in err
     rc = defaults.main(
@@ -433,8 +423,8 @@ def test_every_data_path_exists_in_the_shared_data(tmp_path, capsys):
     assert len(data) == 7
     for path in data:
         assert os.path.exists(path), path
-    assert defaults.PRETRAIN_INPUTS == ("pretrain/enwiki-2015/AA/*.gz",)
-    assert len(glob.glob(os.path.join(SHARED_DATA, defaults.PRETRAIN_INPUTS[0]))) == 100
+    wiki, books = (glob.glob(os.path.join(SHARED_DATA, p)) for p in defaults.PRETRAIN_INPUTS)
+    assert (len(wiki), len(books)) == (100, 100)
 
 
 def test_the_electra_default_is_the_cpu_experiments_run():
