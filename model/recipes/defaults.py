@@ -15,7 +15,7 @@ before it runs and timed after. Steps, in order (`--only` picks some, by name):
     mlm        pre-training records from DATA/pretrain (the Wikipedia 2015 sample and 100
                Gutenberg books, 128 tokens, MiniLM vocabulary, 64 shards), masked-LM + NSP
                from WORK/minilm on 26 of the shards (3,800 steps of 256: 6 minutes of one
-               H200 GPU under KERAS_BACKEND=jax; days of a 2-core CPU), the fill-mask
+               H200 GPU under KERAS_BACKEND=jax; ~9 hours of a 2-core CPU), the fill-mask
                bundle, and both scored on WikiText-2 valid; the bundle's "encoder"
                signature also draws the app's Attention view
     sst2       fine-tuned, exported, the bundle scored on SST-2 dev
@@ -75,7 +75,7 @@ RECORDS_FLAGS = (
     "--seed",
     "12345",
 )
-# The shards trained on: the first 26 of the 64 (131,430 instances, 12.9 M tokens), what fit
+# The shards trained on: the first 26 of the 64 (131,430 instances, 15.5 M input tokens), what fit
 # beside the code, the wheels and the float16 start weights in the GPU machine's 64 MiB
 # transfer (docs/pretraining.md). Comma-joined globs under the records directory.
 PRETRAIN_SHARDS = ("part-0000?-*", "part-0001?-*", "part-0002[0-5]-*")
