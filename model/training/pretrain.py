@@ -32,10 +32,9 @@ def resolve_config(spec: str, vocabulary_size: int, dropout: float | None):
     return config.replace(dropout=dropout) if dropout is not None else config
 
 
-# The pre-training heads a model may hold, by attribute name; a head of the
-# same name in the source checkpoint is copied, any other starts fresh.
 # Every part of a pre-training model beside its encoder, by attribute name (ELECTRA's generator
-# is a whole encoder of its own, over the shared embeddings).
+# is a whole encoder of its own, over the shared embeddings): a part of the same name and
+# shapes in the source checkpoint is copied, any other starts fresh.
 HEADS = (
     "masked_lm_head",
     "next_sentence_head",
