@@ -190,6 +190,21 @@ def parse_args(argv):
         help="with --strategy mirrored and no GPU: split the CPU into N logical "
         "devices, one replica each (tests; multi-replica numerics on a laptop)",
     )
+    g = pre.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
+    g.add_argument(
+        "--device-data",
+        action="store_true",
+        help="keep the records on the device and cut and mask each batch inside the compiled "
+        "step, several steps per call (bert, roberta, electra, ltr; default dropout 0)",
+    )
+    g.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --device-data: training steps in one compiled call (default: 100, or the "
+        "largest number below it that divides --checkpoint-every and the stop step)",
+    )
     g = pre.add_argument_group("dynamic masking (records made with --masking dynamic)")
     g.add_argument(
         "--max-predictions",

@@ -502,3 +502,23 @@ def build_electra(root: str) -> dict:
         )
     open(done, "w").close()
     return paths
+
+
+# `python -c NO_TENSORFLOW ARGV...`: `python -m model.train ARGV` in a process that cannot
+# import TensorFlow (a GPU machine with JAX alone), failing if anything loaded it.
+NO_TENSORFLOW = """
+import importlib.abc, sys
+
+class NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+        return None
+
+sys.meta_path.insert(0, NoTensorFlow())
+from model.train import main
+rc = main(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensorflow_text"))
+assert not loaded, loaded
+sys.exit(rc)
+"""

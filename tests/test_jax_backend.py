@@ -38,6 +38,7 @@ from model.pretraining.masking import Masker, MaskingConfig
 from model.pretraining.pydataset import PretrainingPyDataset
 from model.text.wordpiece import load_vocabulary
 from tests.helpers import (
+    NO_TENSORFLOW,
     REPO_ROOT,
     make_records,
     module_command,
@@ -247,24 +248,6 @@ def test_data_parallel_on_two_devices_trains_like_one(records, initial_weights, 
     np.testing.assert_allclose(split["interval_losses"], one["interval_losses"], atol=1e-4)
 
 
-_NO_TENSORFLOW = """
-import importlib.abc, sys
-
-class NoTensorFlow(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorflow", "tensorflow_text"):
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-        return None
-
-sys.meta_path.insert(0, NoTensorFlow())
-from model.train import main
-rc = main(sys.argv[1:])
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensorflow_text"))
-assert not loaded, loaded
-sys.exit(rc)
-"""
-
-
 def _imports_the_tokenizer(module: str) -> bool:
     with open(os.path.join(REPO_ROOT, "model", module), encoding="utf-8") as f:
         return "from model.text.tokenizer import" in f.read()
@@ -286,7 +269,7 @@ def test_a_jax_run_imports_no_tensorflow(records, initial_weights, tmp_path):
         initial_weights,
         str(tmp_path / "run"),
         steps=2,
-        python_prefix=[sys.executable, "-c", _NO_TENSORFLOW],
+        python_prefix=[sys.executable, "-c", NO_TENSORFLOW],
     )
     assert summary["steps"] == 2
     assert not os.path.isdir(tmp_path / "run" / "logs")  # no TensorBoard without TensorFlow

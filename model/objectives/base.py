@@ -79,6 +79,21 @@ class Objective:
         """The batch transform the input pipeline runs."""
         raise NotImplementedError
 
+    def device_batches(self, tables):
+        """The same batch made on the device, inside the compiled step
+        (model/pretraining/device_data.py): a function `(key, token_ids, padding_mask,
+        rates)` -> {"x", "y", "sw"}; `tables` the vocabulary's `VocabularyTables`."""
+        raise ValueError(
+            f"--objective {self.name} has no device-side batches yet: train it without "
+            f"--device-data (the host pipeline)"
+        )
+
+    def masking_rates(self) -> dict:
+        """The runtime masking rates of the device path (`device_masking.masking_rates`)."""
+        from model.pretraining.device_masking import masking_rates
+
+        return masking_rates(self.options.mask_rate, *self.replacement_rates())
+
     def check_records(self, pattern: str, info: dict) -> None:
         """Refuses records this objective cannot train on, naming the flag that makes the right ones."""
         inputs = records_inputs(info)

@@ -122,6 +122,11 @@ class Electra(Objective):
     def batches(self):
         return ReplacedTokenBatches(self.masker())
 
+    def device_batches(self, tables):
+        from model.pretraining.device_data import replaced_token
+
+        return replaced_token(tables, self.max_predictions(0.15), self.options.whole_word)
+
     def build_model(self, encoder, seed=None):
         from model.heads.electra import ElectraPretrainer
 

@@ -27,6 +27,11 @@ class LeftToRight(Objective):
     def batches(self):
         return NextTokenBatches()
 
+    def device_batches(self, tables):
+        from model.pretraining.device_data import next_token
+
+        return next_token
+
     def encoder_config(self, config):
         return config.replace(causal=True)
 

@@ -215,6 +215,43 @@ def epoch_records(
 # === The PyDataset ===
 
 
+def parse_record(path: str, offset: int, record: bytes) -> dict:
+    """The features of one record; a malformed one is named by file and byte offset."""
+    try:
+        return parse_example(record)
+    except ValueError as e:
+        raise ValueError(
+            f"{path}: malformed tf.train.Example at byte offset {offset}: {e}"
+        ) from None
+
+
+def feature_lengths(seq_len: int, next_sentence: bool, max_predictions: int | None) -> dict:
+    """The features a record must have, name: length (a static record's masks too)."""
+    want = {"input_ids": seq_len, "input_mask": seq_len, "segment_ids": seq_len}
+    if next_sentence:
+        want["next_sentence_labels"] = 1
+    if max_predictions is not None:
+        want.update(
+            masked_lm_positions=max_predictions,
+            masked_lm_ids=max_predictions,
+            masked_lm_weights=max_predictions,
+        )
+    return want
+
+
+def check_features(ex: dict, want: dict, path: str, offset: int) -> dict:
+    """`ex` if it has each feature of `want` (name: length), else a ValueError naming
+    the file, the record's byte offset and the feature."""
+    for name, length in want.items():
+        value = ex.get(name)
+        if value is None or len(value) != length:
+            raise ValueError(
+                f"{path}: record at byte offset {offset}: feature {name!r} "
+                f"should have {length} values, has {'none' if value is None else len(value)}"
+            )
+    return ex
+
+
 class PretrainingPyDataset(keras.utils.PyDataset):
     """Batches of `({token_ids, segment_ids, padding_mask, mask_positions},
     {mlm, nsp}, {mlm, nsp})` as numpy arrays, endless; item `i` is training
@@ -299,30 +336,10 @@ class PretrainingPyDataset(keras.utils.PyDataset):
             return batch
 
     def _features(self, path, offset, record) -> dict:
-        try:
-            ex = parse_example(record)
-        except ValueError as e:
-            raise ValueError(
-                f"{path}: malformed tf.train.Example at byte offset {offset}: {e}"
-            ) from None
-        want = {"input_ids": self.seq_len, "input_mask": self.seq_len, "segment_ids": self.seq_len}
-        if self.has_nsp_labels:
-            want["next_sentence_labels"] = 1
-        if self.static:
-            want.update(
-                masked_lm_positions=self.max_predictions,
-                masked_lm_ids=self.max_predictions,
-                masked_lm_weights=self.max_predictions,
-            )
-        for name, length in want.items():
-            value = ex.get(name)
-            if value is None or len(value) != length:
-                raise ValueError(
-                    f"{path}: record at byte offset {offset}: feature {name!r} "
-                    f"should have {length} values, has "
-                    f"{'none' if value is None else len(value)}"
-                )
-        return ex
+        want = feature_lengths(
+            self.seq_len, self.has_nsp_labels, self.max_predictions if self.static else None
+        )
+        return check_features(parse_record(path, offset, record), want, path, offset)
 
     def __getitem__(self, index: int):
         start = (self.start_step + index) * self.batch_size

@@ -76,6 +76,11 @@ def init_from_checkpoint(model, path: str) -> list[str]:
     return fresh
 
 
+# Steps in one compiled call of --device-data unless --steps-per-call says otherwise: enough
+# that launching a call costs little beside its steps, few enough that callbacks come often.
+DEVICE_STEPS_PER_CALL = 100
+
+
 class Throughput:
     """Wall time and examples of the steps this process ran (restarts excluded); `in_steps`
     the seconds inside the training steps alone (no held-out evaluation, no checkpoint save),
@@ -88,43 +93,87 @@ class Throughput:
 
 
 def pretrain(args) -> int:
+    """The stages of a run, in the order they run."""
+    import keras
+
+    runtime = _runtime(args)  # first: TensorFlow's strategies must precede its initialisation
+    data = _data(args)
+    config = _check(args, runtime, data)
+    keras.utils.set_random_seed(args.seed)
+    keras.mixed_precision.set_global_policy(args.mixed_precision)
+    print(
+        f"objective: {data.objective.name}; backend: {keras.backend.backend()}; "
+        f"strategy: {runtime.name} with {runtime.replicas} replica(s); global batch "
+        f"{args.batch_size}; {data.info['num_instances']} instances of {data.seq_len} tokens"
+        + ("; batches made on the device" if args.device_data else "")
+    )
+    model = _model(args, runtime, data, config)
+    checkpoint, start_step = _resume(args, runtime, model)
+    timing = Throughput()
+    stop = min(args.steps, args.stop_at or args.steps)
+    interval_losses = []
+    if start_step < stop:
+        interval_losses = _fit(args, runtime, data, model, checkpoint, timing, start_step, stop)
+        if interval_losses is None:
+            return 3
+    if not runtime.chief:
+        print(f"worker done at step {_step(model)}; the chief writes {args.output}")
+        return 0
+    _save(args, runtime, data, config, model, timing, interval_losses)
+    return 0
+
+
+def _runtime(args):
+    """The backend's strategy: TensorFlow's tf.distribute, or JAX's keras.distribution
+    (under which nothing on this path imports TensorFlow)."""
     import contextlib
+    import types
 
     import keras
-    import numpy as np
 
-    from model import objectives
-    from model.checkpoints import model_dir
-    from model.io.files import check_writable_dir, write_json
-    from model.networks.encoder import BertEncoder
-    from model.pretraining.pydataset import find_records
-    from model.text.wordpiece import load_vocabulary
-    from model.training.checkpointing import ResumableCheckpoint
-    from model.training.optimizer import bert_adamw
-
-    # Under another backend (JAX) nothing on this path imports TensorFlow:
-    # the input pipeline is a PyDataset and the strategy keras.distribution.
-    tf_backend = keras.backend.backend() == "tensorflow"
-    if tf_backend:
-        import tensorflow as tf
-
+    if keras.backend.backend() == "tensorflow":
         from model.training.strategy import is_chief, make_strategy
 
+        if args.device_data:
+            raise ValueError("--device-data needs the JAX backend (KERAS_BACKEND=jax)")
         # First: splitting the CPU into logical devices and configuring
         # multi-worker collectives both fail once TensorFlow has initialised.
         strategy = make_strategy(args.strategy, args.tpu, args.cpu_replicas)
-        chief = is_chief(strategy)
-        replicas, scope = strategy.num_replicas_in_sync, strategy.scope
-        strategy_name = type(strategy).__name__
-    else:
-        from model.training.strategy import jax_process, make_jax_distribution
+        return types.SimpleNamespace(
+            tf=True,
+            strategy=strategy,
+            chief=is_chief(strategy),
+            replicas=strategy.num_replicas_in_sync,
+            scope=strategy.scope,
+            name=type(strategy).__name__,
+            process=(0, 1),
+        )
+    from model.training.strategy import jax_process, make_jax_distribution
 
-        distribution = make_jax_distribution(args.strategy, args.cpu_replicas)
-        process_index, process_count = jax_process()
-        chief = process_index == 0
-        replicas = len(keras.distribution.list_devices()) if distribution else 1
-        scope = contextlib.nullcontext
-        strategy_name = type(distribution).__name__ if distribution else "one device"
+    distribution = make_jax_distribution(args.strategy, args.cpu_replicas)
+    if args.device_data and distribution:
+        raise ValueError("--device-data trains on one device: leave --strategy at auto")
+    process = jax_process()
+    return types.SimpleNamespace(
+        tf=False,
+        strategy=None,
+        chief=process[0] == 0,
+        replicas=len(keras.distribution.list_devices()) if distribution else 1,
+        scope=contextlib.nullcontext,
+        name=type(distribution).__name__ if distribution else "one device",
+        process=process,
+    )
+
+
+def _data(args):
+    """The records, their vocabulary and the objective that trains on them, checked."""
+    import types
+
+    from model import objectives
+    from model.io.files import check_writable_dir
+    from model.pretraining.pydataset import find_records
+    from model.text.wordpiece import load_vocabulary
+
     check_writable_dir(args.output)
     files, info = find_records(args.data)
     vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
@@ -160,51 +209,74 @@ def pretrain(args) -> int:
                 f"{args.eval_data}: records of {eval_info['max_seq_length']} tokens, "
                 f"the training records' are {seq_len}"
             )
-    config = objective.encoder_config(resolve_config(args.config, len(vocabulary), args.dropout))
-    if seq_len > config.max_sequence_length:
+    return types.SimpleNamespace(
+        info=info,
+        vocab_path=vocab_path,
+        vocabulary=vocabulary,
+        seq_len=seq_len,
+        objective=objective,
+    )
+
+
+def _check(args, runtime, data):
+    """The encoder's config, once every flag is known to fit the records and the devices."""
+    config = resolve_config(args.config, len(data.vocabulary), _dropout(args))
+    config = data.objective.encoder_config(config)
+    if data.seq_len > config.max_sequence_length:
         raise ValueError(
-            f"records of {seq_len} tokens exceed the model's "
+            f"records of {data.seq_len} tokens exceed the model's "
             f"max_sequence_length {config.max_sequence_length}"
         )
     if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
         raise ValueError("--steps, --batch-size and --checkpoint-every must be positive")
     if args.stop_at is not None and args.stop_at < 1:
         raise ValueError(f"--stop-at must be positive, got {args.stop_at}")
-    if (
-        tf_backend
-        and args.jit
-        and strategy.num_replicas_in_sync > 1
-        and not isinstance(strategy, tf.distribute.TPUStrategy)
-    ):
-        # Keras 3 compiles `strategy.run` over all replicas as one XLA
-        # function, which fails when the replicas' variables live on
-        # different devices (keras-team/keras#19005).
-        raise ValueError(
-            f"--jit with {strategy.num_replicas_in_sync} replicas of "
-            f"{type(strategy).__name__}: Keras cannot compile a step that spans "
-            f"devices; leave --jit out, or use one device or a TPU"
-        )
-    if args.batch_size % replicas:
+    if args.steps_per_call is not None and not args.device_data:
+        raise ValueError("--steps-per-call is a flag of --device-data (the host pipeline runs one)")
+    if args.steps_per_call is not None and args.steps_per_call < 1:
+        raise ValueError(f"--steps-per-call must be positive, got {args.steps_per_call}")
+    if runtime.tf and args.jit and runtime.replicas > 1:
+        import tensorflow as tf
+
+        if not isinstance(runtime.strategy, tf.distribute.TPUStrategy):
+            # Keras 3 compiles `strategy.run` over all replicas as one XLA
+            # function, which fails when the replicas' variables live on
+            # different devices (keras-team/keras#19005).
+            raise ValueError(
+                f"--jit with {runtime.replicas} replicas of {runtime.name}: Keras cannot "
+                f"compile a step that spans devices; leave --jit out, or use one device or a TPU"
+            )
+    if args.batch_size % runtime.replicas:
         raise ValueError(
             f"--batch-size {args.batch_size} (the global batch) is not a multiple "
-            f"of the {replicas} replicas"
+            f"of the {runtime.replicas} replicas"
         )
-    next_sentence = objective.next_sentence
-    transform = objective.batches
+    if args.device_data:
+        from model.pretraining.device_masking import VocabularyTables
+
+        data.objective.device_batches(VocabularyTables.from_vocabulary(data.vocabulary))
+    return config
+
+
+def _dropout(args):
+    """--dropout, else the device path's default of 0 (the fused attention kernels run only
+    without attention dropout, and a short budget underfits with it), else the config's."""
+    if args.dropout is None and args.device_data:
+        return 0.0
+    return args.dropout
+
+
+def _model(args, runtime, data, config):
+    """The objective's model over a fresh encoder, compiled, its optimizer built."""
+
+    from model.networks.encoder import BertEncoder
+    from model.training.optimizer import bert_adamw
+
+    objective = data.objective
     warmup = args.warmup_steps if args.warmup_steps is not None else min(10_000, args.steps // 10)
-
-    keras.utils.set_random_seed(args.seed)
-    keras.mixed_precision.set_global_policy(args.mixed_precision)
-    print(
-        f"objective: {objective.name}; "
-        f"backend: {keras.backend.backend()}; strategy: {strategy_name} with {replicas} "
-        f"replica(s); "
-        f"global batch {args.batch_size}; {info['num_instances']} instances of {seq_len} tokens"
-    )
-
-    with scope():
+    with runtime.scope():
         model = objective.build_model(BertEncoder.from_config_object(config), seed=args.seed)
-        if not next_sentence:
+        if not objective.next_sentence:
             # Nothing reads the pooled output without NSP: frozen, the pooler gets no
             # optimizer slots and no "Gradients do not exist" warning, and is saved as it
             # was initialised (see model.training.finetune.freeze_unused_pooler).
@@ -215,21 +287,27 @@ def pretrain(args) -> int:
             loss=objective.losses(),
             loss_weights=objective.loss_weights(),
             weighted_metrics=objective.metrics(),
-            jit_compile=args.jit if tf_backend else "auto",
+            jit_compile=args.jit if runtime.tf else "auto",
         )
         model.optimizer.build(model.trainable_variables)
-        if tf_backend:
+        if runtime.tf:
             from model.training.strategy import sum_gradients_first
 
             sum_gradients_first(model.optimizer)
+    return model
+
+
+def _resume(args, runtime, model):
+    """The run's checkpoints: the newest restored, else --init-checkpoint's weights."""
+    from model.training.checkpointing import ResumableCheckpoint
 
     checkpoint = ResumableCheckpoint(
         os.path.join(args.output, "checkpoints"),
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
-        is_chief=chief,
+        is_chief=runtime.chief,
     )
-    if chief:  # another worker's temporaries may be the chief's save in progress
+    if runtime.chief:  # another worker's temporaries may be the chief's save in progress
         checkpoint.clean_partial()
     checkpoint.set_model(model)
     start_step = checkpoint.restore(model)
@@ -241,108 +319,151 @@ def pretrain(args) -> int:
             f"initialised from {args.init_checkpoint}"
             + (f"; created fresh (not in the checkpoint): {', '.join(fresh)}" if fresh else "")
         )
+    return checkpoint, start_step
 
-    timing = Throughput()
-    interval_losses = []
-    stop = min(args.steps, args.stop_at or args.steps)
-    if start_step < stop:
-        data_args = dict(
-            transform=transform,
-            seed=args.seed,
-            start_step=start_step,
-            shuffle_buffer=args.shuffle_buffer,
-            next_sentence=next_sentence,
+
+def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
+    """Trains from `start_step` to `stop`, one Keras "epoch" per checkpoint interval.
+    Returns the mean loss of each interval, or None when the loss stopped being finite."""
+    import keras
+    import numpy as np
+
+    dataset, eval_dataset = _datasets(args, runtime, data, model, start_step, stop)
+    every = args.checkpoint_every
+    callbacks = [checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN(), _Timer(timing)]
+    if args.eval_data and runtime.chief:
+        callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
+    if runtime.chief and (runtime.tf or _tensorflow_installed()):
+        callbacks.append(
+            keras.callbacks.TensorBoard(
+                os.path.join(args.output, "logs"), update_freq=args.log_every
+            )
         )
-        # The same held-out batches every time: from the stream's start, the run's seed.
-        eval_args = {**data_args, "start_step": 0}
-        if tf_backend:
-            from model.pretraining.dataset import (
-                distributed_pretraining_dataset,
-                pretraining_dataset,
-            )
-            from model.training.strategy import prepare_fit
-
-            dataset = distributed_pretraining_dataset(
-                strategy, args.data, args.batch_size, **data_args
-            )
-            if args.eval_data:
-                eval_dataset = pretraining_dataset(args.eval_data, args.batch_size, **eval_args)
-            prepare_fit(
-                model,
-                strategy,
-                pretraining_dataset(args.data, args.batch_size, **data_args).element_spec,
-            )
-        else:
-            from model.pretraining.pydataset import PretrainingPyDataset
-
-            # The same batches as TensorFlow's pipeline in a process where
-            # keras.utils.set_random_seed(--seed) set TensorFlow's graph seed.
-            def py_dataset(path, **kwargs):
-                return PretrainingPyDataset(
-                    path,
-                    args.batch_size,
-                    graph_seed=args.seed,
-                    worker_index=process_index,
-                    num_workers=process_count,
-                    **kwargs,
-                )
-
-            dataset = py_dataset(args.data, **data_args)
-            if args.eval_data:
-                eval_dataset = py_dataset(args.eval_data, **eval_args)
-        # One Keras "epoch" is one checkpoint interval.
-        every = args.checkpoint_every
-        callbacks = [
-            checkpoint,
-            _StopAt(stop),
-            keras.callbacks.TerminateOnNaN(),
-            _Timer(timing),
-        ]
-        if args.eval_data and chief:
-            callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
-        if chief and (tf_backend or _tensorflow_installed()):
-            callbacks.append(
-                keras.callbacks.TensorBoard(
-                    os.path.join(args.output, "logs"), update_freq=args.log_every
-                )
-            )
-        history = model.fit(
-            dataset,
-            initial_epoch=start_step // every,
-            epochs=math.ceil(stop / every),
-            steps_per_epoch=every,
-            callbacks=callbacks,
-            shuffle=False,
-            verbose=1 if sys.stdout.isatty() else 2,
-            **(
-                {"validation_data": eval_dataset, "validation_steps": args.eval_steps}
-                if args.eval_data
-                else {}
-            ),
+    history = model.fit(
+        dataset,
+        initial_epoch=start_step // every,
+        epochs=math.ceil(stop / every),
+        steps_per_epoch=every,
+        callbacks=callbacks,
+        shuffle=False,
+        verbose=1 if sys.stdout.isatty() else 2,
+        **(
+            {"validation_data": eval_dataset, "validation_steps": args.eval_steps}
+            if args.eval_data
+            else {}
+        ),
+    )
+    # A NaN on the very last step also sets stop_training with the step
+    # count reached, so look at the loss itself, not only at the step.
+    interval_losses = [float(v) for v in history.history.get("loss", [])]
+    last_loss = (interval_losses or [0.0])[-1]
+    if not np.isfinite(last_loss) or (model.stop_training and _step(model) < stop):
+        print(
+            f"error: training stopped at step {_step(model)}: the loss is not finite. "
+            f"The last good checkpoint is kept in {checkpoint.directory}",
+            file=sys.stderr,
         )
-        # A NaN on the very last step also sets stop_training with the step
-        # count reached, so look at the loss itself, not only at the step.
-        interval_losses = [float(v) for v in history.history.get("loss", [])]
-        last_loss = (interval_losses or [0.0])[-1]
-        if not np.isfinite(last_loss) or (model.stop_training and _step(model) < stop):
-            print(
-                f"error: training stopped at step {_step(model)}: the loss is not finite. "
-                f"The last good checkpoint is kept in {checkpoint.directory}",
-                file=sys.stderr,
-            )
-            return 3
+        return None
+    return interval_losses
 
-    if not chief:
-        print(f"worker done at step {_step(model)}; the chief writes {args.output}")
-        return 0
+
+def _datasets(args, runtime, data, model, start_step, stop):
+    """(training data, held-out data or None) for `model.fit`: tf.data under TensorFlow,
+    a PyDataset under JAX, or (--device-data) batches made inside the compiled step, which
+    then runs several steps per call. Held-out batches always come from the host pipeline:
+    the same batches, whichever path trains."""
+    objective = data.objective
+    data_args = dict(
+        transform=objective.batches,
+        seed=args.seed,
+        start_step=start_step,
+        shuffle_buffer=args.shuffle_buffer,
+        next_sentence=objective.next_sentence,
+    )
+    # The same held-out batches every time: from the stream's start, the run's seed.
+    eval_args = {**data_args, "start_step": 0}
+    if runtime.tf:
+        from model.pretraining.dataset import distributed_pretraining_dataset, pretraining_dataset
+        from model.training.strategy import prepare_fit
+
+        dataset = distributed_pretraining_dataset(
+            runtime.strategy, args.data, args.batch_size, **data_args
+        )
+        prepare_fit(
+            model,
+            runtime.strategy,
+            pretraining_dataset(args.data, args.batch_size, **data_args).element_spec,
+        )
+        held_out = args.eval_data and pretraining_dataset(
+            args.eval_data, args.batch_size, **eval_args
+        )
+        return dataset, held_out or None
+    from model.pretraining.pydataset import PretrainingPyDataset
+
+    # The same batches as TensorFlow's pipeline in a process where
+    # keras.utils.set_random_seed(--seed) set TensorFlow's graph seed.
+    def py_dataset(path, **kwargs):
+        worker_index, num_workers = runtime.process
+        return PretrainingPyDataset(
+            path,
+            args.batch_size,
+            graph_seed=args.seed,
+            worker_index=worker_index,
+            num_workers=num_workers,
+            **kwargs,
+        )
+
+    held_out = py_dataset(args.eval_data, **eval_args) if args.eval_data else None
+    if not args.device_data:
+        return py_dataset(args.data, **data_args), held_out
+    return _device_dataset(args, data, model, start_step, stop), held_out
+
+
+def _device_dataset(args, data, model, start_step, stop):
+    from model.pretraining.device_data import DeviceCorpus
+    from model.pretraining.device_masking import VocabularyTables
+    from model.training import device_loop
+
+    objective = data.objective
+    requested = args.steps_per_call or DEVICE_STEPS_PER_CALL
+    k = device_loop.steps_per_call(requested, args.checkpoint_every, stop, start_step)
+    if k != requested:
+        print(
+            f"{k} steps per call: the largest number up to {requested} that divides "
+            f"--checkpoint-every, the stop step and the resumed step"
+        )
+    began = time.time()
+    corpus = DeviceCorpus.read(args.data, objective.next_sentence)
+    print(f"{corpus.num_rows} records read into device arrays in {time.time() - began:.1f} s")
+    model.steps_per_execution = k
+    device_loop.attach(
+        model,
+        corpus,
+        objective.device_batches(VocabularyTables.from_vocabulary(data.vocabulary)),
+        objective.masking_rates(),
+        args.seed,
+        args.batch_size,
+        k,
+    )
+    return device_loop.calls()
+
+
+def _save(args, runtime, data, config, model, timing, interval_losses):
+    """The model directory and train_summary.json (the chief's)."""
+    import keras
+
+    from model.checkpoints import model_dir
+    from model.io.files import write_json
+
+    objective, seq_len = data.objective, data.seq_len
     model_dir.save(
         model,
         args.output,
-        vocab_path,
+        data.vocab_path,
         extra={
             "objective": objective.name,
             "max_seq_length": seq_len,
-            "lowercase": info.get("lowercase", True),
+            "lowercase": data.info.get("lowercase", True),
         },
     )
     elapsed = time.time() - timing.start if timing.start else 0.0
@@ -363,9 +484,11 @@ def pretrain(args) -> int:
         "config": config.to_dict(),
         "strategy": args.strategy,
         "backend": keras.backend.backend(),
-        "replicas": replicas,
+        "replicas": runtime.replicas,
         "mixed_precision": args.mixed_precision,
         "jit": args.jit,
+        "device_data": args.device_data,
+        "steps_per_call": model.steps_per_execution,
         "data": args.data,
         "argv": sys.argv,
     }
@@ -376,7 +499,6 @@ def pretrain(args) -> int:
             f"(batch x seq_len, padding included)"
         )
     print(f"saved {args.output}")
-    return 0
 
 
 def _tensorflow_installed() -> bool:
@@ -394,12 +516,6 @@ def _step(model) -> int:
     import keras
 
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
-def _is_chief(strategy) -> bool:
-    from model.training.strategy import is_chief
-
-    return is_chief(strategy)
 
 
 def _callbacks_base():
@@ -425,17 +541,18 @@ class _Timer(_callbacks_base()):
     def __init__(self, timing: Throughput):
         super().__init__()
         self.timing = timing
-        self.began = None
+        self.began = self.first = None
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.began = time.time()
+        self.began, self.first = time.time(), batch
 
     def on_train_batch_end(self, batch, logs=None):
+        # One call may run several steps (steps_per_execution): batch - first + 1 of them.
         now = time.time()
         if self.timing.start is None:
             self.timing.start = now
         else:
-            self.timing.steps += 1
+            self.timing.steps += batch - self.first + 1
             self.timing.in_steps += now - self.began
 
 

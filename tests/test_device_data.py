@@ -1,0 +1,340 @@
+"""The device path (`pretrain --device-data`): batches cut and masked inside the compiled step.
+
+    PYTHONPATH=. python -m pytest tests/test_device_data.py
+
+- The device masking (model/pretraining/device_masking.py) and the host's
+  `Masker` (model/pretraining/masking.py) are two implementations of one
+  procedure, held here to the same statistics on the same token ids: the
+  number of chosen tokens per sequence (equal, row by row, without whole-word
+  masking), the [MASK] / random / kept split, ELECTRA's 85/15 with no random
+  token, whole words chosen whole, random tokens never special, and the
+  layout (ascending positions, then zeros; labels the original tokens; the
+  sequence changed nowhere else).
+- Each objective's device batch has the host PyDataset's structure, shapes
+  and dtypes, and its weights are scaled the same way.
+- The stream visits every row once an epoch and depends on the step alone.
+- A run in a process that cannot import TensorFlow trains every objective the
+  path serves; killed and started again it reaches the same weights; from the
+  same initial weights it learns like the host pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from model.pretraining.masking import Masker, MaskingConfig
+from model.text.wordpiece import SPECIAL_TOKENS, load_vocabulary
+from tests.helpers import (
+    NO_TENSORFLOW,
+    REPO_ROOT,
+    assert_same_weights,
+    make_records,
+    pretrain_argv,
+    subprocess_env,
+    tiny_vocabulary,
+)
+
+jax = pytest.importorskip("jax")
+
+from model.pretraining import device_data, device_masking  # noqa: E402
+
+ROWS, LENGTH, PREDICTIONS = 4096, 48, 12
+
+
+def token_rows(vocabulary, seed=0):
+    """(ROWS, LENGTH) ids shaped like records: [CLS] words [SEP] words [SEP] [PAD]...,
+    words of one to three pieces (a word start, then "##" pieces)."""
+    rng = np.random.default_rng(seed)
+    starts = [i for i, t in enumerate(vocabulary) if t not in SPECIAL_TOKENS and t[:2] != "##"]
+    pieces = [i for i, t in enumerate(vocabulary) if t.startswith("##")]
+    cls, sep = vocabulary.index("[CLS]"), vocabulary.index("[SEP]")
+    rows = np.zeros((ROWS, LENGTH), np.int32)
+    for r in range(ROWS):
+        ids = [cls]
+        target = rng.integers(LENGTH // 2, LENGTH + 1)
+        while len(ids) < target - 2:
+            ids.append(rng.choice(starts))
+            ids.extend(rng.choice(pieces, size=rng.integers(0, 3)))
+            if rng.random() < 0.05:
+                ids.append(sep)
+        ids = ids[: LENGTH - 1] + [sep]
+        rows[r, : len(ids)] = ids
+    return rows
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    return tiny_vocabulary()
+
+
+@pytest.fixture(scope="module")
+def rows(vocabulary):
+    return token_rows(vocabulary)
+
+
+def host_masks(vocabulary, rows, rates, whole_word):
+    config = MaskingConfig(
+        mask_rate=0.15,
+        mask_token_rate=rates[0],
+        random_token_rate=rates[1],
+        max_predictions=PREDICTIONS,
+        whole_word=whole_word,
+    )
+    keys = np.stack([np.zeros(len(rows), np.int64), np.arange(len(rows))], axis=1)
+    return Masker(vocabulary, config).mask_batch(rows, keys)
+
+
+def device_masks(vocabulary, rows, rates, whole_word):
+    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    out = jax.jit(
+        lambda key, ids, r: device_masking.mask_tokens(key, ids, tables, r, PREDICTIONS, whole_word)
+    )(jax.random.PRNGKey(1), rows, device_masking.masking_rates(0.15, *rates))
+    return tuple(np.asarray(x) for x in out)
+
+
+def shares(rows, masked, positions, labels, weights, mask_id):
+    """Of the chosen tokens: the shares shown as [MASK], as another token, kept."""
+    real = weights > 0
+    shown = np.take_along_axis(masked, positions, axis=1)[real]
+    is_mask = shown == mask_id
+    kept = shown == labels[real]
+    return is_mask.mean(), (~is_mask & ~kept).mean(), (kept & ~is_mask).mean()
+
+
+@pytest.mark.parametrize(
+    "rates, whole_word",
+    [((0.8, 0.1), False), ((0.85, 0.0), False), ((0.8, 0.1), True), ((0.0, 1.0), False)],
+    ids=["bert", "electra", "whole-word", "all-random"],
+)
+def test_device_masking_has_the_host_statistics(vocabulary, rows, rates, whole_word):
+    host = host_masks(vocabulary, rows, rates, whole_word)
+    device = device_masks(vocabulary, rows, rates, whole_word)
+    mask_id = vocabulary.index("[MASK]")
+    special = np.isin(np.array(vocabulary), SPECIAL_TOKENS)
+    counts = {}
+    for name, (masked, positions, labels, weights) in {"host": host, "device": device}.items():
+        assert masked.shape == rows.shape and positions.shape == (ROWS, PREDICTIONS)
+        real = weights > 0
+        n = real.sum(axis=1)
+        counts[name] = n
+        # Layout: the real positions first, ascending; then zeros.
+        assert (real == (np.arange(PREDICTIONS) < n[:, None])).all()
+        assert (np.where(real, positions, 0) == positions).all() and (labels[~real] == 0).all()
+        gaps = np.diff(positions, axis=1)
+        assert (gaps[real[:, 1:]] > 0).all()
+        np.testing.assert_array_equal(
+            labels, np.where(real, np.take_along_axis(rows, positions, 1), 0)
+        )
+        # Nothing but the chosen positions changes; chosen tokens are never special.
+        touched = np.zeros(rows.shape, bool)
+        np.put_along_axis(touched, positions, real, axis=1)
+        assert (masked[~touched] == rows[~touched]).all()
+        assert not special[rows[touched]].any()
+        shown = masked[touched]
+        assert not special[shown[shown != mask_id]].any()  # random tokens are real words
+        mask_share, random_share, kept_share = shares(
+            rows, masked, positions, labels, weights, mask_id
+        )
+        total = real.sum()  # ~24,000 chosen tokens: a share's standard error is < 0.003
+        tolerance = 4 * np.sqrt(0.25 / total) + 2e-3  # + a random draw equal to the original
+        assert abs(mask_share - rates[0]) < tolerance, (name, mask_share)
+        assert abs(random_share - rates[1]) < tolerance, (name, random_share)
+        assert abs(kept_share - (1 - sum(rates))) < tolerance, (name, kept_share)
+        if whole_word:
+            assert_whole_words(vocabulary, rows, touched)
+    if whole_word:
+        # The same budget, skipped words and all: the same mean count per sequence.
+        assert abs(counts["host"].mean() - counts["device"].mean()) < 0.05
+    else:
+        np.testing.assert_array_equal(counts["device"], counts["host"])
+
+
+def assert_whole_words(vocabulary, rows, chosen):
+    """A "##" piece is chosen exactly when the piece before it is."""
+    continuation = np.array([t.startswith("##") for t in vocabulary])[rows]
+    inner = continuation[:, 1:]
+    assert (chosen[:, 1:][inner] == chosen[:, :-1][inner]).all()
+
+
+def test_masking_rates_are_arguments_not_constants(vocabulary, rows):
+    """One compiled program serves every rate (Table 8's rows share it)."""
+    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    traces = []
+
+    @jax.jit
+    def mask(key, ids, rates):
+        traces.append(1)
+        return device_masking.mask_tokens(key, ids, tables, rates, PREDICTIONS)
+
+    key = jax.random.PRNGKey(0)
+    for rates in [(0.8, 0.1), (1.0, 0.0), (0.0, 0.0)]:
+        masked, positions, labels, weights = mask(
+            key, rows[:64], device_masking.masking_rates(0.15, *rates)
+        )
+    assert len(traces) == 1
+    # The last rates keep every chosen token as it was.
+    np.testing.assert_array_equal(np.asarray(masked), rows[:64])
+
+
+def test_the_stream_visits_every_row_once_an_epoch():
+    key = jax.random.PRNGKey(3)
+    num_rows, batch = 50, 8  # batches cross epoch boundaries
+    rows = np.concatenate(
+        [np.asarray(device_data.stream_rows(key, s, batch, num_rows)) for s in range(25)]
+    )  # 200 examples: four epochs
+    for epoch in rows.reshape(4, num_rows):
+        assert sorted(epoch) == list(range(num_rows))
+    assert not (rows[:num_rows] == rows[num_rows : 2 * num_rows]).all()  # a fresh order
+    # A batch larger than the corpus spans several epochs.
+    big = np.asarray(device_data.stream_rows(key, 0, 120, num_rows))
+    assert sorted(big[:100]) == sorted(list(range(num_rows)) * 2)
+
+
+def test_steps_per_call_divides_every_boundary():
+    from model.training.device_loop import steps_per_call
+
+    assert steps_per_call(100, 1000, 3000, 0) == 100
+    assert steps_per_call(100, 1000, 250, 0) == 50
+    assert steps_per_call(64, 30, 30, 0) == 30
+    assert steps_per_call(8, 10, 20, 10) == 5
+    assert steps_per_call(8, 7, 7, 0) == 7
+    assert steps_per_call(1, 1000, 20, 0) == 1
+
+
+# === Batches: the host pipeline's structure ===
+
+
+@pytest.fixture(scope="module")
+def record_sets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    return {
+        "pairs": make_records(root, "pairs"),
+        "segments": make_records(root, "segments", extra=["--inputs", "segments"]),
+        "static": make_records(
+            root, "static", extra=["--inputs", "full-sentences", "--masking", "static"]
+        ),
+    }
+
+
+OBJECTIVES = {
+    "bert": ("pairs", []),
+    "bert-no-nsp": ("segments", ["--no-nsp"]),
+    "roberta-static": ("static", []),
+    "electra": ("segments", []),
+    "ltr": ("segments", []),
+}
+
+
+def objective_for(name, records):
+    from model import objectives
+
+    vocabulary = load_vocabulary(os.path.join(records, "vocab.txt"))
+    kind = name.split("-")[0]
+    options = objectives.ObjectiveOptions(seq_len=32, next_sentence=name != "bert-no-nsp")
+    return objectives.get(kind)(vocabulary, options), vocabulary
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_device_batches_have_the_host_layout(record_sets, name):
+    from model.pretraining.pydataset import PretrainingPyDataset
+
+    records = record_sets[OBJECTIVES[name][0]]
+    objective, vocabulary = objective_for(name, records)
+    host = PretrainingPyDataset(
+        records,
+        8,
+        transform=objective.batches,
+        next_sentence=objective.next_sentence,
+        shuffle_buffer=16,
+    )[0]
+    corpus = device_data.DeviceCorpus.read(records, objective.next_sentence)
+    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    device = device_data.make_batch(
+        corpus,
+        objective.device_batches(tables),
+        jax.random.PRNGKey(0),
+        0,
+        8,
+        objective.masking_rates(),
+    )
+    for part_host, part_device in zip(host, device):
+        assert sorted(part_host) == sorted(part_device)
+        for key, value in part_host.items():
+            ours = np.asarray(part_device[key])
+            assert ours.shape == value.shape, key
+            assert ours.dtype == value.dtype, key
+    for weights in device[2].values():  # scaled to the mean over the batch's real targets
+        assert np.asarray(weights).sum() == pytest.approx(np.asarray(weights).size, rel=1e-5)
+
+
+def test_spanbert_is_refused_by_name(record_sets):
+    from model import objectives
+
+    options = objectives.ObjectiveOptions(seq_len=32, next_sentence=False)
+    vocabulary = tiny_vocabulary()
+    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    with pytest.raises(ValueError, match="--objective spanbert has no device-side batches"):
+        objectives.get("spanbert")(vocabulary, options).device_batches(tables)
+
+
+# === Runs: no TensorFlow, resumable, learning like the host pipeline ===
+
+RUN_TIMEOUT = 300
+
+
+def pretrain(records, output, steps, extra=(), no_tensorflow=True, env=None):
+    argv = pretrain_argv(records, output, steps=steps, checkpoint_every=10, extra=extra)
+    command = (
+        [sys.executable, "-c", NO_TENSORFLOW, *argv]
+        if no_tensorflow
+        else [sys.executable, "-m", "model.train", *argv]
+    )
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**subprocess_env(), "KERAS_BACKEND": "jax", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
+        return json.load(f), done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "roberta-static", "electra", "ltr"])
+def test_each_objective_trains_without_tensorflow(record_sets, tmp_path, name):
+    records, extra = OBJECTIVES[name]
+    objective = name.split("-")[0]
+    summary, done = pretrain(
+        record_sets[records],
+        tmp_path / "run",
+        steps=20,
+        extra=["--objective", objective, "--device-data", "--steps-per-call", "5", *extra],
+    )
+    assert summary["steps"] == 20 and summary["steps_this_run"] == 15  # the first call compiles
+    assert summary["device_data"] and summary["steps_per_call"] == 5
+    assert summary["config"]["dropout"] == 0.0  # the path's default
+    assert "batches made on the device" in done.stdout
+
+
+def test_a_device_run_resumes_to_the_same_weights(record_sets, tmp_path):
+    """Stopped at step 10 and started again, a run ends where an uninterrupted one does:
+    the batches depend on the step alone."""
+    records = record_sets["pairs"]
+    flags = ["--device-data", "--steps-per-call", "5", "--learning-rate", "1e-3"]
+    whole, _ = pretrain(records, tmp_path / "whole", 20, flags)
+    pretrain(records, tmp_path / "parts", 20, [*flags, "--stop-at", "10"])
+    resumed, done = pretrain(records, tmp_path / "parts", 20, flags)
+    assert "resuming from step 10" in done.stdout
+    assert resumed["steps"] == whole["steps"] == 20
+    assert_same_weights(
+        tmp_path / "whole" / "model.weights.h5", tmp_path / "parts" / "model.weights.h5"
+    )
