@@ -303,7 +303,7 @@ def load_mlm(directory: str, max_seq_length: int):
     its own vocabulary and casing; checks a bundle takes `max_seq_length`."""
     from export import bundle
     from model.checkpoints import model_dir
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
@@ -327,7 +327,7 @@ def load_mlm(directory: str, max_seq_length: int):
             raise ValueError(f"{directory}: a {info.get('task')!r} model has no masked-LM head")
         predict = model_dir.load(directory).predict_on_batch
         lowercase = info["encoder"].get("lowercase", True)
-    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
+    tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     return predict, tokenizer
 
 
@@ -345,7 +345,7 @@ def evaluate_replaced_tokens(
     from export import bundle, examples
     from export.detection import detection_scores
     from model.checkpoints import model_dir
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     electra_tasks = ("replaced_token_detection", "electra_pretraining")
     if bundle.is_bundle(directory):
@@ -382,7 +382,7 @@ def evaluate_replaced_tokens(
         raise ValueError(
             f"{directory}: --max-seq-length {seq_len} is longer than the model's {length}"
         )
-    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
+    tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     seed = examples.SEED if seed is None else seed
     held_out = examples.replaced_tokens(
         tokenizer, seq_len, None, path, generate, seed=seed, batch_size=batch_size
@@ -421,7 +421,7 @@ def evaluate_task(
     from model import tasks
     from model.checkpoints import model_dir
     from model.io.files import check_writable_dir
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     task = tasks.get(name)
     if null_threshold is not None and not getattr(task, "version_2", False):
@@ -492,7 +492,7 @@ def evaluate_task(
         predict = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
     else:
         predict = model_dir.load(directory).predict_on_batch
-    tokenizer = WordPieceTokenizer(
+    tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
     )
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len

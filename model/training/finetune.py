@@ -130,6 +130,7 @@ def finetune(args) -> int:
     from model.heads.bilstm_encoder import BertBiLstmEncoder
     from model.io.files import check_writable_dir, write_json
     from model.networks.encoder import BertEncoder
+    from model.text import tokenizer_class
     from model.training.checkpointing import ResumableCheckpoint, checkpoint_of, load_checkpoint
     from model.training.optimizer import bert_adamw
 
@@ -137,10 +138,6 @@ def finetune(args) -> int:
     # tokenizer is the pure-Python one (the same ids), the batches come from
     # a PyDataset and the strategy is keras.distribution.
     tf_backend = keras.backend.backend() == "tensorflow"
-    if tf_backend:
-        from model.text.tokenizer import WordPieceTokenizer
-    else:
-        from model.text.wordpiece import WordPieceTokenizer
 
     task = tasks.get(args.task)
     args = resolve_defaults(args, task)
@@ -189,7 +186,7 @@ def finetune(args) -> int:
             f"--seq-len {seq_len} exceeds the model's max_sequence_length "
             f"{config.max_sequence_length}"
         )
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=config.lowercase)
+    tokenizer = tokenizer_class()(vocab_path, lowercase=config.lowercase)
     if tokenizer.vocabulary_size != config.vocabulary_size:
         raise ValueError(
             f"{vocab_path}: {tokenizer.vocabulary_size} tokens, but the checkpoint's "

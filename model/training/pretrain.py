@@ -107,7 +107,7 @@ def pretrain(args) -> int:
         f"{args.batch_size}; {data.info['num_instances']} instances of {data.seq_len} tokens"
         + ("; batches made on the device" if args.device_data else "")
     )
-    model = _model(args, runtime, data, config)
+    model = build_model(args, runtime, data, config)
     checkpoint, start_step = _resume(args, runtime, model)
     timing = Throughput()
     stop = min(args.steps, args.stop_at or args.steps)
@@ -266,7 +266,7 @@ def _dropout(args):
     return args.dropout
 
 
-def _model(args, runtime, data, config):
+def build_model(args, runtime, data, config):
     """The objective's model over a fresh encoder, compiled, its optimizer built."""
 
     from model.networks.encoder import BertEncoder

@@ -1,0 +1,279 @@
+"""One accelerator, fully used: the device path's pre-training throughput (JAX, no TensorFlow).
+
+    KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=/tmp/jax-cache python bench/gpu.py
+    KERAS_BACKEND=jax python bench/gpu.py --quick            # seconds on a CPU: a rehearsal
+
+For each preset (`mini`, `small`, `electra-small`, `minilm-l6`, `base`) and each dropout
+(0, the device path's default, and 0.1), at batch 256 x 128 in bf16: the model of
+`python -m model.train pretrain --device-data` (BERT's masked LM + NSP; ELECTRA's generator
+and discriminator for `electra-small`) over a corpus on the device, K steps per compiled call
+(model/training/device_loop.py). It reports
+
+- tokens/s (batch x sequence length, padding included: the figure train_summary.json gives);
+- model FLOP utilisation: the model's training FLOPs (bench/common.py's formulas, the
+  masked-LM head at the masked positions only) per second over the chip's dense bf16 peak
+  (`--peak-tflops`, else the device's datasheet figure below);
+- the compile time of the call (its first run less one timed run), and for the presets of
+  `--cache-check` the same program built again in a fresh function, read from JAX's
+  persistent cache when JAX_COMPILATION_CACHE_DIR is set.
+
+Rows are printed as they come and written as JSON lines to `--json` (a call cut short keeps
+what it measured). The corpus: `--data RECORDS` (records of `python -m model.data`, read as
+the training command reads them) or random token ids (throughput does not depend on which
+words). Not measured yet: fine-tuning on the device (the issue's SST-2 and SQuAD figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import types
+
+import common
+import numpy as np
+
+# Dense bf16 matrix throughput (TFLOP/s) by device name, from the datasheets (no sparsity).
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0}
+GOALS = {  # the issue's goals, bf16 at 128 tokens
+    ("base", "mfu"): 35.0,
+    ("minilm-l6", "tokens"): 1.4e6,
+    ("mini", "tokens"): 3e6,
+    ("electra-small", "tokens"): 1e6,
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--presets", nargs="+", default=["mini", "small", "electra-small", "minilm-l6", "base"]
+    )
+    p.add_argument("--dropouts", nargs="+", type=float, default=[0.0, 0.1])
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--steps-per-call", type=int, default=20)
+    p.add_argument("--precision", default="mixed_bfloat16")
+    p.add_argument("--data", default=None, help="records to train on (default: random ids)")
+    p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--cache-check", nargs="*", default=["mini", "base"])
+    p.add_argument("--json", default=None, help="also write each row here (JSON lines)")
+    args = common.parse(p, argv, repeats=5, warmup=1)
+    if args.quick:
+        args.presets, args.dropouts = ["tiny", "electra-mini"], [0.0, 0.1]
+        args.batch_size, args.seq_len, args.steps_per_call = 8, 32, 4
+        args.cache_check = ["tiny"]
+    import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        p.error("run it with KERAS_BACKEND=jax")
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        # The "from cache" column needs a persistent cache: a fresh one, so the first build
+        # of each program is a cold compile.
+        import tempfile
+
+        jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="jax-cache-"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    device = jax.devices()[0]
+    peak = args.peak_tflops or next(
+        (v for k, v in PEAK_BF16_TFLOPS.items() if k in device.device_kind), None
+    )
+    print(f"device: {device.device_kind} ({device.platform}); peak bf16 {peak} TFLOP/s", flush=True)
+    rows, results = [], []
+    for preset in args.presets:
+        for dropout in args.dropouts:
+            row = measure(
+                args, preset, dropout, peak, cache=preset in args.cache_check and dropout == 0.0
+            )
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            if args.json:
+                with open(args.json, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+            rows.append(
+                [
+                    preset,
+                    dropout,
+                    f"{row['ms_per_step']:.1f}",
+                    f"{row['tokens_per_second']:,.0f}",
+                    common.fmt(row["mfu_percent"]),
+                    f"{row['compile_seconds']:.1f}",
+                    common.fmt(row.get("cached_compile_seconds")),
+                ]
+            )
+    body = (
+        f"Device: {device.device_kind} ({device.platform}), jax {jax.__version__}, keras "
+        f"{keras.__version__}; batch {args.batch_size} x {args.seq_len}, {args.precision}, "
+        f"{args.steps_per_call} steps per call, median of {args.repeats} calls; corpus: "
+        f"{args.data or 'random ids'}; peak {peak} TFLOP/s\n\n"
+        + common.table(
+            ["preset", "dropout", "ms/step", "tokens/s", "MFU %", "compile s", "from cache s"], rows
+        )
+        + "\n\n"
+        + "\n".join(goal_lines(results))
+    )
+    common.publish(args, "One accelerator: the device path's pre-training throughput", body)
+    return 0
+
+
+def goal_lines(results) -> list[str]:
+    lines = []
+    for (preset, kind), target in GOALS.items():
+        row = next((r for r in results if r["preset"] == preset and r["dropout"] == 0.0), None)
+        value = (
+            None if row is None else row["mfu_percent" if kind == "mfu" else "tokens_per_second"]
+        )
+        unit = "%" if kind == "mfu" else "tokens/s"
+        lines.append(common.goal_line(f"`{preset}` dropout 0 {kind}", value, target, unit))
+    return lines
+
+
+def measure(args, preset, dropout, peak, cache: bool) -> dict:
+    import jax
+
+    model, run, config, objective = build(args, preset, dropout)
+    state = model_state(model)
+    began = time.perf_counter()
+    state = block(run(state))
+    first = time.perf_counter() - began
+    times = []
+    for _ in range(args.repeats):
+        began = time.perf_counter()
+        state = block(run(state))
+        times.append(time.perf_counter() - began)
+    per_call = float(np.median(times))
+    per_step = per_call / args.steps_per_call
+    tokens = args.batch_size * args.seq_len / per_step
+    flops = step_flops(config, objective, args)
+    row = {
+        "preset": preset,
+        "dropout": dropout,
+        "device": jax.devices()[0].device_kind,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "precision": args.precision,
+        "steps_per_call": args.steps_per_call,
+        "ms_per_step": per_step * 1e3,
+        "call_seconds_min_max": [min(times), max(times)],
+        "tokens_per_second": tokens,
+        "model_tflops_per_second": flops / per_step / 1e12,
+        "mfu_percent": 100 * flops / per_step / (peak * 1e12) if peak else None,
+        "compile_seconds": first - per_call,
+    }
+    if cache:
+        again, rerun, _, _ = build(args, preset, dropout)
+        began = time.perf_counter()
+        block(rerun(model_state(again)))
+        row["cached_compile_seconds"] = time.perf_counter() - began - per_call
+    return row
+
+
+def build(args, preset, dropout):
+    """The training command's model and compiled call (pretrain.build_model, device_loop)."""
+    import keras
+
+    from model import objectives
+    from model.config import BertConfig
+    from model.pretraining.device_masking import VocabularyTables
+    from model.training import device_loop
+    from model.training.pretrain import build_model
+
+    vocabulary = bench_vocabulary()
+    kind = "electra" if preset.startswith("electra") else "bert"
+    objective = objectives.get(kind)(vocabulary, objectives.ObjectiveOptions(seq_len=args.seq_len))
+    config = BertConfig.preset(preset, vocabulary_size=len(vocabulary)).replace(dropout=dropout)
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy(args.precision)
+    flags = types.SimpleNamespace(
+        warmup_steps=100, steps=10_000, learning_rate=1e-4, weight_decay=0.01, seed=0, jit=True
+    )
+    runtime = types.SimpleNamespace(tf=False, scope=lambda: _nullcontext())
+    model = build_model(flags, runtime, types.SimpleNamespace(objective=objective), config)
+    model.steps_per_execution = args.steps_per_call
+    device_loop.attach(
+        model,
+        corpus(args, objective),
+        objective.device_batches(VocabularyTables.from_vocabulary(vocabulary)),
+        objective.masking_rates(),
+        0,
+        args.batch_size,
+        args.steps_per_call,
+    )
+    return model, lambda state: model.train_function(state, None), config, objective
+
+
+def _nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def model_state(model):
+    return model._get_jax_state(
+        trainable_variables=True,
+        non_trainable_variables=True,
+        optimizer_variables=True,
+        metrics_variables=True,
+    )
+
+
+def block(output):
+    import jax
+
+    logs, state = output
+    jax.block_until_ready(state)
+    return state
+
+
+def bench_vocabulary() -> list[str]:
+    """bert-base-uncased's vocabulary (the project's fixture): the size every preset has."""
+    from model.text.wordpiece import load_vocabulary
+
+    return load_vocabulary(
+        os.path.join(common.REPO_ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
+    )
+
+
+def corpus(args, objective):
+    from model.pretraining.device_data import DeviceCorpus
+
+    if args.data:
+        read = DeviceCorpus.read(args.data, objective.next_sentence)
+        if read.seq_len != args.seq_len:
+            sys.exit(f"{args.data}: records of {read.seq_len} tokens, --seq-len is {args.seq_len}")
+        return read
+    rng = np.random.default_rng(0)
+    n, length = 4096, args.seq_len
+    ids = rng.integers(1000, 30000, size=(n, length), dtype=np.int32)
+    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+    features = {
+        "input_ids": ids,
+        "segment_ids": np.zeros((n, length), np.int32),
+        "input_mask": np.ones((n, length), np.int32),
+    }
+    if objective.next_sentence:
+        features["next_sentence_labels"] = rng.integers(0, 2, size=(n, 1), dtype=np.int32)
+    return DeviceCorpus(features=features, seq_len=length, static=False)
+
+
+def step_flops(config, objective, args) -> float:
+    """Training FLOPs of one step: 3x the forward (common.training_flops)."""
+    b, t = args.batch_size, args.seq_len
+    masked = objective.max_predictions(0.15)
+    if objective.name != "electra":
+        return common.training_flops(common.pretraining_forward_flops(config, b, t, masked))
+    from model.heads.electra import generator_config
+
+    generator = generator_config(config, objective.options.generator_size)
+    discriminator = common.encoder_flops(config, b, t) + b * t * 2 * config.hidden_dim
+    if config.embedding_dim:
+        discriminator += 2 * b * t * config.embedding_dim * config.hidden_dim
+    return common.training_flops(
+        discriminator + common.pretraining_forward_flops(generator, b, t, masked)
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The commands a GPU machine runs, in an environment with JAX and no TensorFlow.
+
+    BERT_JAX_VENV=/tmp/jax-venv PYTHONPATH=. python -m pytest -q --runslow tests/test_jax_only.py
+
+A GPU machine rented by the minute has JAX and nothing of TensorFlow; an import that
+fails there costs minutes. This environment is built from model/requirements-jax.txt
+alone (`pip install --no-deps`): numpy, CPU jax, keras, keras-hub and their pinned
+dependencies. In it, at smoke scale: pre-training on the device path for every objective
+it serves and on the host pipeline for SpanBERT, fine-tuning SST-2 from that run, and
+evaluating the fine-tuned model and the masked LM. The records are made here (model.data
+writes them with TensorFlow), as they are made before a GPU call.
+
+The environment is $BERT_JAX_VENV when that names a non-empty directory (used as it is,
+never modified; .ci/run builds it), else one is built in pytest's temporary directory
+(~30 s with a warm pip cache). The test fails, never skips, when it cannot be built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT, make_records, pretrain_argv
+
+REQUIREMENTS = os.path.join(REPO_ROOT, "model", "requirements-jax.txt")
+SST2 = os.path.join(REPO_ROOT, "..", "shared", "data", "glue", "SST-2")
+WIKITEXT = os.path.join(REPO_ROOT, "..", "shared", "data", "wikitext-2-raw", "wiki.valid.raw")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def jax_python(tmp_path_factory):
+    venv = os.environ.get("BERT_JAX_VENV")
+    if not (venv and os.path.isdir(venv) and os.listdir(venv)):
+        venv = venv or str(tmp_path_factory.mktemp("jax") / "venv")
+        for command in (
+            [sys.executable, "-m", "venv", venv],
+            [
+                os.path.join(venv, "bin", "pip"),
+                "install",
+                "--quiet",
+                "--no-deps",
+                "-r",
+                REQUIREMENTS,
+            ],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+            if done.returncode:
+                pytest.fail(f"cannot build {venv}: {' '.join(command)}:\n{done.stderr[-3000:]}")
+    python = os.path.join(venv, "bin", "python")
+    found = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is None)"],
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip() == "True", f"{venv} has TensorFlow: not a JAX-only environment"
+    return python
+
+
+def run(python, module, argv, timeout=400):
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONPATH": REPO_ROOT,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    done = subprocess.run(
+        [python, "-m", module, *map(str, argv)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    return {
+        "pairs": make_records(root, "pairs"),
+        "segments": make_records(root, "segments", extra=["--inputs", "segments"]),
+        "static": make_records(
+            root, "static", extra=["--inputs", "full-sentences", "--masking", "static"]
+        ),
+    }
+
+
+RUNS = {  # objective: (records, flags)
+    "bert": ("pairs", ["--device-data"]),
+    "roberta": ("static", ["--device-data"]),
+    "electra": ("segments", ["--device-data"]),
+    "ltr": ("segments", ["--device-data"]),
+    "spanbert": ("segments", []),  # the host pipeline: no device-side span masking yet
+}
+
+
+@pytest.fixture(scope="module")
+def runs(jax_python, records, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for objective, (kind, flags) in RUNS.items():
+        output = root / objective
+        extra = ["--objective", objective, *flags]
+        if flags:
+            extra += ["--steps-per-call", "5"]
+        run(jax_python, "model.train", pretrain_argv(records[kind], output, steps=10, extra=extra))
+        with open(output / "train_summary.json", encoding="utf-8") as f:
+            out[objective] = (str(output), json.load(f))
+    return out
+
+
+@pytest.mark.parametrize("objective", RUNS)
+def test_every_objective_pretrains_without_tensorflow(runs, objective):
+    output, summary = runs[objective]
+    assert summary["backend"] == "jax" and summary["steps"] == 10
+    assert summary["device_data"] == (objective != "spanbert")
+    if summary["device_data"]:  # 5 steps a call; the first call (compiling) is not timed
+        assert (summary["steps_per_call"], summary["steps_this_run"]) == (5, 5)
+        assert summary["config"]["dropout"] == 0.0  # the device path's default
+    assert os.path.isfile(os.path.join(output, "model.weights.h5"))
+    assert not os.path.isdir(os.path.join(output, "logs"))  # TensorBoard needs TensorFlow
+
+
+def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
+    encoder = runs["bert"][0]
+    classifier = tmp_path / "sst2"
+    run(
+        jax_python,
+        "model.train",
+        [
+            "finetune", "--task", "sst2", "--data", SST2, "--init", encoder, "--output",
+            classifier, "--epochs", "1", "--max-train-examples", "32", "--batch-size", "8",
+            "--seq-len", "32",
+        ],
+    )  # fmt: skip
+    done = run(
+        jax_python,
+        "model.evaluate",
+        ["--task", "sst2", "--model", classifier, "--data", os.path.join(SST2, "dev.tsv")],
+    )
+    assert 0.0 <= json.loads(done.stdout[done.stdout.index("{") :])["accuracy"] <= 1.0
+    done = run(
+        jax_python,
+        "model.evaluate",
+        ["--task", "mlm", "--model", encoder, "--data", WIKITEXT, "--batch-size", "64"],
+    )
+    metrics = json.loads(done.stdout[done.stdout.index("{") :])
+    assert metrics["masked_positions"] > 10_000
