@@ -321,3 +321,35 @@ def test_a_device_run_resumes_to_the_same_weights(record_sets, tmp_path):
     assert_same_weights(
         tmp_path / "whole" / "model.weights.h5", tmp_path / "parts" / "model.weights.h5"
     )
+
+
+@pytest.mark.parametrize("path", ["tensorflow", "host", "device"])
+def test_held_out_scores_are_the_same_batches_every_time(record_sets, tmp_path, path):
+    """Each row of eval.json scores the first --eval-steps held-out batches (Keras goes on
+    where an endless validation stream stopped: every row would read other batches)."""
+    from model import load
+    from model.pretraining.pydataset import PretrainingPyDataset
+
+    records = record_sets["pairs"]
+    flags = ["--eval-data", records, "--eval-steps", "3", "--learning-rate", "1e-3"]
+    if path == "device":  # more steps a call than held-out batches: a call stops short
+        flags += ["--device-data", "--steps-per-call", "5"]
+    tf = (
+        {"no_tensorflow": False, "env": {"KERAS_BACKEND": "tensorflow"}}
+        if path == "tensorflow"
+        else {}
+    )
+    pretrain(records, tmp_path / "run", 20, flags, **tf)
+    with open(tmp_path / "run" / "eval.json", encoding="utf-8") as f:
+        rows = json.load(f)["rows"]
+    assert [r["step"] for r in rows] == [10, 20]
+    objective, _ = objective_for("bert", records)
+
+    model = load(str(tmp_path / "run"))
+    model.compile(loss=objective.losses(), weighted_metrics=objective.metrics())
+    held_out = PretrainingPyDataset(
+        records, 4, transform=objective.batches, seed=12345, graph_seed=12345, steps=3,
+        shuffle_buffer=64,
+    )  # fmt: skip
+    scores = model.evaluate(held_out, verbose=0, return_dict=True)
+    assert scores["mlm_loss"] == pytest.approx(rows[-1]["mlm_loss"], rel=1e-4)

@@ -281,8 +281,10 @@ class PretrainingPyDataset(keras.utils.PyDataset):
         num_workers: int = 1,
         graph_seed: int | None = None,
         transform=None,
+        steps: int | None = None,
     ):
         super().__init__(workers=1, use_multiprocessing=False)
+        self.steps = steps
         if batch_size % num_workers or not 0 <= worker_index < num_workers:
             raise ValueError(
                 f"global batch {batch_size} cannot be split into {num_workers} worker(s)"
@@ -315,7 +317,9 @@ class PretrainingPyDataset(keras.utils.PyDataset):
 
     @property
     def num_batches(self):
-        return None  # endless, like the tf.data stream
+        # Endless, like the tf.data stream; or `steps` batches, the same ones each time Keras
+        # goes through it (held-out data: an endless one would go on where it stopped).
+        return self.steps
 
     def _records(self, position: int):
         epoch, offset = divmod(position, self.num)

@@ -380,7 +380,9 @@ def _datasets(args, runtime, data, model, start_step, stop):
         shuffle_buffer=args.shuffle_buffer,
         next_sentence=objective.next_sentence,
     )
-    # The same held-out batches every time: from the stream's start, the run's seed.
+    # The same held-out batches every time: the first --eval-steps of the stream from its
+    # start, the run's seed. (Keras goes on where an endless validation stream stopped, so
+    # the held-out data is made finite: `take` and `cache`, a PyDataset's `steps`.)
     eval_args = {**data_args, "start_step": 0}
     if runtime.tf:
         from model.pretraining.dataset import distributed_pretraining_dataset, pretraining_dataset
@@ -394,8 +396,10 @@ def _datasets(args, runtime, data, model, start_step, stop):
             runtime.strategy,
             pretraining_dataset(args.data, args.batch_size, **data_args).element_spec,
         )
-        held_out = args.eval_data and pretraining_dataset(
-            args.eval_data, args.batch_size, **eval_args
+        held_out = args.eval_data and (
+            pretraining_dataset(args.eval_data, args.batch_size, **eval_args)
+            .take(args.eval_steps)
+            .cache()
         )
         return dataset, held_out or None
     from model.pretraining.pydataset import PretrainingPyDataset
@@ -413,7 +417,9 @@ def _datasets(args, runtime, data, model, start_step, stop):
             **kwargs,
         )
 
-    held_out = py_dataset(args.eval_data, **eval_args) if args.eval_data else None
+    held_out = (
+        py_dataset(args.eval_data, steps=args.eval_steps, **eval_args) if args.eval_data else None
+    )
     if not args.device_data:
         return py_dataset(args.data, **data_args), held_out
     return _device_dataset(args, data, model, start_step, stop), held_out
