@@ -61,7 +61,12 @@ very batches of the tf.data pipeline):
 (keras.distribution.DataParallel over all devices); the step is always
 XLA-compiled; TensorBoard logs are written only if TensorFlow is installed.
 With dropout 0 a run follows the TensorFlow backend's loss curve to float
-rounding (tests/test_jax_backend.py).
+rounding (tests/test_jax_backend.py). On one accelerator, `--device-data`
+keeps the records on the device and cuts and masks each batch inside one
+compiled call of `--steps-per-call` steps (model/training/device_loop.py;
+dropout 0 by default there):
+
+    KERAS_BACKEND=jax python -m model.train pretrain --device-data --config mini ...
 """
 
 from __future__ import annotations
@@ -195,7 +200,7 @@ def parse_args(argv):
         "--device-data",
         action="store_true",
         help="keep the records on the device and cut and mask each batch inside the compiled "
-        "step, several steps per call (bert, roberta, electra, ltr; default dropout 0)",
+        "step, several steps per call (every objective; default dropout 0)",
     )
     g.add_argument(
         "--steps-per-call",

@@ -207,6 +207,18 @@ def make_records(
     return output
 
 
+def make_record_formats(root) -> dict:
+    """Records of three kinds in `root`: "pairs" (sentence pairs with NSP labels), "segments"
+    (single segments) and "static" (full sentences masked at creation)."""
+    return {
+        "pairs": make_records(root, "pairs"),
+        "segments": make_records(root, "segments", extra=["--inputs", "segments"]),
+        "static": make_records(
+            root, "static", extra=["--inputs", "full-sentences", "--masking", "static"]
+        ),
+    }
+
+
 def pretrain_argv(
     data_dir: str,
     output: str,

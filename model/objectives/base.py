@@ -84,7 +84,7 @@ class Objective:
         (model/pretraining/device_data.py): a function `(key, token_ids, padding_mask,
         rates)` -> {"x", "y", "sw"}; `tables` the vocabulary's `VocabularyTables`."""
         raise ValueError(
-            f"--objective {self.name} has no device-side batches yet: train it without "
+            f"--objective {self.name} has no device-side batches: train it without "
             f"--device-data (the host pipeline)"
         )
 

@@ -24,18 +24,25 @@ class SpanBert(Objective):
     name = "spanbert"
     inputs = ("segments",)
 
-    @property
-    def batches(self):
+    def span_config(self) -> SpanMaskingConfig:
         o = self.options
         mask_token_rate, random_token_rate = self.replacement_rates()
-        config = SpanMaskingConfig(
+        return SpanMaskingConfig(
             mask_rate=o.mask_rate,
             mask_token_rate=mask_token_rate,
             random_token_rate=random_token_rate,
             # room for the span that reaches the 15 % budget to overshoot it
             max_predictions=self.max_predictions(0.25),
         )
-        return SpanMaskedBatches(SpanMasker(self.vocabulary, config))
+
+    @property
+    def batches(self):
+        return SpanMaskedBatches(SpanMasker(self.vocabulary, self.span_config()))
+
+    def device_batches(self, tables):
+        from model.pretraining.device_data import span_masked
+
+        return span_masked(tables, self.span_config())
 
     def build_model(self, encoder, seed=None):
         from model.heads.span_pretrainer import SpanBertPretrainer

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from model.pretraining.device_masking import mask_tokens
+from model.pretraining.device_span_masking import span_masks
 from model.pretraining.pydataset import (
     check_features,
     feature_lengths,
@@ -163,6 +164,22 @@ def replaced_token(tables, max_predictions: int, whole_word: bool):
         out["y"]["rtd"] = ids
         out["sw"]["rtd"] = padding.astype(jnp.float32)
         return out
+
+    return batch
+
+
+def span_masked(tables, config):
+    """SpanBERT's batch (span_masking.SpanMaskedBatches): span masks with the SBO head's
+    boundary inputs; masked-LM and SBO share the labels, not the weights."""
+
+    def batch(key, ids, padding, rates):
+        m = span_masks(key, ids, tables, rates, config)
+        slots = ("mask_positions", "left_boundaries", "right_boundaries", "relative_positions")
+        return {
+            "x": {"token_ids": m["token_ids"], **{name: m[name] for name in slots}},
+            "y": {"mlm": m["mask_ids"], "sbo": m["mask_ids"]},
+            "sw": {"mlm": m["mask_weights"], "sbo": m["sbo_weights"]},
+        }
 
     return batch
 

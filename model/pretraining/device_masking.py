@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from model.pretraining.span_masking import EDGE_TOKENS
 from model.text.wordpiece import SPECIAL_TOKENS
 
 
@@ -37,13 +38,15 @@ class VocabularyTables:
     special: (V,) bool, never chosen ([PAD], [UNK], [CLS], [SEP], [MASK]);
     continuation: (V,) bool, "##" pieces (whole-word masking);
     random_pool: (R,) int32, the ids a random replacement draws from;
-    mask_id: the [MASK] id.
+    mask_id: the [MASK] id;
+    edge: (V,) bool, the tokens next to which a SpanBERT span touches the segment's edge.
     """
 
     special: np.ndarray
     continuation: np.ndarray
     random_pool: np.ndarray
     mask_id: int
+    edge: np.ndarray
 
     @classmethod
     def from_vocabulary(cls, vocabulary: list[str]) -> VocabularyTables:
@@ -55,6 +58,7 @@ class VocabularyTables:
             continuation=np.array([t.startswith("##") for t in vocabulary]),
             random_pool=np.flatnonzero(~special).astype(np.int32),
             mask_id=vocabulary.index("[MASK]"),
+            edge=np.isin(np.array(vocabulary, dtype=object), EDGE_TOKENS),
         )
 
 
