@@ -438,6 +438,11 @@ def _device_dataset(args, data, model, start_step, stop):
             f"{k} steps per call: the largest number up to {requested} that divides "
             f"--checkpoint-every, the stop step and the resumed step"
         )
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        print(
+            "note: compiled programs are not kept between runs; set JAX_COMPILATION_CACHE_DIR "
+            "to a directory and runs that differ only in masking rates or seed compile once"
+        )
     began = time.time()
     corpus = DeviceCorpus.read(args.data, objective.next_sentence)
     print(f"{corpus.num_rows} records read into device arrays in {time.time() - began:.1f} s")
