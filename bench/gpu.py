@@ -20,7 +20,9 @@ and discriminator for `electra-small`) over a corpus on the device, K steps per 
 Rows are printed as they come and written as JSON lines to `--json` (a call cut short keeps
 what it measured). The corpus: `--data RECORDS` (records of `python -m model.data`, read as
 the training command reads them) or random token ids (throughput does not depend on which
-words). Not measured yet: fine-tuning on the device (the issue's SST-2 and SQuAD figures).
+words). Fine-tuning: SST-2 (`mini`, 64 tokens) with one seed and with three seeds trained together
+in one program (model/training/seeds.py), and SQuAD v1.1 (`minilm-l6`, 384 tokens); the
+seconds an epoch would take at the measured examples/s, against the goals.
 """
 
 from __future__ import annotations
@@ -87,11 +89,7 @@ def main(argv=None) -> int:
             row = measure(
                 args, preset, dropout, peak, cache=preset in args.cache_check and dropout == 0.0
             )
-            results.append(row)
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+            results.append(record(args, row))
             rows.append(
                 [
                     preset,
@@ -113,9 +111,121 @@ def main(argv=None) -> int:
         )
         + "\n\n"
         + "\n".join(goal_lines(results))
+        + "\n\n"
+        + finetune_section(args)
     )
     common.publish(args, "One accelerator: the device path's pre-training throughput", body)
     return 0
+
+
+def record(args, row: dict) -> dict:
+    """Prints a row as it comes and appends it to --json (a cut-short run keeps it)."""
+    print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+    return row
+
+
+# Fine-tuning: (task, preset, sequence length, batch, seeds trained together, examples an
+# epoch (SST-2's goal counts 20,000; SQuAD v1.1 train makes 88,641 features at 384), goal
+# seconds for that epoch of all the seeds).
+FINETUNE = (
+    ("sst2", "mini", 64, 32, 1, 20_000, None),
+    ("sst2", "mini", 64, 32, 3, 20_000, 15.0),
+    ("squad1", "minilm-l6", 384, 32, 1, 88_641, 90.0),
+)
+
+
+def finetune_section(args) -> str:
+    """Fine-tuning examples/s on the device (model/training/seeds.py), random ids."""
+    rows, goals = [], []
+    plan = FINETUNE if not args.quick else (("sst2", "tiny", 32, 8, 3, 2_000, None),)
+    for task, preset, seq_len, batch, seeds, epoch, goal in plan:
+        row = record(args, measure_finetune(args, task, preset, seq_len, batch, seeds))
+        seconds = epoch * seeds / row["examples_per_second"]
+        rows.append(
+            [task, preset, f"{batch} x {seq_len}", seeds, f"{row['examples_per_second']:,.0f}",
+             f"{seconds:.1f}", f"{row['compile_seconds']:.1f}"]
+        )  # fmt: skip
+        if goal:
+            name = f"{task} `{preset}` epoch of {epoch:,} examples, {seeds} seed(s) together"
+            goals.append(common.goal_line(name, seconds, goal, "s", higher=False))
+    return (
+        "Fine-tuning, every seed's model in one compiled program (random ids, "
+        f"{args.precision}, {args.steps_per_call} steps per call):\n\n"
+        + common.table(
+            ["task", "preset", "batch", "seeds", "examples/s (all seeds)", "epoch s", "compile s"],
+            rows,
+        )
+        + "\n\n"
+        + "\n".join(goals)
+    )
+
+
+def measure_finetune(args, task, preset, seq_len, batch, seeds) -> dict:
+    import jax
+    import keras
+
+    from model.config import BertConfig
+    from model.heads.classifier import BertClassifier
+    from model.heads.question_answerer import BertQuestionAnswerer
+    from model.networks.encoder import BertEncoder
+    from model.training.optimizer import bert_adamw
+    from model.training.seeds import SeedTrainer
+
+    keras.mixed_precision.set_global_policy(args.precision)
+    rng = np.random.default_rng(0)
+    n = max(4 * batch * args.steps_per_call, 1024)
+    features = {
+        "token_ids": rng.integers(1000, 30000, (n, seq_len)).astype(np.int32),
+        "segment_ids": np.zeros((n, seq_len), np.int32),
+        "padding_mask": np.ones((n, seq_len), np.int32),
+    }
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if task == "squad1":
+        labels = {
+            "start_logits": rng.integers(0, seq_len, n).astype(np.int32),
+            "end_logits": rng.integers(0, seq_len, n).astype(np.int32),
+        }
+        losses = {"start_logits": loss, "end_logits": loss}
+    else:
+        labels, losses = rng.integers(0, 2, n).astype(np.int32), loss
+
+    def build(seed):
+        keras.utils.set_random_seed(seed)
+        config = BertConfig.preset(preset, vocabulary_size=30522)
+        encoder = BertEncoder.from_config_object(config)
+        model = BertQuestionAnswerer(encoder) if task == "squad1" else BertClassifier(encoder, 2)
+        model.compile(optimizer=bert_adamw(2e-5, 100, 10_000), loss=losses)
+        return model
+
+    trainer = SeedTrainer(
+        [build(s) for s in range(seeds)], features, labels, batch, args.steps_per_call
+    )
+    began = time.perf_counter()
+    trainer.run(args.steps_per_call)
+    jax.block_until_ready(trainer.state)
+    first = time.perf_counter() - began
+    times = []
+    for _ in range(args.repeats):
+        began = time.perf_counter()
+        trainer.run(args.steps_per_call)
+        jax.block_until_ready(trainer.state)
+        times.append(time.perf_counter() - began)
+    per_call = float(np.median(times))
+    return {
+        "task": task,
+        "preset": preset,
+        "device": jax.devices()[0].device_kind,
+        "seq_len": seq_len,
+        "batch_size": batch,
+        "seeds": seeds,
+        "precision": args.precision,
+        "steps_per_call": args.steps_per_call,
+        "examples_per_second": seeds * batch * args.steps_per_call / per_call,
+        "compile_seconds": first - per_call,
+    }
 
 
 def goal_lines(results) -> list[str]:

@@ -516,9 +516,9 @@ def build_electra(root: str) -> dict:
     return paths
 
 
-# `python -c NO_TENSORFLOW ARGV...`: `python -m model.train ARGV` in a process that cannot
-# import TensorFlow (a GPU machine with JAX alone), failing if anything loaded it.
-NO_TENSORFLOW = """
+# Python source that makes `import tensorflow` fail in the process that runs it (a GPU
+# machine with JAX alone); prefix a child's script with it.
+BLOCK_TENSORFLOW = """
 import importlib.abc, sys
 
 class NoTensorFlow(importlib.abc.MetaPathFinder):
@@ -528,9 +528,17 @@ class NoTensorFlow(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+# `python -c NO_TENSORFLOW ARGV...`: `python -m model.train ARGV` in a process that cannot
+# import TensorFlow, failing if anything loaded it.
+NO_TENSORFLOW = (
+    BLOCK_TENSORFLOW
+    + """
 from model.train import main
 rc = main(sys.argv[1:])
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensorflow_text"))
 assert not loaded, loaded
 sys.exit(rc)
 """
+)
