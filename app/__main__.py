@@ -152,9 +152,31 @@ def start(slots: dict, args: argparse.Namespace):
     return demo
 
 
+def serving_problem(args: argparse.Namespace) -> str | None:
+    """What stops the app from serving, found before any model loads: a --models folder that
+    is not there, or an address and port something else holds."""
+    import socket
+
+    if not os.path.isdir(args.models):
+        return f"--models {args.models}: no such folder"
+    try:
+        with socket.create_server((args.host, args.port)):
+            pass
+    except OSError as e:
+        return (
+            f"cannot serve on {args.host}:{args.port} ({e.strerror or e}): another program "
+            f"holds it; choose another port with --port"
+        )
+    return None
+
+
 def main(argv=None) -> int:
     began = time.perf_counter()
     args = parse_args(argv)
+    problem = serving_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     offline_environment()
     if args.backend == "keras":  # LiteRT bundles need no TensorFlow
         from model.io.native_logs import import_tensorflow_quietly

@@ -585,6 +585,7 @@ def app_process(*flags: str, env: dict | None = None, timeout: float = 180):
 
 def test_cli_starts_offline_without_models_and_explains_share(tmp_path):
     proxy = SentinelProxy()
+    (tmp_path / "none").mkdir()  # a folder with no models (a missing one stops the app)
     try:
         with app_process("--models", str(tmp_path / "none"), "--share", env=proxy.env()) as (
             url,
@@ -933,3 +934,23 @@ def test_cli_serves_the_replaced_tokens_view(electra_models):
             assert status.startswith(predict.WARNING) and "Traceback" not in status
         # The other views answer as before.
         assert client.predict("A good film.", api_name="/sentiment")[0].startswith("**")
+
+
+def test_a_missing_models_folder_or_a_busy_port_stops_the_app_at_once(tmp_path, capsys):
+    """One clear line and a non-zero exit, before any model loads (the load would take
+    seconds; here nothing is loaded: the folder is empty or missing)."""
+    import socket
+    import time
+
+    from app.__main__ import main
+
+    began = time.perf_counter()
+    assert main(["--models", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--models" in err and "no such folder" in err
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["--models", str(tmp_path), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "--port" in err
+    assert time.perf_counter() - began < 5
