@@ -371,7 +371,7 @@ def corpus(args, objective):
 def step_flops(config, objective, args) -> float:
     """Training FLOPs of one step: 3x the forward (common.training_flops)."""
     b, t = args.batch_size, args.seq_len
-    masked = objective.max_predictions(0.15)
+    masked = objective.max_predictions()
     if objective.name != "electra":
         return common.training_flops(common.pretraining_forward_flops(config, b, t, masked))
     from model.heads.electra import generator_config

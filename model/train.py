@@ -215,8 +215,8 @@ def parse_args(argv):
         "--max-predictions",
         type=int,
         default=None,
-        help="masked positions per sequence (default: 15%% of --seq-len, rounded up; "
-        "spanbert: 25%%, room for the span that reaches the 15%% budget)",
+        help="masked positions per sequence (default: --mask-rate of --seq-len, at least "
+        "15%%, rounded up; spanbert: 10%% more, room for the span that reaches the budget)",
     )
     g.add_argument("--mask-rate", type=float, default=0.15)
     g.add_argument(

@@ -404,3 +404,41 @@ def test_held_out_scores_are_the_same_batches_every_time(record_sets, tmp_path, 
     )  # fmt: skip
     scores = model.evaluate(held_out, verbose=0, return_dict=True)
     assert scores["mlm_loss"] == pytest.approx(rows[-1]["mlm_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("objective", ["bert", "spanbert"])
+def test_the_mask_rate_of_the_command_line_is_realised(record_sets, objective, tmp_path):
+    """--mask-rate 0.15, 0.30, 0.40 through the command's own parsing: the prediction slots
+    are sized from the rate, so the share of text tokens chosen is the rate (SpanBERT's last
+    span may overshoot it), on the host pipeline and on the device alike."""
+    from model.pretraining.pydataset import PretrainingPyDataset
+    from model.train import parse_args
+    from model.training.pretrain import _data
+
+    records = record_sets["segments"]
+    vocabulary = load_vocabulary(os.path.join(records, "vocab.txt"))
+    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    for rate in (0.15, 0.30, 0.40):
+        argv = pretrain_argv(records, tmp_path / f"run-{rate}", extra=["--mask-rate", str(rate)])
+        args = parse_args(
+            [*argv, "--objective", objective, *(["--no-nsp"] * (objective == "bert"))]
+        )
+        data = _data(args)
+        o = data.objective
+        host = PretrainingPyDataset(records, 64, transform=o.batches, next_sentence=False)[0]
+        corpus = device_data.DeviceCorpus.read(records, False)
+        device = device_data.make_batch(
+            corpus, o.device_batches(tables), jax.random.PRNGKey(0), 0, 64, o.masking_rates()
+        )
+        realised = {}
+        for name, (x, _, sw) in {"host": host, "device": device}.items():
+            chosen = float(np.sum(np.asarray(sw["mlm"]) > 0))
+            # Text tokens: the real ones less each segment's [CLS] and [SEP].
+            text = float(np.sum(np.asarray(x["padding_mask"]) > 0)) - 2 * len(x["token_ids"])
+            realised[name] = chosen / text
+        for name, share in realised.items():
+            if objective == "bert":
+                assert abs(share - rate) < 0.02, (name, rate, share)
+            else:  # spans are never cut: in 30-token segments the last one overshoots most
+                assert rate - 0.01 < share < rate + 0.15, (name, rate, share)
+        assert abs(realised["host"] - realised["device"]) < 0.05, realised

@@ -118,7 +118,7 @@ class Objective:
 
     def masker(self):
         """BERT's token masking with this objective's rates and the flags
-        (`model.pretraining.masking.Masker`), 15 % of the length predicted at most."""
+        (`model.pretraining.masking.Masker`), `max_predictions()` slots."""
         from model.pretraining.masking import Masker, MaskingConfig
 
         o = self.options
@@ -127,7 +127,7 @@ class Objective:
             mask_rate=o.mask_rate,
             mask_token_rate=mask_token_rate,
             random_token_rate=random_token_rate,
-            max_predictions=self.max_predictions(0.15),
+            max_predictions=self.max_predictions(),
             whole_word=o.whole_word,
         )
         return Masker(self.vocabulary, config)
@@ -165,8 +165,12 @@ class Objective:
         """The model's output names (each with a label in the batch)."""
         raise NotImplementedError
 
-    def max_predictions(self, share: float) -> int:
-        """`--max-predictions`, else `share` of the sequence length, rounded up."""
+    def max_predictions(self, room: float = 0.0) -> int:
+        """`--max-predictions`, else the prediction slots `--mask-rate` needs (never fewer
+        than 15 % of the sequence length, BERT's 20 at 128 tokens), plus `room` of the length
+        (SpanBERT's last span may overshoot its budget), rounded up. Sized from the rate, so
+        a higher --mask-rate is not capped at 15 % for want of slots."""
+        share = max(0.15, self.options.mask_rate) + room
         return self.options.max_predictions or math.ceil(share * self.options.seq_len)
 
 

@@ -36,7 +36,7 @@ class Bert(Objective):
     def device_batches(self, tables):
         from model.pretraining.device_data import masked_lm
 
-        return masked_lm(tables, self.max_predictions(0.15), self.options.whole_word)
+        return masked_lm(tables, self.max_predictions(), self.options.whole_word)
 
     def build_model(self, encoder, seed=None):
         from model.heads.pretrainer import BertPretrainer

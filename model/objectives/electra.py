@@ -125,7 +125,7 @@ class Electra(Objective):
     def device_batches(self, tables):
         from model.pretraining.device_data import replaced_token
 
-        return replaced_token(tables, self.max_predictions(0.15), self.options.whole_word)
+        return replaced_token(tables, self.max_predictions(), self.options.whole_word)
 
     def build_model(self, encoder, seed=None):
         from model.heads.electra import ElectraPretrainer

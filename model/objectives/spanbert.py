@@ -31,8 +31,8 @@ class SpanBert(Objective):
             mask_rate=o.mask_rate,
             mask_token_rate=mask_token_rate,
             random_token_rate=random_token_rate,
-            # room for the span that reaches the 15 % budget to overshoot it
-            max_predictions=self.max_predictions(0.25),
+            # room for the span that reaches the budget to overshoot it (25 % at 15 %)
+            max_predictions=self.max_predictions(room=0.10),
         )
 
     @property
