@@ -92,7 +92,9 @@ class SeedTrainer:
     def write_back(self) -> None:
         """Assigns each seed's trained variables to its model."""
         for i, model in enumerate(self.models):
-            trainable, non_trainable, optimizer, metrics = jax.tree.map(lambda v: v[i], self.state)
+            trainable, non_trainable, optimizer, metrics = jax.tree.map(
+                lambda v, i=i: v[i], self.state
+            )
             for group, values in (
                 (model.trainable_variables, trainable),
                 (model.non_trainable_variables, non_trainable),
