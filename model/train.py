@@ -127,7 +127,8 @@ def parse_args(argv):
     sub = p.add_subparsers(dest="command", required=True)
     pre = sub.add_parser(
         "pretrain",
-        help="pre-training: BERT's masked LM + NSP, RoBERTa, SpanBERT or a left-to-right LM",
+        help="pre-training: BERT's masked LM + NSP, RoBERTa, SpanBERT, ELECTRA or a "
+        "left-to-right LM",
         description="Pre-train an encoder on TFRecords from model.data, with one of the "
         "objectives of model/objectives/ (default: BERT's masked LM + next sentence prediction).",
     )

@@ -320,6 +320,8 @@ def test_unset_flags_take_the_task_default_then_the_papers():
     # GLUE sets no epochs or batch size of its own: the paper's 3 and 32.
     sst2 = resolve_defaults(unset, tasks.get("sst2"))
     assert (sst2.epochs, sst2.batch_size, sst2.learning_rate, sst2.seq_len) == (3.0, 32, 2e-5, 128)
+    swag = resolve_defaults(unset, tasks.get("swag"))  # the paper's section 4.4
+    assert (swag.epochs, swag.batch_size, swag.learning_rate) == (3.0, 16, 2e-5)
     assert unset.epochs is None  # a copy; the caller's namespace is left alone
     given = argparse.Namespace(epochs=1.0, batch_size=4, learning_rate=1e-3, seq_len=16)
     assert vars(resolve_defaults(given, tasks.get("squad2"))) == vars(given)
