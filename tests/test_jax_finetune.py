@@ -50,6 +50,7 @@ from model.training.finetune_pydataset import (
     length_boundaries,
 )
 from tests.helpers import (
+    NO_TENSORFLOW,
     REPO_ROOT,
     assert_same_weights,
     finetune_argv,
@@ -60,7 +61,6 @@ from tests.helpers import (
     weights_of,
     write_sst2,
 )
-from tests.test_jax_backend import _NO_TENSORFLOW
 
 RUN_TIMEOUT = 300
 
@@ -226,7 +226,7 @@ def finetune_child(backend: str, argv, head: str, block_tensorflow: bool = False
     """`python -m model.train argv` under `backend` with the head from `head`;
     with `block_tensorflow`, a child that cannot import TensorFlow and checks
     it imported none."""
-    script = _SAME_HEAD + (_NO_TENSORFLOW if block_tensorflow else _RUN_MAIN)
+    script = _SAME_HEAD + (NO_TENSORFLOW if block_tensorflow else _RUN_MAIN)
     env = {**subprocess_env(), **(env or {}), "KERAS_BACKEND": backend, "HEAD_WEIGHTS": head}
     done = subprocess.run(
         [sys.executable, "-c", script, *map(str, argv)],
