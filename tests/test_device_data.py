@@ -257,6 +257,25 @@ def test_the_stream_visits_every_row_once_an_epoch():
     for epoch in rows.reshape(4, num_rows):
         assert sorted(epoch) == list(range(num_rows))
     assert not (rows[:num_rows] == rows[num_rows : 2 * num_rows]).all()  # a fresh order
+    # Through make_batch, as training calls it: an epoch of steps sees every row once.
+    n = 48
+    corpus = device_data.DeviceCorpus(
+        features={
+            "input_ids": np.tile(np.arange(n, dtype=np.int32)[:, None], (1, 4)),
+            "segment_ids": np.zeros((n, 4), np.int32),
+            "input_mask": np.ones((n, 4), np.int32),
+        },
+        seq_len=4,
+        static=False,
+    )
+    seen = [
+        np.asarray(
+            device_data.make_batch(corpus, device_data.next_token, key, s, 8, {})[0]["token_ids"]
+        )[:, 0]
+        for s in range(12)
+    ]  # two epochs of 6 steps
+    assert sorted(np.concatenate(seen[:6])) == list(range(n))
+    assert sorted(np.concatenate(seen[6:])) == list(range(n))
     # A batch larger than the corpus spans several epochs.
     big = np.asarray(device_data.stream_rows(key, 0, 120, num_rows))
     assert sorted(big[:100]) == sorted(list(range(num_rows)) * 2)

@@ -111,8 +111,9 @@ def stream_rows(key, step, batch_size: int, num_rows: int):
 def make_batch(corpus: DeviceCorpus, transform, key, step, batch_size: int, rates: dict):
     """(x, y, sample_weight) of training step `step`, as the host PyDataset lays them out
     (weights scaled to the mean over the batch's real targets)."""
-    data_key, mask_key = jax.random.split(jax.random.fold_in(key, step))
-    rows = stream_rows(data_key, step, batch_size, corpus.num_rows)
+    # One key for the run's epochs (each a permutation of all rows), one per step for masks.
+    rows = stream_rows(jax.random.fold_in(key, 0), step, batch_size, corpus.num_rows)
+    mask_key = jax.random.fold_in(jax.random.fold_in(key, 1), step)
     f = {name: jnp.asarray(values)[rows] for name, values in corpus.features.items()}
     x = {
         "token_ids": f["input_ids"],
