@@ -28,6 +28,7 @@ seconds an epoch would take at the measured examples/s, against the goals.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -203,17 +204,13 @@ def measure_finetune(args, task, preset, seq_len, batch, seeds) -> dict:
     trainer = SeedTrainer(
         [build(s) for s in range(seeds)], features, labels, batch, args.steps_per_call
     )
-    began = time.perf_counter()
-    trainer.run(args.steps_per_call)
-    jax.block_until_ready(trainer.state)
-    first = time.perf_counter() - began
-    times = []
-    for _ in range(args.repeats):
-        began = time.perf_counter()
+
+    def call():
         trainer.run(args.steps_per_call)
         jax.block_until_ready(trainer.state)
-        times.append(time.perf_counter() - began)
-    per_call = float(np.median(times))
+
+    first, timing = time_calls(call, args.repeats)
+    per_call = timing.median
     return {
         "task": task,
         "preset": preset,
@@ -240,20 +237,25 @@ def goal_lines(results) -> list[str]:
     return lines
 
 
+def time_calls(call, repeats: int):
+    """(seconds of the first call, compilation included; `common.Timing` of `repeats` more)."""
+    began = time.perf_counter()
+    call()
+    first = time.perf_counter() - began
+    return first, common.time_repeats(call, repeats, warmup=0)
+
+
 def measure(args, preset, dropout, peak, cache: bool) -> dict:
     import jax
 
     model, run, config, objective = build(args, preset, dropout)
-    state = model_state(model)
-    began = time.perf_counter()
-    state = block(run(state))
-    first = time.perf_counter() - began
-    times = []
-    for _ in range(args.repeats):
-        began = time.perf_counter()
-        state = block(run(state))
-        times.append(time.perf_counter() - began)
-    per_call = float(np.median(times))
+    state = [model_state(model)]
+
+    def call():
+        state[0] = block(run(state[0]))
+
+    first, timing = time_calls(call, args.repeats)
+    per_call = timing.median
     per_step = per_call / args.steps_per_call
     tokens = args.batch_size * args.seq_len / per_step
     flops = step_flops(config, objective, args)
@@ -266,7 +268,7 @@ def measure(args, preset, dropout, peak, cache: bool) -> dict:
         "precision": args.precision,
         "steps_per_call": args.steps_per_call,
         "ms_per_step": per_step * 1e3,
-        "call_seconds_min_max": [min(times), max(times)],
+        "call_seconds_min_max": [min(timing.seconds), max(timing.seconds)],
         "tokens_per_second": tokens,
         "model_tflops_per_second": flops / per_step / 1e12,
         "mfu_percent": 100 * flops / per_step / (peak * 1e12) if peak else None,
@@ -299,7 +301,7 @@ def build(args, preset, dropout):
     flags = types.SimpleNamespace(
         warmup_steps=100, steps=10_000, learning_rate=1e-4, weight_decay=0.01, seed=0, jit=True
     )
-    runtime = types.SimpleNamespace(tf=False, scope=lambda: _nullcontext())
+    runtime = types.SimpleNamespace(tf=False, scope=contextlib.nullcontext)
     model = build_model(flags, runtime, types.SimpleNamespace(objective=objective), config)
     model.steps_per_execution = args.steps_per_call
     device_loop.attach(
@@ -312,12 +314,6 @@ def build(args, preset, dropout):
         args.steps_per_call,
     )
     return model, lambda state: model.train_function(state, None), config, objective
-
-
-def _nullcontext():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def model_state(model):
