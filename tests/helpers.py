@@ -265,15 +265,17 @@ def subprocess_env() -> dict:
     return env
 
 
-def run_module(module: str, argv, timeout: float = 300):
-    """`python -m module argv` in a fresh process (fresh Keras globals); the
+def run_module(module: str, argv, timeout: float = 300, python: str | None = None, env=None):
+    """`python -m module argv` in a fresh process (fresh Keras globals), with another
+    interpreter (`python`, a venv's) and more environment variables (`env`) if given; the
     `subprocess.CompletedProcess` with text stdout and stderr."""
     import subprocess
 
+    command = module_command(module, argv)
     return subprocess.run(
-        module_command(module, argv),
+        [python, *command[1:]] if python else command,
         cwd=REPO_ROOT,
-        env=subprocess_env(),
+        env={**subprocess_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

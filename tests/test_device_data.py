@@ -99,7 +99,7 @@ def device_masks(vocabulary, rows, rates, whole_word):
     return tuple(np.asarray(x) for x in out)
 
 
-def shares(rows, masked, positions, labels, weights, mask_id):
+def shares(masked, positions, labels, weights, mask_id):
     """Of the chosen tokens: the shares shown as [MASK], as another token, kept."""
     real = weights > 0
     shown = np.take_along_axis(masked, positions, axis=1)[real]
@@ -139,9 +139,7 @@ def test_device_masking_has_the_host_statistics(vocabulary, rows, rates, whole_w
         assert not special[rows[touched]].any()
         shown = masked[touched]
         assert not special[shown[shown != mask_id]].any()  # random tokens are real words
-        mask_share, random_share, kept_share = shares(
-            rows, masked, positions, labels, weights, mask_id
-        )
+        mask_share, random_share, kept_share = shares(masked, positions, labels, weights, mask_id)
         total = real.sum()  # ~24,000 chosen tokens: a share's standard error is < 0.003
         tolerance = 4 * np.sqrt(0.25 / total) + 2e-3  # + a random draw equal to the original
         assert abs(mask_share - rates[0]) < tolerance, (name, mask_share)

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT, make_record_formats, pretrain_argv
+from tests.helpers import REPO_ROOT, make_record_formats, pretrain_argv, run_module
 
 REQUIREMENTS = os.path.join(REPO_ROOT, "model", "requirements-jax.txt")
 SST2 = os.path.join(REPO_ROOT, "..", "shared", "data", "glue", "SST-2")
@@ -62,20 +62,7 @@ def jax_python(tmp_path_factory):
 
 
 def run(python, module, argv, timeout=400):
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": "jax",
-        "PYTHONPATH": REPO_ROOT,
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-    }
-    done = subprocess.run(
-        [python, "-m", module, *map(str, argv)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = run_module(module, argv, timeout, python=python, env={"KERAS_BACKEND": "jax"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
 
