@@ -6,6 +6,8 @@
     python -m model.convert --from hf SRC --to keras DST --task classifier --num-labels 3 --allow-new-heads
     python -m model.convert --from hf electra-small-discriminator --to keras runs/electra-small
     python -m model.convert --from keras runs/electra --to hf runs/electra-hf   # a pre-training run
+    python -m model.convert --from keras runs/sst2 --to keras-hub runs/sst2-keras-hub
+    python -m model.convert --from keras-hub bert_tiny_en_uncased --to keras runs/bert-tiny
 
 Formats (a folder each):
     google  bert_config.json, bert_model.ckpt.{index,data-*}, vocab.txt  (encoder + pre-training heads)
@@ -14,6 +16,11 @@ Formats (a folder each):
             BertForMultipleChoice; ELECTRA: ElectraModel, ElectraForPreTraining, ElectraForMaskedLM)
     keras   config.json, model.weights.h5, vocab.txt (our model directory; DST ending in
             `.keras` writes a single Keras file, without the vocabulary)
+    keras-hub  a preset directory as keras-hub's save_to_preset writes it (BertBackbone,
+            ElectraBackbone, BertTextClassifier, BertMaskedLM; tasks keras-hub lacks are
+            refused by name: --task encoder writes their encoder). keras-hub computes the
+            tanh GELU: a model trained with the exact one is written with a note, and the
+            check after writing measures the difference.
 
 ELECTRA (model_type "electra"): ElectraForPreTraining reads as task
 replaced_token_detection, ElectraForMaskedLM (a generator) as pretraining
@@ -87,6 +94,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--vocab", help="vocab.txt to use instead of (or when missing from) the source"
     )
+    parser.add_argument(
+        "--sequence-length",
+        type=int,
+        help="keras-hub only: the task preprocessor's sequence length "
+        "(default: the encoder's positions, at most 512)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
     parser.add_argument(
         "--no-verify", action="store_true", help="skip reading DST back and comparing every weight"
@@ -117,10 +130,11 @@ def main(argv=None) -> int:
         )
         if args.vocab:
             vocab_path = args.vocab
-        notes += write(model, dst_fmt, dst, vocab_path)
+        notes += write(model, dst_fmt, dst, vocab_path, args.sequence_length)
         checked = None
         if not args.no_verify and not dst.endswith(".keras"):
-            checked = verify(model, dst_fmt, dst)
+            checked, checked_notes = verify(model, dst_fmt, dst)
+            notes += checked_notes
     except (ValueError, FileNotFoundError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """Any supported checkpoint format in and out: detect it, read it, write it, verify it.
 
     from model.checkpoints.formats import read, write, verify
-    model, vocab_path, notes = read("path/to/checkpoint")        # google, hf or keras
+    model, vocab_path, notes = read("path/to/checkpoint")   # google, hf, keras or keras-hub
     notes = write(model, "hf", "out/folder", vocab_path)
 
 `python -m model.convert` is the command over these; `model.load(path)` calls `read`.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-FORMATS = ("google", "hf", "keras")
+FORMATS = ("google", "hf", "keras", "keras-hub")
 # CLI task names -> (our task, options); "masked_lm" is pre-training without NSP.
 TASKS = {
     "encoder": ("encoder", {}),
@@ -27,7 +27,7 @@ TASKS = {
 
 
 def detect_format(path: str) -> str:
-    """ "keras", "hf" or "google", from the files a path holds."""
+    """ "keras", "keras-hub", "hf" or "google", from the files a path holds."""
     if path.endswith(".keras") and os.path.isfile(path):
         return "keras"
     if not os.path.isdir(path):
@@ -35,6 +35,10 @@ def detect_format(path: str) -> str:
             return "google"
         raise FileNotFoundError(f"{path}: no such model folder or file")
     files = set(os.listdir(path))
+    from model.checkpoints import keras_hub_preset
+
+    if keras_hub_preset.is_preset(path):
+        return "keras-hub"
     if "config.json" in files and "model.weights.h5" in files:
         return "keras"
     if "config.json" in files and (
@@ -46,7 +50,7 @@ def detect_format(path: str) -> str:
     raise ValueError(
         f"{path}: not a recognised model folder (expected config.json + "
         f"model.weights.h5, config.json + model.safetensors, or bert_config.json + "
-        f"*.ckpt.index); found {sorted(files)[:10]}"
+        f"*.ckpt.index, or a keras-hub preset); found {sorted(files)[:10]}"
     )
 
 
@@ -70,7 +74,7 @@ def read(
 
     Args:
         path: the folder (or `.keras` file, or Google checkpoint prefix).
-        fmt: "google", "hf" or "keras"; None detects it.
+        fmt: one of `FORMATS`; None detects it.
         task: a key of `TASKS`; None keeps the checkpoint's own.
         allow_new_heads: create heads absent from the source fresh (reported
             in the notes) instead of stopping.
@@ -88,6 +92,10 @@ def read(
         return google_checkpoint.read(path, ours, allow_new_heads, **options)
     if fmt == "keras":
         return _read_keras(path, ours, allow_new_heads, options)
+    if fmt == "keras-hub":
+        from model.checkpoints import keras_hub_preset
+
+        return keras_hub_preset.read(path, ours, allow_new_heads, **options)
     raise ValueError(f"unknown format {fmt!r}; choose from {FORMATS}")
 
 
@@ -136,8 +144,11 @@ def _read_keras(path: str, task, allow_new_heads: bool, options: dict):
     return new, vocab_path, notes
 
 
-def write(model, fmt: str, path: str, vocab_path: str | None) -> list[str]:
-    """Writes `model` in format `fmt`; returns notes."""
+def write(
+    model, fmt: str, path: str, vocab_path: str | None, sequence_length: int | None = None
+) -> list[str]:
+    """Writes `model` in format `fmt`; returns notes. `sequence_length` is a
+    keras-hub task preprocessor's (the other formats have no preprocessor)."""
     if fmt == "keras" and path.endswith(".keras"):
         from model.io.files import atomic_path
 
@@ -146,6 +157,8 @@ def write(model, fmt: str, path: str, vocab_path: str | None) -> list[str]:
         return ["a .keras file holds no vocabulary"]
     if vocab_path is None:
         raise ValueError(f"writing {fmt} needs a vocabulary; the source has none, pass --vocab")
+    if fmt in ("hf", "google"):
+        _refuse_own_head_settings(model, fmt)
     if fmt == "keras":
         from model.checkpoints import model_dir
 
@@ -159,11 +172,38 @@ def write(model, fmt: str, path: str, vocab_path: str | None) -> list[str]:
         from model.checkpoints import google as google_checkpoint
 
         return google_checkpoint.write(model, path, vocab_path)
+    if fmt == "keras-hub":
+        from model.checkpoints import keras_hub_preset
+
+        return keras_hub_preset.write(model, path, vocab_path, sequence_length)
     raise ValueError(f"unknown format {fmt!r}; choose from {FORMATS}")
 
 
-def verify(model, fmt: str, path: str) -> int:
-    """Reads `path` back and checks every weight it holds equals the model's."""
+def _refuse_own_head_settings(model, fmt: str) -> None:
+    """A masked-LM head computing other than its encoder (read from keras-hub's
+    BertMaskedLM) has no form in formats whose head follows the encoder's config."""
+    from model.checkpoints.model_dir import describe
+
+    info = describe(model)
+    own = {k: info[k] for k in ("head_activation", "head_layer_norm_epsilon") if k in info}
+    if own:
+        raise ValueError(
+            f"this masked-LM head computes {own}, unlike its encoder; {fmt}'s head follows "
+            f"the encoder's config: pass --task encoder to write the encoder alone"
+        )
+
+
+def verify(model, fmt: str, path: str) -> tuple[int, list[str]]:
+    """Reads `path` back and checks every weight it holds equals the model's;
+    returns (weights checked, notes)."""
+    if fmt == "keras-hub":
+        from model.checkpoints import keras_hub_preset
+
+        return keras_hub_preset.verify(model, path)
+    return _verify(model, fmt, path), []
+
+
+def _verify(model, fmt: str, path: str) -> int:
     import numpy as np
 
     from model.checkpoints.model_dir import describe

@@ -8,7 +8,8 @@ Like nanoGPT's checkpoints, the config sits beside the weights, so a directory
 rebuilds its model with no other input. Tasks and their fields:
 
     encoder                                   BertEncoder
-    pretraining        next_sentence          BertPretrainer (MLM [+ NSP])
+    pretraining        next_sentence (head_activation, head_layer_norm_epsilon)
+                                              BertPretrainer (MLM [+ NSP])
     span_pretraining   max_span_tokens, position_dim   SpanBertPretrainer (MLM + SBO)
     causal_lm                                 BertCausalLM (left-to-right LM; encoder causal)
     electra_pretraining  generator_size, seed ElectraPretrainer (generator + discriminator)
@@ -83,7 +84,12 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
     if task == "encoder":
         return encoder
     if task == "pretraining":
-        return BertPretrainer(encoder, next_sentence=info.get("next_sentence", True))
+        return BertPretrainer(
+            encoder,
+            next_sentence=info.get("next_sentence", True),
+            head_activation=info.get("head_activation"),
+            head_layer_norm_epsilon=info.get("head_layer_norm_epsilon"),
+        )
     if task == "span_pretraining":
         return SpanBertPretrainer(
             encoder,
@@ -151,7 +157,7 @@ def _describe(model: keras.Model) -> dict:
         return {
             "task": "pretraining",
             "encoder": model.encoder.config.to_dict(),
-            "next_sentence": model.next_sentence,
+            **model.head_config(),
         }
     if isinstance(model, SpanBertPretrainer):
         return {

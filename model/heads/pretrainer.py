@@ -33,15 +33,19 @@ def head_dtype(encoder: BertEncoder):
     return "float32" if policy.compute_dtype != policy.variable_dtype else policy
 
 
-def masked_lm_head(encoder: BertEncoder) -> MaskedLMHead:
+def masked_lm_head(
+    encoder: BertEncoder, activation: str | None = None, layer_norm_epsilon: float | None = None
+) -> MaskedLMHead:
     """The language-model head over `encoder` (dense + GELU + LayerNorm, then the
     token embedding as decoder, plus a bias), evaluated only at given positions;
-    named `masked_lm_head` in every model that has one, so its weights transfer."""
+    named `masked_lm_head` in every model that has one, so its weights transfer.
+    Its activation and LayerNorm epsilon are the encoder's unless given (keras-hub's
+    BertMaskedLM computes the exact GELU and epsilon 1e-5 over a tanh-GELU backbone)."""
     cfg = encoder.config
     return MaskedLMHead(
         token_embedding=encoder.token_embedding,
-        intermediate_activation=activation_fn(cfg.activation),
-        layer_norm_epsilon=cfg.layer_norm_epsilon,
+        intermediate_activation=activation_fn(activation or cfg.activation),
+        layer_norm_epsilon=layer_norm_epsilon or cfg.layer_norm_epsilon,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=cfg.initializer_range),
         dtype=head_dtype(encoder),
         name="masked_lm_head",
@@ -55,18 +59,27 @@ class BertPretrainer(BertTaskModel):
     Args:
         encoder: the `BertEncoder`; its token embedding is the tied decoder.
         next_sentence: add the NSP head on the pooled output.
+        head_activation, head_layer_norm_epsilon: the masked-LM head's, where
+            they are not the encoder's (a keras-hub BertMaskedLM's).
 
     Example:
     >>> model = BertPretrainer(BertEncoder.from_preset("tiny"))
     """
 
-    def __init__(self, encoder: BertEncoder, next_sentence: bool = True, **kwargs):
+    def __init__(
+        self,
+        encoder: BertEncoder,
+        next_sentence: bool = True,
+        head_activation: str | None = None,
+        head_layer_norm_epsilon: float | None = None,
+        **kwargs,
+    ):
         cfg = encoder.config
         init = lambda: keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
 
         # === Layers ===
         self.encoder = encoder
-        self.masked_lm_head = masked_lm_head(encoder)
+        self.masked_lm_head = masked_lm_head(encoder, head_activation, head_layer_norm_epsilon)
         self.next_sentence_head = (
             keras.layers.Dense(
                 2, kernel_initializer=init(), dtype=encoder.dtype_policy, name="next_sentence_head"
@@ -90,7 +103,11 @@ class BertPretrainer(BertTaskModel):
             outputs["nsp"] = keras.layers.Activation("linear", dtype="float32", name="nsp")(nsp)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.next_sentence = next_sentence
+        self.head_activation = head_activation
+        self.head_layer_norm_epsilon = head_layer_norm_epsilon
 
     # === Config ===
     def head_config(self):
-        return {"next_sentence": self.next_sentence}
+        own = {"head_activation": self.head_activation}
+        own["head_layer_norm_epsilon"] = self.head_layer_norm_epsilon
+        return {"next_sentence": self.next_sentence, **{k: v for k, v in own.items() if v}}
