@@ -83,6 +83,7 @@ import shutil
 import sys
 import tempfile
 import time
+import types
 
 from model.tasks.base import LENGTH_MULTIPLE
 
@@ -119,28 +120,45 @@ def resolve_defaults(args, task):
 
 
 def finetune(args) -> int:
-    """Trains `args.task` from `args.init` into `args.output`; returns the exit code."""
-    import contextlib
+    """Trains `args.task` from `args.init` into `args.output`; returns the exit code.
 
+    The stages, in the order they run. The backends differ in `_runtime` (the
+    strategy and the batches), `_callbacks` (TensorBoard or a CSV) and
+    `_build`'s compile flag, nowhere else.
+    """
     import keras
 
     from model import tasks
-    from model.checkpoints import model_dir
-    from model.checkpoints.formats import read
-    from model.heads.bilstm_encoder import BertBiLstmEncoder
-    from model.io.files import check_writable_dir, write_json
-    from model.networks.encoder import BertEncoder
-    from model.text import tokenizer_class
-    from model.training.checkpointing import ResumableCheckpoint, checkpoint_of, load_checkpoint
-    from model.training.optimizer import bert_adamw
-
-    # Under another backend (JAX) nothing here imports TensorFlow: the
-    # tokenizer is the pure-Python one (the same ids), the batches come from
-    # a PyDataset and the strategy is keras.distribution.
-    tf_backend = keras.backend.backend() == "tensorflow"
 
     task = tasks.get(args.task)
     args = resolve_defaults(args, task)
+    _check(args)
+    data = _data(args, task)  # first: a malformed row stops the run before a checkpoint loads
+    init = _init(args)
+    encoded = task.encode(data.train, init.tokenizer, args.seq_len, training=True)
+    keras.utils.set_random_seed(args.seed)
+    keras.mixed_precision.set_global_policy(args.mixed_precision)
+    runtime = _runtime(args, encoded)
+    schedule = _schedule(args, task, data, runtime, len(encoded))
+    model, pooler_frozen = _build(args, task, init, runtime, schedule)
+    callbacks, log_dev = _callbacks(args, runtime, schedule.total_steps)
+    checkpoint, progress, done = _resume(args, runtime, model)
+    run = types.SimpleNamespace(
+        task=task, data=data, init=init, runtime=runtime, schedule=schedule, model=model, done=done
+    )
+    if not _loop(args, run, [checkpoint, *callbacks], checkpoint, progress, log_dev):
+        return 3
+    best = progress["best"]
+    if not data.dev_sets:
+        best = progress["history"][-1] if progress["history"] else None
+        _save(args, run, best or {})
+    _summarise(args, run, progress, best, pooler_frozen, len(encoded))
+    checkpoint.remove_all()  # the model directory is complete without them
+    return 0
+
+
+def _check(args) -> None:
+    """The flags' values, before anything is read."""
     if args.init_checkpoint:
         raise ValueError("finetune starts from --init; --init-checkpoint is pretrain's flag")
     if args.epochs <= 0 or args.batch_size < 1:
@@ -152,25 +170,40 @@ def finetune(args) -> int:
     bilstm = getattr(args, "bilstm", None)
     if bilstm is not None and bilstm < 1:
         raise ValueError(f"--bilstm must be a positive number of units, got {bilstm}")
-    seq_len, learning_rate = args.seq_len, args.learning_rate
 
-    # Read the data first: a malformed row should stop the run before a
-    # checkpoint of hundreds of MB is loaded.
+
+def _data(args, task):
+    """The training and dev examples, read and checked; OUTPUT made writable and
+    cleared of the scratch folders a killed run left."""
+    from model.io.files import check_writable_dir
+
     train_file, _ = task.files(args.data)
     dev_files = task.dev_files(args.data)
-    train_examples = task.read(train_file)[: args.max_train_examples]
-    if not train_examples:
+    train = task.read(train_file)[: args.max_train_examples]
+    if not train:
         raise ValueError(f"{train_file}: no training examples")
     dev_sets = {prefix: task.read(path) for prefix, path in dev_files.items()}
     check_writable_dir(args.output)
-    for name in os.listdir(args.output):  # left by a killed run
+    for name in os.listdir(args.output):
         if name.startswith(SCRATCH_PREFIX):
             shutil.rmtree(os.path.join(args.output, name), ignore_errors=True)
+    return types.SimpleNamespace(
+        train_file=train_file, dev_files=dev_files, train=train, dev_sets=dev_sets
+    )
 
-    init_step = None
+
+def _init(args):
+    """--init's encoder (under --dropout), its vocabulary and tokenizer, checked
+    against each other and --seq-len. A BiLSTM of --init's own is left behind."""
+    from model.checkpoints import model_dir
+    from model.checkpoints.formats import read
+    from model.text import tokenizer_class
+    from model.training.checkpointing import checkpoint_of, load_checkpoint
+
+    step = None
     if checkpoint_of(args.init) is not None:  # one step of a training run
-        source, vocab_path, init_step = load_checkpoint(args.init)
-        notes = [f"the run's model at step {init_step}"]
+        source, vocab_path, step = load_checkpoint(args.init)
+        notes = [f"the run's model at step {step}"]
     else:
         source, vocab_path, notes = read(args.init)
     for note in notes:
@@ -179,11 +212,11 @@ def finetune(args) -> int:
         vocab_path = os.path.join(args.init, model_dir.VOCAB)
         if not os.path.isfile(vocab_path):
             raise FileNotFoundError(f"{args.init}: no vocab.txt beside the checkpoint")
-    source_encoder = model_dir.encoder_of(source)  # a BiLSTM of --init's own is left behind
-    config = source_encoder.config.replace(dropout=args.dropout)
-    if seq_len > config.max_sequence_length:
+    encoder = model_dir.encoder_of(source)
+    config = encoder.config.replace(dropout=args.dropout)
+    if args.seq_len > config.max_sequence_length:
         raise ValueError(
-            f"--seq-len {seq_len} exceeds the model's max_sequence_length "
+            f"--seq-len {args.seq_len} exceeds the model's max_sequence_length "
             f"{config.max_sequence_length}"
         )
     tokenizer = tokenizer_class()(vocab_path, lowercase=config.lowercase)
@@ -192,148 +225,220 @@ def finetune(args) -> int:
             f"{vocab_path}: {tokenizer.vocabulary_size} tokens, but the checkpoint's "
             f"embedding has {config.vocabulary_size} rows"
         )
-    encoded = task.encode(train_examples, tokenizer, seq_len, training=True)
-    num_train = len(encoded)
+    return types.SimpleNamespace(
+        weights=encoder.get_weights(),
+        config=config,
+        vocab_path=vocab_path,
+        tokenizer=tokenizer,
+        step=step,
+    )
 
-    keras.utils.set_random_seed(args.seed)
-    keras.mixed_precision.set_global_policy(args.mixed_precision)
-    if tf_backend:
-        import tensorflow as tf
 
-        from model.training.strategy import is_chief, make_strategy
+def _runtime(args, encoded):
+    """The backend's strategy and one epoch's batches: TensorFlow's tf.distribute and
+    tf.data, or (JAX) keras.distribution and a PyDataset, under which nothing here
+    imports TensorFlow. `dataset(epoch, start)` is that epoch's batches from `start`."""
+    import keras
 
-        strategy = make_strategy(args.strategy, args.tpu)
-        chief, scope = is_chief(strategy), strategy.scope
-        strategy_name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
-        # TPUs need static shapes: every batch full.
-        drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
-        if drop_remainder:
-            steps_per_epoch = num_train // args.batch_size
-        elif args.group_by_length:  # each bucket ends with a part-filled batch
-            from model.training.finetune_pydataset import (
-                feature_lengths,
-                grouped_batch_count,
-                length_boundaries,
-            )
-
-            steps_per_epoch = grouped_batch_count(
-                feature_lengths(encoded), length_boundaries(seq_len), args.batch_size
-            )
-        else:
-            steps_per_epoch = math.ceil(num_train / args.batch_size)
-
-        def dataset(epoch: int, start: int):
-            return tf_dataset(
-                encoded,
-                args.batch_size,
-                seq_len,
-                args.seed + epoch,
-                group_by_length=args.group_by_length,
-                drop_remainder=drop_remainder,
-            ).skip(start)
+    if keras.backend.backend() == "tensorflow":
+        runtime = _tf_runtime(args, encoded)
     else:
-        from model.training.finetune_pydataset import FinetunePyDataset
-        from model.training.strategy import jax_process, make_jax_distribution
+        runtime = _jax_runtime(args, encoded)
+    if runtime.steps_per_epoch < 1:
+        raise ValueError(
+            f"{len(encoded)} training features make no full batch of {args.batch_size}"
+        )
+    return runtime
 
-        distribution = make_jax_distribution(args.strategy)
-        if jax_process()[1] > 1:
-            raise ValueError(
-                "fine-tuning under JAX runs in one process (--strategy "
-                "data-parallel uses all of its devices); start it on one host"
-            )
-        chief, scope = True, contextlib.nullcontext
-        strategy_name = type(distribution).__name__ if distribution else "one device"
-        replicas = len(keras.distribution.list_devices()) if distribution else 1
-        if args.batch_size % replicas:
-            raise ValueError(
-                f"--batch-size {args.batch_size} is not a multiple of the "
-                f"{replicas} devices of --strategy data-parallel"
-            )
 
-        def dataset(epoch: int, start: int):
-            # The batches of `tf_dataset` (see model/training/finetune_pydataset.py).
-            return FinetunePyDataset(
-                encoded,
-                args.batch_size,
-                seq_len,
-                args.seed,
-                epoch,
-                start=start,
-                group_by_length=args.group_by_length,
-                multiple_of=replicas,
-            )
+def _tf_runtime(args, encoded):
+    import tensorflow as tf
 
+    from model.training.finetune_pydataset import (
+        feature_lengths,
+        grouped_batch_count,
+        length_boundaries,
+    )
+    from model.training.strategy import is_chief, make_strategy
+
+    strategy = make_strategy(args.strategy, args.tpu)
+    # TPUs need static shapes: every batch full.
+    drop_remainder = isinstance(strategy, tf.distribute.TPUStrategy)
+    if drop_remainder:
+        steps_per_epoch = len(encoded) // args.batch_size
+    elif args.group_by_length:  # each bucket ends with a part-filled batch
+        lengths = feature_lengths(encoded)
+        boundaries = length_boundaries(args.seq_len)
+        steps_per_epoch = grouped_batch_count(lengths, boundaries, args.batch_size)
+    else:
+        steps_per_epoch = math.ceil(len(encoded) / args.batch_size)
+
+    def dataset(epoch: int, start: int):
+        return tf_dataset(
+            encoded,
+            args.batch_size,
+            args.seq_len,
+            args.seed + epoch,
+            group_by_length=args.group_by_length,
+            drop_remainder=drop_remainder,
+        ).skip(start)
+
+    return types.SimpleNamespace(
+        tf=True,
+        chief=is_chief(strategy),
+        scope=strategy.scope,
+        name=type(strategy).__name__,
+        replicas=strategy.num_replicas_in_sync,
+        steps_per_epoch=steps_per_epoch,
+        dataset=dataset,
+    )
+
+
+def _jax_runtime(args, encoded):
+    import contextlib
+
+    import keras
+
+    from model.training.finetune_pydataset import FinetunePyDataset
+    from model.training.strategy import jax_process, make_jax_distribution
+
+    distribution = make_jax_distribution(args.strategy)
+    if jax_process()[1] > 1:
+        raise ValueError(
+            "fine-tuning under JAX runs in one process (--strategy "
+            "data-parallel uses all of its devices); start it on one host"
+        )
+    replicas = len(keras.distribution.list_devices()) if distribution else 1
+    if args.batch_size % replicas:
+        raise ValueError(
+            f"--batch-size {args.batch_size} is not a multiple of the "
+            f"{replicas} devices of --strategy data-parallel"
+        )
+
+    def dataset(epoch: int, start: int):
+        # The batches of `tf_dataset` (see model/training/finetune_pydataset.py).
+        return FinetunePyDataset(
+            encoded,
+            args.batch_size,
+            args.seq_len,
+            args.seed,
+            epoch,
+            start=start,
+            group_by_length=args.group_by_length,
+            multiple_of=replicas,
+        )
+
+    return types.SimpleNamespace(
+        tf=False,
+        chief=True,
+        scope=contextlib.nullcontext,
+        name=type(distribution).__name__ if distribution else "one device",
+        replicas=replicas,
         # Every batch of an epoch (grouped: one more per bucket's remainder;
         # data-parallel: fewer if short batches were dropped).
-        steps_per_epoch = len(dataset(0, 0))
-    if steps_per_epoch < 1:
-        raise ValueError(f"{num_train} training features make no full batch of {args.batch_size}")
-    total_steps = max(1, math.ceil(args.epochs * steps_per_epoch))
-    warmup = args.warmup_steps if args.warmup_steps is not None else int(0.1 * total_steps)
-    print(
-        f"task {task.name}: {len(train_examples)} training examples ({num_train} features of "
-        f"{seq_len} tokens) from {train_file}; dev: {', '.join(dev_files.values()) or 'none'}"
-    )
-    print(
-        ("" if tf_backend else f"backend: {keras.backend.backend()}; ")
-        + f"strategy: {strategy_name} with {replicas} replica(s); "
-        f"batch {args.batch_size}, {total_steps} steps ({steps_per_epoch} an epoch), "
-        f"learning rate {learning_rate:g}, warm-up {warmup} steps"
+        steps_per_epoch=len(dataset(0, 0)),
+        dataset=dataset,
     )
 
-    with scope():
-        encoder = BertEncoder.from_config_object(config)
-        encoder.set_weights(source_encoder.get_weights())
+
+def _schedule(args, task, data, runtime, num_train: int):
+    """The run's steps and warm-up, said before training starts."""
+    import keras
+
+    total_steps = max(1, math.ceil(args.epochs * runtime.steps_per_epoch))
+    warmup = args.warmup_steps if args.warmup_steps is not None else int(0.1 * total_steps)
+    print(
+        f"task {task.name}: {len(data.train)} training examples ({num_train} features of "
+        f"{args.seq_len} tokens) from {data.train_file}; dev: "
+        f"{', '.join(data.dev_files.values()) or 'none'}"
+    )
+    print(
+        ("" if runtime.tf else f"backend: {keras.backend.backend()}; ")
+        + f"strategy: {runtime.name} with {runtime.replicas} replica(s); "
+        f"batch {args.batch_size}, {total_steps} steps ({runtime.steps_per_epoch} an epoch), "
+        f"learning rate {args.learning_rate:g}, warm-up {warmup} steps"
+    )
+    return types.SimpleNamespace(
+        total_steps=total_steps, warmup=warmup, steps_per_epoch=runtime.steps_per_epoch
+    )
+
+
+def _build(args, task, init, runtime, schedule):
+    """(the compiled model, whether its pooler is frozen): --init's encoder, the
+    --bilstm if asked, the task's fresh head, AdamW with its slots built."""
+    from model.heads.bilstm_encoder import BertBiLstmEncoder
+    from model.networks.encoder import BertEncoder
+    from model.training.optimizer import bert_adamw
+
+    bilstm = getattr(args, "bilstm", None)
+    with runtime.scope():
+        encoder = BertEncoder.from_config_object(init.config)
+        encoder.set_weights(init.weights)
         # The head sees the BiLSTM where it would see the encoder: same inputs and outputs.
         top = BertBiLstmEncoder(encoder, bilstm) if bilstm else encoder
         model = task.build_model(top, dropout=args.dropout)
         pooler_frozen = freeze_unused_pooler(task, encoder, bilstm=bool(bilstm))  # before compile
         model.compile(
-            optimizer=bert_adamw(learning_rate, warmup, total_steps, args.weight_decay),
-            # JAX always compiles its step (not compiling is eager, op by op)
+            optimizer=bert_adamw(
+                args.learning_rate, schedule.warmup, schedule.total_steps, args.weight_decay
+            ),
             loss=task.loss(),
-            jit_compile=args.jit if tf_backend else "auto",
+            # JAX always compiles its step (not compiling is eager, op by op)
+            jit_compile=args.jit if runtime.tf else "auto",
         )
         model.optimizer.build(model.trainable_variables)  # its slots are checkpointed too
-    del source, source_encoder
-    extra = {"finetuned_task": task.name, "max_seq_length": seq_len}
+    init.weights = None  # the model holds them now
+    return model, pooler_frozen
 
-    def save(record: dict):
-        if "best_f1_thresh" in record:
-            # SQuAD v2.0: the dev-tuned null threshold goes with the weights it was tuned for.
-            extra["null_threshold"] = record["best_f1_thresh"]
-        model_dir.save(model, args.output, vocab_path, extra=extra)
-        if task.labels():
-            write_json(
-                os.path.join(args.output, "label_map.json"),
-                {"task": task.name, "id2label": dict(enumerate(task.labels()))},
-            )
+
+def _callbacks(args, runtime, total_steps: int):
+    """(Keras callbacks, `log_dev(step, scalars)`): TensorBoard under TensorFlow, the
+    same scalars as OUTPUT/logs/scalars.csv otherwise; progress lines in a log file."""
+    import keras
 
     logs = os.path.join(args.output, "logs")
     callbacks = [keras.callbacks.TerminateOnNaN()]
-    if tf_backend:
+    if runtime.tf:
+        import tensorflow as tf
+
         dev_writer = tf.summary.create_file_writer(os.path.join(logs, "dev"))
         callbacks.append(keras.callbacks.TensorBoard(logs, update_freq=args.log_every))
+
+        def log_dev(step: int, scalars: dict) -> None:
+            with dev_writer.as_default():
+                for k, v in scalars.items():
+                    tf.summary.scalar(k, v, step=step)
     else:
-        # Keras' TensorBoard callback needs TensorFlow: the same scalars as CSV.
         print(
             f"backend {keras.backend.backend()}: no TensorBoard logs; training loss and dev "
             f"metrics go to {os.path.join(logs, SCALARS)}"
         )
         callbacks.append(_ScalarLog(os.path.join(logs, SCALARS), args.log_every))
+
+        def log_dev(step: int, scalars: dict) -> None:
+            rows = {f"dev/{k}": v for k, v in scalars.items()}
+            append_scalars(os.path.join(logs, SCALARS), step, rows)
+
     if not sys.stdout.isatty():
         # Keras' non-interactive output is one line an epoch; a log file
         # should show progress inside long epochs too.
         callbacks.append(_ProgressLines(args.log_every, total_steps))
-    # Resumable: a checkpoint every --checkpoint-every steps and at the end of
-    # every epoch, holding the dev history too; the same command restarted
-    # after a crash goes on from the newest one (same data order, same dropout).
+    return callbacks, log_dev
+
+
+def _resume(args, runtime, model):
+    """(the checkpoint callback, the run's progress, the steps done): a checkpoint every
+    --checkpoint-every steps and at the end of every epoch holds the dev history
+    too, so the same command restarted after a crash goes on from the newest one
+    (same data order, same dropout)."""
+    from model.training.checkpointing import ResumableCheckpoint
+
     progress = {"history": [], "best": None, "wall_seconds": 0.0}
     checkpoint = ResumableCheckpoint(
         os.path.join(args.output, CHECKPOINTS),
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
-        is_chief=chief,
+        is_chief=runtime.chief,
         state=lambda: progress,
     )
     checkpoint.clean_partial()
@@ -342,121 +447,148 @@ def finetune(args) -> int:
     if done:
         progress.update(checkpoint.restored_state)
         print(f"resuming from step {done} ({checkpoint.directory})")
-    callbacks.insert(0, checkpoint)
-    history, best = progress["history"], progress["best"]
-    start = time.time() - progress["wall_seconds"]
+    return checkpoint, progress, done
+
+
+def _loop(args, run, callbacks, checkpoint, progress, log_dev) -> bool:
+    """Every epoch: train it (from where a restart left off), then score it on the
+    dev sets and keep the best. False when the loss stopped being finite."""
+    steps_per_epoch = run.schedule.steps_per_epoch
+    run.start = time.time() - progress["wall_seconds"]
     for epoch in range(math.ceil(args.epochs)):
-        epoch_end = min((epoch + 1) * steps_per_epoch, total_steps)
-        if any(record["step"] == epoch_end for record in history):
+        epoch_end = min((epoch + 1) * steps_per_epoch, run.schedule.total_steps)
+        if any(record["step"] == epoch_end for record in progress["history"]):
             continue  # trained and scored before a restart
-        steps = epoch_end - done
-        if steps > 0:
-            offset = done - epoch * steps_per_epoch  # > 0 when resuming inside this epoch
-            model.fit(
-                dataset(epoch, offset),
+        done = run.done
+        if epoch_end > done:
+            run.model.fit(
+                run.runtime.dataset(epoch, done - epoch * steps_per_epoch),  # > 0: resumed inside
                 initial_epoch=epoch,
                 epochs=epoch + 1,
-                steps_per_epoch=steps,
+                steps_per_epoch=epoch_end - done,
                 callbacks=callbacks,
                 shuffle=False,
                 verbose=1 if sys.stdout.isatty() else 2,
             )
-            if model.stop_training:
+            if run.model.stop_training:
                 print(
                     f"error: training stopped in epoch {epoch + 1}: the loss is not finite; "
                     f"the last good checkpoint is kept in {checkpoint.directory}",
                     file=sys.stderr,
                 )
-                return 3
-            done = epoch_end
-        # This epoch's predictions (SQuAD's) wait here until it proves the best.
-        scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=args.output)
-        try:
-            metrics = {}
-            for prefix, examples in dev_sets.items():
-                scores = task.evaluate(
-                    model.predict_on_batch,
-                    examples,
-                    tokenizer,
-                    seq_len,
-                    batch_size=2 * args.batch_size,
-                    output_dir=os.path.join(scratch, prefix.rstrip("_")),
-                )
-                metrics.update({prefix + k: v for k, v in scores.items()})
-            record = {"epoch": round(done / steps_per_epoch, 4), "step": done, **metrics}
-            history.append(record)
-            progress["wall_seconds"] = time.time() - start
-            scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-            if tf_backend:
-                with dev_writer.as_default():
-                    for k, v in scalars.items():
-                        tf.summary.scalar(k, v, step=done)
-            else:
-                append_scalars(
-                    os.path.join(logs, SCALARS), done, {f"dev/{k}": v for k, v in scalars.items()}
-                )
-            if metrics:
-                score = metrics.get(task.main_metric)
-                if score is None:
-                    raise ValueError(
-                        f"task {task.name}: the dev metrics lack its main metric "
-                        f"{task.main_metric!r} ({sorted(metrics)})"
-                    )
-                print(
-                    f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
-                    + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)})
-                )
-                if best is None or score > best[task.main_metric]:
-                    best = progress["best"] = record
-                    save(record)
-                    publish_predictions(scratch, args.output)
-                    print(f"  best so far: saved {args.output}")
-            checkpoint.update_state()  # this epoch is scored: a restart skips it
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    if not dev_sets:
-        best = history[-1] if history else None
-        save(best or {})
-    elapsed = time.time() - start
+                return False
+            run.done = epoch_end
+        _score(args, run, progress, log_dev)
+        checkpoint.update_state()  # this epoch is scored: a restart skips it
+    return True
 
+
+def _score(args, run, progress, log_dev) -> None:
+    """Scores the model on the dev sets, logs it, and saves it (with this epoch's
+    predictions) when it is the best so far by the task's main metric."""
+    task, done = run.task, run.done
+    # This epoch's predictions (SQuAD's) wait here until it proves the best.
+    scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=args.output)
+    try:
+        metrics = {}
+        for prefix, examples in run.data.dev_sets.items():
+            scores = task.evaluate(
+                run.model.predict_on_batch,
+                examples,
+                run.init.tokenizer,
+                args.seq_len,
+                batch_size=2 * args.batch_size,
+                output_dir=os.path.join(scratch, prefix.rstrip("_")),
+            )
+            metrics.update({prefix + k: v for k, v in scores.items()})
+        record = {"epoch": round(done / run.schedule.steps_per_epoch, 4), "step": done, **metrics}
+        progress["history"].append(record)
+        progress["wall_seconds"] = time.time() - run.start
+        log_dev(done, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        if not metrics:
+            return
+        score = metrics.get(task.main_metric)
+        if score is None:
+            raise ValueError(
+                f"task {task.name}: the dev metrics lack its main metric "
+                f"{task.main_metric!r} ({sorted(metrics)})"
+            )
+        print(
+            f"epoch {record['epoch']:g}: dev {task.main_metric} {score:.4f}  "
+            + json.dumps({k: v for k, v in metrics.items() if isinstance(v, float)})
+        )
+        best = progress["best"]
+        if best is None or score > best[task.main_metric]:
+            progress["best"] = record
+            _save(args, run, record)
+            publish_predictions(scratch, args.output)
+            print(f"  best so far: saved {args.output}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _save(args, run, record: dict) -> None:
+    """The model directory of `record`'s epoch (with SQuAD v2.0's dev-tuned null
+    threshold), and the label map of a task with named labels."""
+    from model.checkpoints import model_dir
+    from model.io.files import write_json
+
+    extra = {"finetuned_task": run.task.name, "max_seq_length": args.seq_len}
+    if "best_f1_thresh" in record:
+        extra["null_threshold"] = record["best_f1_thresh"]
+    model_dir.save(run.model, args.output, run.init.vocab_path, extra=extra)
+    if run.task.labels():
+        write_json(
+            os.path.join(args.output, "label_map.json"),
+            {"task": run.task.name, "id2label": dict(enumerate(run.task.labels()))},
+        )
+
+
+def _summarise(args, run, progress, best, pooler_frozen: bool, num_train: int) -> None:
+    """OUTPUT/metrics.json: the best dev metrics, every epoch's, and how the run went."""
+    import keras
+
+    from model.io.files import write_json
+
+    bilstm, done = getattr(args, "bilstm", None), run.done
+    threshold = (best or {}).get("best_f1_thresh")
+    steps_per_epoch = run.schedule.steps_per_epoch
     summary = {
-        "task": task.name,
-        "main_metric": task.main_metric,
+        "task": run.task.name,
+        "main_metric": run.task.main_metric,
         "dev": {k: v for k, v in (best or {}).items() if k not in ("epoch", "step")},
         "best_epoch": best["epoch"] if best else None,
         "best_step": best["step"] if best else None,
-        "history": history,
-        "train_file": train_file,
-        "dev_files": dev_files,
+        "history": progress["history"],
+        "train_file": run.data.train_file,
+        "dev_files": run.data.dev_files,
         "init": args.init,
-        **({"init_step": init_step} if init_step is not None else {}),
+        **({"init_step": run.init.step} if run.init.step is not None else {}),
         **({"bilstm_units": bilstm} if bilstm else {}),
-        "train_examples": len(train_examples),
+        "train_examples": len(run.data.train),
         "train_features": num_train,
         "examples_seen": examples_seen(done, steps_per_epoch, args.batch_size, num_train),
         "steps": done,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
-        "learning_rate": learning_rate,
-        "warmup_steps": warmup,
+        "learning_rate": args.learning_rate,
+        "warmup_steps": run.schedule.warmup,
         "weight_decay": args.weight_decay,
         "dropout": args.dropout,
-        "seq_len": seq_len,
+        "seq_len": args.seq_len,
         "seed": args.seed,
         "strategy": args.strategy,
         "backend": keras.backend.backend(),
         "mixed_precision": args.mixed_precision,
-        **({"null_threshold": extra["null_threshold"]} if "null_threshold" in extra else {}),
+        **({"null_threshold": threshold} if threshold is not None else {}),
         "pooler_frozen": pooler_frozen,
-        "wall_seconds": round(elapsed, 1),
+        "wall_seconds": round(time.time() - run.start, 1),
         "command": command_line(args),
         "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
-    checkpoint.remove_all()  # the model directory is complete without them
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     print(f"saved {args.output}")
-    return 0
 
 
 def examples_seen(steps: int, steps_per_epoch: int, batch_size: int, num_train: int) -> int:
