@@ -730,6 +730,7 @@ def check_real_answers(client) -> dict:
     return answers
 
 
+@pytest.mark.slow
 def test_cli_serves_litert_bundles_without_tensorflow(tiny_models):
     _, bundles = tiny_models
     with app_process("--models", bundles, "--threads", "1") as (url, lines):
@@ -740,6 +741,7 @@ def test_cli_serves_litert_bundles_without_tensorflow(tiny_models):
         check_real_answers(client_for(url))
 
 
+@pytest.mark.slow
 def test_cli_keras_backend_answers_as_the_bundles(tiny_models):
     from export import runtime
 
@@ -759,6 +761,7 @@ def test_cli_keras_backend_answers_as_the_bundles(tiny_models):
     ][:2]
 
 
+@pytest.mark.slow
 def test_no_answer_view_with_a_real_squad2_runtime(tiny_models):
     from export import runtime
 
@@ -795,6 +798,7 @@ def electra_models(tmp_path_factory, tiny_models):
     return {"models": str(root), "electra": electra}
 
 
+@pytest.mark.slow
 def test_replaced_tokens_view_is_hidden_without_an_electra_bundle(tiny_models):
     """No ELECTRA bundle: no slot, no tab, no endpoint; the five views as before."""
     from app import ui
@@ -811,6 +815,7 @@ def test_replaced_tokens_view_is_hidden_without_an_electra_bundle(tiny_models):
     ]
 
 
+@pytest.mark.slow
 def test_replaced_tokens_views_on_a_real_bundle(electra_models):
     from export import runtime
 
@@ -874,6 +879,7 @@ def test_replaced_tokens_views_on_a_real_bundle(electra_models):
     assert 'with a "generator" signature' in predict.corrupt(alone, ELECTRA_TEXT)["status"]
 
 
+@pytest.mark.slow
 def test_keras_backend_serves_an_electra_run_as_its_bundle(electra_models, tmp_path):
     """A Keras ELECTRA run directory (task electra_pretraining) serves the view, generator
     included, with the float32 bundle's answers."""
@@ -902,6 +908,7 @@ def test_keras_backend_serves_an_electra_run_as_its_bundle(electra_models, tmp_p
     )
 
 
+@pytest.mark.slow
 def test_cli_serves_the_replaced_tokens_view(electra_models):
     """`python -m app` over a folder with an ELECTRA bundle: the sixth view's two named
     endpoints beside the five pinned ones, answering as the runtime does, without TensorFlow."""

@@ -31,6 +31,9 @@ from tests.test_app import (  # noqa: F401 (fixtures)
     tiny_models,
 )
 
+# The browser and load tests are the slow tier's (python -m pytest --runslow).
+pytestmark = pytest.mark.slow
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

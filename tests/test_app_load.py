@@ -46,6 +46,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from app import models, predict  # noqa: E402
 
+# The browser and load tests are the slow tier's (python -m pytest --runslow).
+pytestmark = pytest.mark.slow
+
 MAX_CHARS = 5000
 
 SPECIAL = [

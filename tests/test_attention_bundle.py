@@ -77,6 +77,7 @@ def keras_attention(model_dir: str, result: dict) -> np.ndarray:
     return np.asarray(encoder(x, training=False)["attention_probs"])[0]
 
 
+@pytest.mark.slow
 def test_bundle_json_lists_signatures_and_methods(bundles):
     from export import bundle, verify
 
@@ -118,6 +119,7 @@ def buffer_bytes(path: str) -> int:
     return sum(model.Buffers(i).DataLength() for i in range(model.BuffersLength()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quantization", ["float32", "dynamic"])
 def test_the_signature_shares_the_weights(bundles, quantization):
     """The second subgraph adds graph structure (ops, tensors, quantization scales), not a second
@@ -131,6 +133,7 @@ def test_the_signature_shares_the_weights(bundles, quantization):
     assert os.path.getsize(with_signature) > os.path.getsize(plain)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quantization", ["float32", "dynamic"])
 def test_attention_from_the_fill_mask_bundle_is_the_keras_encoders(bundles, quantization):
     from export import runtime, verify
@@ -153,6 +156,7 @@ def test_attention_from_the_fill_mask_bundle_is_the_keras_encoders(bundles, quan
     assert features["sequence_output"].shape == (len(features["tokens"]), 32)
 
 
+@pytest.mark.slow
 def test_fill_mask_is_unchanged_by_the_signature(bundles):
     from export import runtime
 
@@ -161,6 +165,7 @@ def test_fill_mask_is_unchanged_by_the_signature(bundles):
     assert with_signature == without
 
 
+@pytest.mark.slow
 def test_old_bundles_still_fill_masks_and_say_what_attention_needs(bundles, tmp_path):
     from export import runtime
 
@@ -198,6 +203,7 @@ print(json.dumps({"methods": m.methods, "attention": result["attention"].tolist(
 """
 
 
+@pytest.mark.slow
 def test_attention_signature_in_the_edge_environment(bundles, edge_python):
     """numpy + LiteRT only (export/requirements-edge.txt): the same maps, nothing heavy."""
     from export import runtime
@@ -218,6 +224,7 @@ def test_attention_signature_in_the_edge_environment(bundles, edge_python):
     np.testing.assert_allclose(np.asarray(edge["attention"], np.float32), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_app_attention_view_with_only_a_fill_mask_bundle(bundles, tmp_path):
     from app import models, predict
 
@@ -245,6 +252,7 @@ def test_app_attention_view_with_only_a_fill_mask_bundle(bundles, tmp_path):
     assert 'exported without an "encoder" signature' in message and "python -m export" in message
 
 
+@pytest.mark.slow
 def test_app_keras_backend_draws_attention_with_a_pretraining_model_directory(bundles, tmp_path):
     from app import models
 
@@ -269,6 +277,7 @@ def test_only_pretraining_bundles_take_an_encoder_signature(tmp_path, capsys):
     assert leftovers(tmp_path, "b") == []
 
 
+@pytest.mark.slow
 def test_int8_calibrates_the_encoder_signature_too(bundles, tmp_path, monkeypatch):
     """Full int8: both signatures calibrated on the same batches ((key, inputs) pairs)."""
     from export import bundle, runtime, verify

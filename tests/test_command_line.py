@@ -94,6 +94,7 @@ def test_startup_pattern_knows_the_lines_tensorflow_prints():
         assert not STARTUP_LINES.search(line), line
 
 
+@pytest.mark.slow
 def test_a_finetuning_run_prints_no_tensorflow_startup_lines(tmp_path):
     init = make_init(tmp_path)
     data = write_sst2(tmp_path / "sst2", train=8, dev=4)

@@ -377,6 +377,7 @@ def pretrain(records, output, steps, extra=(), no_tensorflow=True, env=None):
         return json.load(f), done
 
 
+@pytest.mark.slow
 def test_a_device_run_resumes_to_the_same_weights(record_sets, tmp_path):
     """Stopped at step 10 and started again, a run ends where an uninterrupted one does:
     the batches depend on the step alone."""
@@ -392,6 +393,7 @@ def test_a_device_run_resumes_to_the_same_weights(record_sets, tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["tensorflow", "host", "device"])
 def test_held_out_scores_are_the_same_batches_every_time(record_sets, tmp_path, path):
     """Each row of eval.json scores the first --eval-steps held-out batches (Keras goes on
@@ -424,6 +426,7 @@ def test_held_out_scores_are_the_same_batches_every_time(record_sets, tmp_path, 
     assert scores["mlm_loss"] == pytest.approx(rows[-1]["mlm_loss"], rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["bert", "spanbert"])
 def test_the_mask_rate_of_the_command_line_is_realised(record_sets, objective, tmp_path):
     """--mask-rate 0.15, 0.30, 0.40 through the command's own parsing: the prediction slots
@@ -519,6 +522,7 @@ print(json.dumps({"fit": diff(fitted), "device": diff(device)}))
 )
 
 
+@pytest.mark.slow
 def test_steps_in_one_call_and_donated_state_compute_what_single_steps_do(record_sets):
     """A `mini` trained 6 steps three ways from the same weights on the same batches: one
     jitted step a call with nothing donated (the definition), Keras's own fit (which donates

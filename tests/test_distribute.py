@@ -138,6 +138,7 @@ def test_a_global_batch_that_does_not_split_is_refused(records):
 # === One machine, two replicas ===
 
 
+@pytest.mark.slow
 def test_mirrored_over_two_cpus_matches_one_replica(records, one_replica, tmp_path):
     output = str(tmp_path / "run")
     done = run_module(
@@ -209,6 +210,7 @@ def multiworker_argv(records, output):
     return pretrain_argv(records, output, **RUN, extra=[*SAME, "--strategy", "multiworker"])
 
 
+@pytest.mark.slow
 def test_two_workers_match_one_replica(records, one_replica, tmp_path):
     output = str(tmp_path / "run")
     chief, other = finish(start_workers(multiworker_argv(records, output), free_ports(2)))
@@ -218,6 +220,7 @@ def test_two_workers_match_one_replica(records, one_replica, tmp_path):
     assert_matches_one_replica(output, one_replica)
 
 
+@pytest.mark.slow
 def test_two_workers_killed_and_restarted_match_one_replica(records, one_replica, tmp_path):
     output = str(tmp_path / "run")
     argv = multiworker_argv(records, output)

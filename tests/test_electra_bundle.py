@@ -91,6 +91,7 @@ def test_runtime_masking_is_the_objectives():
     assert runtime.ELECTRA_MASK_RATE == ObjectiveOptions(seq_len=32).mask_rate
 
 
+@pytest.mark.slow
 def test_bundle_json_of_a_run_and_of_a_discriminator(electra):
     from export import bundle, verify
 
@@ -126,6 +127,7 @@ def test_bundle_json_of_a_run_and_of_a_discriminator(electra):
     assert alone["verification"]["replaced_tokens"]["corruption"] == "random vocabulary tokens"
 
 
+@pytest.mark.slow
 def test_held_out_rows_are_corrupted_like_pretraining(electra, keras_run):
     """15 % of the real WordPieces chosen (never [CLS], [SEP] or padding), 85 % of those
     masked, every chosen one filled with a draw; the same rows whatever the count or batch."""
@@ -163,6 +165,7 @@ def test_held_out_rows_are_corrupted_like_pretraining(electra, keras_run):
 # === detect_replaced and corrupt against the Keras models ===
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["float32", "dynamic", "discriminator-float32"])
 def test_detect_replaced_is_the_keras_discriminators(electra, keras_run, name):
     from export import verify
@@ -186,6 +189,7 @@ def test_detect_replaced_is_the_keras_discriminators(electra, keras_run, name):
         assert np.abs(np.asarray(got) - expected).max() <= MAX_ABS_DYNAMIC
 
 
+@pytest.mark.slow
 def test_corrupt_is_the_keras_generators(electra, keras_run):
     """The float32 bundle draws what the Keras run draws from the same seed: the same chosen
     positions, the same samples, the same text; the generator's probabilities to rounding."""
@@ -209,6 +213,7 @@ def test_corrupt_is_the_keras_generators(electra, keras_run):
     )
 
 
+@pytest.mark.slow
 def test_corrupt_with_a_dynamic_generator(electra, keras_run):
     """Dynamic: the same positions and masks (they do not depend on the model), each draw's
     probability within the dynamic tolerance of the Keras generator's for that draw."""
@@ -247,6 +252,7 @@ def keras_generator_probabilities(model, tokenizer, result: dict) -> np.ndarray:
     return runtime.softmax(convert.keras_outputs(fn, x)["mlm"][0])
 
 
+@pytest.mark.slow
 def test_the_discriminator_bundle_is_the_runs_discriminator(electra):
     """A discriminator exported alone answers as the run's bundle (the same weights)."""
     run, alone = runtime.load(electra["float32"]), runtime.load(electra["discriminator-float32"])
@@ -262,6 +268,7 @@ def test_the_discriminator_bundle_is_the_runs_discriminator(electra):
         alone.corrupt(TEXT)
 
 
+@pytest.mark.slow
 def test_int8_export_verifies_and_answers_within_its_tolerance(
     electra, keras_run, tmp_path, monkeypatch
 ):
@@ -288,6 +295,7 @@ def test_int8_export_verifies_and_answers_within_its_tolerance(
 # === Refusals ===
 
 
+@pytest.mark.slow
 def test_an_int8_file_too_far_off_is_refused_and_nothing_written(
     electra, tmp_path, monkeypatch, capsys
 ):
@@ -304,6 +312,7 @@ def test_an_int8_file_too_far_off_is_refused_and_nothing_written(
     assert leftovers(tmp_path, "b") == []
 
 
+@pytest.mark.slow
 def test_verification_refuses_flipped_calls_and_a_broken_generator(electra, keras_run):
     """What verify() makes of the rtd and mlm outputs: a discriminator calling the opposite,
     a generator whose best word is another one, are refused on agreement."""
@@ -336,6 +345,7 @@ def test_verification_refuses_flipped_calls_and_a_broken_generator(electra, kera
         )
 
 
+@pytest.mark.slow
 def test_generator_signature_needs_an_electra_run(electra, tmp_path, capsys):
     from export.__main__ import main
 
@@ -481,6 +491,7 @@ def test_auc_is_the_pairwise_ranking_chance():
 # === The command line, the report card, the edge environment ===
 
 
+@pytest.mark.slow
 def test_command_line(electra, capsys):
     assert runtime.main([electra["float32"], "detect_replaced", TEXT]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -514,6 +525,7 @@ def card_rows(card: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_report_card_of_a_run(electra, tmp_path, capsys):
     """float32 scores as the Keras model; every variant has AUC, both accuracies, size and
     latency; int8 is verified like any export (refused when too far off, still scored)."""
@@ -533,6 +545,7 @@ def test_report_card_of_a_run(electra, tmp_path, capsys):
     assert float(rows["dynamic"]["size (MB)"]) <= float(float32["size (MB)"])
 
 
+@pytest.mark.slow
 def test_report_card_of_a_discriminator_says_random_tokens(electra, tmp_path):
     card = report_card(electra["discriminator"], electra["text"], tmp_path, "float32")
     assert "random vocabulary tokens written in (a discriminator alone has no generator)" in card
@@ -548,6 +561,7 @@ def evaluate_rtd(model: str, data: str, capsys, *extra) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_evaluate_scores_a_run_and_its_bundles_as_the_report_card(electra, tmp_path, capsys):
     """`python -m model.evaluate --task rtd`: the run's figures are its report card's; its
     float32 bundle, whose generator signature corrupts the same rows, scores the same; a
@@ -587,6 +601,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.slow
 def test_electra_methods_in_the_edge_environment(electra, edge_python):
     """numpy + LiteRT only (export/requirements-edge.txt): the same answers, nothing heavy."""
     result = subprocess.run(

@@ -75,6 +75,7 @@ def smoke(tmp_path_factory, small_data):
     return work
 
 
+@pytest.mark.slow
 @needs_data
 @pytest.mark.parametrize("table", sorted(TABLES))
 def test_smoke_scale_writes_the_table_with_a_value_in_every_cell(table, smoke):
@@ -92,6 +93,7 @@ def test_smoke_scale_writes_the_table_with_a_value_in_every_cell(table, smoke):
     assert "## Commands" in text and "python -m model.train pretrain" in text
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_second_run_skips_every_command(smoke, small_data, capsys):
     argv = ["beyond-bert", "--scale", "smoke", "--work", str(smoke), "--data", small_data]
@@ -100,6 +102,7 @@ def test_a_second_run_skips_every_command(smoke, small_data, capsys):
     assert lines and all(" skip, " in line for line in lines)
 
 
+@pytest.mark.slow
 @needs_data
 def test_training_steps_fine_tunes_from_every_kept_checkpoint_and_plots_them(smoke):
     with open(smoke / "training-steps.md", encoding="utf-8") as f:
@@ -115,6 +118,7 @@ def test_training_steps_fine_tunes_from_every_kept_checkpoint_and_plots_them(smo
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @needs_data
 def test_the_new_rows_and_columns_are_measured(smoke):
     with open(smoke / "pretraining-tasks.md", encoding="utf-8") as f:
@@ -163,6 +167,7 @@ def test_the_plot_draws_median_and_range_against_the_steps(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @needs_data
 def test_one_pretraining_serves_every_table_that_needs_it(smoke):
     runs = sorted(os.listdir(smoke / "runs"))

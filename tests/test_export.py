@@ -119,6 +119,7 @@ def keras_reference(model_dir, x):
 # === Every task ===
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(TASK_INFOS))
 def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, task):
     from pathlib import Path
@@ -290,6 +291,7 @@ def weightless_to_tflite(
         return tf.lite.TFLiteConverter.from_saved_model(saved_model).convert()
 
 
+@pytest.mark.slow
 def test_weightless_export_is_refused_and_nothing_is_written(
     models, bundles, tmp_path, monkeypatch, capsys
 ):

@@ -101,6 +101,7 @@ def test_word_features_take_each_words_first_piece(init, tmp_path):
     np.testing.assert_allclose(out[0][2], direct[4], atol=2e-3)  # float16 storage
 
 
+@pytest.mark.slow
 def test_feature_tagger_trains_on_frozen_features(init, tmp_path):
     from model.feature_tagger import main
 

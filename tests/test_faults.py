@@ -154,6 +154,7 @@ def records(tmp_path_factory):
 # === Pre-training: killed three times ===
 
 
+@pytest.mark.slow
 def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, tmp_path, capsys):
     run = {"steps": 40, "batch_size": 4, "checkpoint_every": 5, "extra": ["--strategy", "cpu"]}
     straight = str(tmp_path / "straight" / "run")
@@ -196,6 +197,7 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
     "objective, inputs",
     [(name, INPUTS[name]) for name in ("roberta", "spanbert", "ltr", "electra")],
 )
+@pytest.mark.slow
 def test_every_objective_resumes_after_kill_to_the_uninterrupted_weights(
     objective, inputs, tmp_path, capsys
 ):
@@ -248,6 +250,7 @@ def _finetune_argv(data, init, output, extra=()):
     )
 
 
+@pytest.mark.slow
 def test_finetuning_killed_three_times_resumes_each_time_and_matches(tmp_path, capsys):
     data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
     init = make_init(tmp_path)
@@ -353,6 +356,7 @@ def test_unwritable_output_fails_at_start(records, tmp_path, command):
         locked.chmod(0o700)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_full_disk_fails_at_start(records, tmp_path, command, monkeypatch):
     """Simulated full disk (no tmpfs here): statvfs says 0 bytes free."""

@@ -212,6 +212,7 @@ def train(backend, records, init, output, steps=STEPS, python_prefix=(), extra=(
         return json.load(f), done
 
 
+@pytest.mark.slow
 def test_jax_training_follows_tensorflow(records, initial_weights, tmp_path):
     ours, _ = train("jax", records, initial_weights, str(tmp_path / "jax"))
     theirs, _ = train("tensorflow", records, initial_weights, str(tmp_path / "tf"))
@@ -262,6 +263,7 @@ def _imports_the_tokenizer(module: str) -> bool:
     raises=AssertionError,
     strict=True,
 )
+@pytest.mark.slow
 def test_a_jax_run_imports_no_tensorflow(records, initial_weights, tmp_path):
     summary, done = train(
         "jax",

@@ -290,6 +290,7 @@ def two_runs(tmp_path_factory):
     return data, runs, init, head
 
 
+@pytest.mark.slow
 def test_a_jax_finetune_imports_no_tensorflow_and_evaluate_scores_it(two_runs, capsys):
     data, runs, _, _ = two_runs
     output, stdout = runs["jax"]
@@ -312,6 +313,7 @@ def test_a_jax_finetune_imports_no_tensorflow_and_evaluate_scores_it(two_runs, c
     assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
 
 
+@pytest.mark.slow
 def test_jax_finetuning_follows_tensorflow(two_runs):
     _, runs, _, _ = two_runs
     losses = {

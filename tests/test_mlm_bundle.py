@@ -55,6 +55,7 @@ def evaluate(model, text, tmp_path, name, *extra) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_bundle_scores_top1_top5_like_its_keras_model(pretrainer, tmp_path):
     directory, bundle, _, text = pretrainer
     keras_metrics = evaluate(directory, text, tmp_path, "keras")
@@ -73,6 +74,7 @@ def test_bundle_scores_top1_top5_like_its_keras_model(pretrainer, tmp_path):
     assert lite["mlm_top_k"] == 5 and "mlm_top_k" not in keras_metrics
 
 
+@pytest.mark.slow
 def test_bundle_with_fewer_than_five_predictions_reports_top1_only(pretrainer, tmp_path):
     directory, bundle, top3, text = pretrainer
     lite = evaluate(top3, text, tmp_path, "top3")
@@ -82,6 +84,7 @@ def test_bundle_with_fewer_than_five_predictions_reports_top1_only(pretrainer, t
     assert lite["mlm_top1_accuracy"] == top5["mlm_top1_accuracy"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_masks_different_seed_different_figures(pretrainer, tmp_path):
     _, bundle, _, text = pretrainer
     first = evaluate(bundle, text, tmp_path, "a")
@@ -139,6 +142,7 @@ def test_copy_rates_count_words_in_view_elsewhere_only():
     np.testing.assert_array_equal(hits["gold_copy"], [[1, 1], [0, 0]])
 
 
+@pytest.mark.slow
 def test_bundle_errors_name_the_problem(pretrainer, tmp_path, capsys):
     _, bundle, _, text = pretrainer
     assert (
@@ -183,6 +187,7 @@ def tied_tables(path: str) -> dict[str, tuple[int, int, set]]:
     return rows
 
 
+@pytest.mark.slow
 def test_dynamic_bundle_stores_the_tied_embedding_once(pretrainer, tmp_path):
     """The fill-mask decoder reads the token embedding's own int8 table (one copy in
     the file, shared with the encoder signature), and the bundle still scores as its

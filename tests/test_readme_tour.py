@@ -97,6 +97,7 @@ def test_tour_client_against_the_app(tmp_path):
                 assert line.strip() == comment, f"printed {line!r}, the README says {comment!r}"
 
 
+@pytest.mark.slow
 def test_tour_commands(tmp_path):
     if not os.path.isdir(DATA):
         pytest.skip(

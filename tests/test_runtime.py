@@ -714,6 +714,7 @@ def bundles(tmp_path_factory, keras_models):
     return {"dirs": out, "models": models}
 
 
+@pytest.mark.slow
 def test_load_bundles_answers_as_keras(bundles, tok):
     results = {}
     for task, (method, args) in CALLS.items():
@@ -763,6 +764,7 @@ def assert_same(task: str, got: dict, expected: dict) -> None:
         np.testing.assert_allclose(got["attention"], expected["attention"], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_bundles_read_long_texts_in_windows_as_keras(bundles, tok):
     text = "A gorgeous, witty film. " * 12 + "The ending is a dull, lifeless mess. " * 6
     got = runtime.load(bundles["dirs"]["classifier"]).classify(text)
@@ -774,6 +776,7 @@ def test_bundles_read_long_texts_in_windows_as_keras(bundles, tok):
     assert_same("classifier", got, expected)
 
 
+@pytest.mark.slow
 def test_command_line(bundles, capsys):
     assert runtime.main([bundles["dirs"]["classifier"], "classify", "A fine film."]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -877,6 +880,7 @@ def edge_python(tmp_path_factory):
     return python
 
 
+@pytest.mark.slow
 def test_runtime_runs_without_tensorflow(edge_python, bundles, tok):
     dirs = bundles["dirs"]
     result = subprocess.run(
