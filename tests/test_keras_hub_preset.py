@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import keras_hub
 import numpy as np
@@ -210,6 +211,17 @@ def test_what_keras_hub_lacks_is_refused_by_name(tmp_path, capsys):
     argv = ["--from", "keras", str(tmp_path / "token_classifier"), "--to", "keras-hub"]
     assert convert([*argv, str(tmp_path / "encoder"), "--task", "encoder"]) == 0
     assert isinstance(model.load(str(tmp_path / "encoder")), BertEncoder)
+
+    # A keras-hub task with no counterpart here: named; --task encoder reads the backbone.
+    embedder = tmp_path / "embedder"
+    shutil.copytree(tmp_path / "encoder", embedder)
+    (embedder / "task.json").write_text(
+        json.dumps({"registered_name": "keras_hub>BertTextEmbedder"})
+    )
+    argv = ["--from", "keras-hub", str(embedder), "--to", "keras", str(tmp_path / "e")]
+    assert convert(argv) == 1
+    assert "'BertTextEmbedder' has no counterpart here" in capsys.readouterr().err
+    assert convert([*argv[:-1], str(tmp_path / "e2"), "--task", "encoder"]) == 0
 
     # Another keras-hub backbone: named, not guessed at.
     other = tmp_path / "roberta"

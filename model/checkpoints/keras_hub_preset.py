@@ -236,7 +236,7 @@ def read(path: str, task: str | None, allow_new_heads: bool = False, **options):
     from model.checkpoints.model_dir import build_model
 
     kind, backbone_config = _backbone_config(path)
-    own_task, own_options, loaded, notes = _load(path, kind)
+    own_task, own_options, loaded, notes = _load(path, kind, task)
     lowercase, casing_notes = _casing(path)
     notes += casing_notes
     cfg = _our_config(kind, backbone_config, lowercase, path)
@@ -270,31 +270,34 @@ def _backbone_config(path: str) -> tuple[str, dict]:
     return kind, data.get("config", {})
 
 
-def _load(path: str, kind: str):
-    """(our task, its options, the keras-hub model with the weights, notes) of a preset."""
+def _load(path: str, kind: str, task: str | None):
+    """(our task, its options, the keras-hub model with the weights, notes) of a
+    preset: its task, or its backbone alone when there is none or `task` is "encoder"."""
     import keras_hub
 
     task_file = os.path.join(path, TASK_CONFIG)
-    if not os.path.isfile(task_file):
+    if not os.path.isfile(task_file) or task == "encoder":
         return "encoder", {}, keras_hub.models.Backbone.from_preset(path), []
     data = read_json_object(task_file, "task config")
     name = str(data.get("registered_name", "")).removeprefix(PREFIX)
     if name not in TASKS:
         raise ValueError(
             f"{task_file}: task {name!r} has no counterpart here (read: {', '.join(TASKS)}); "
-            f"remove task.json to read the {kind} alone"
+            f"pass --task encoder to read the {kind} alone"
         )
-    task, options = TASKS[name]
+    own, options = TASKS[name]
     loaded, notes = getattr(keras_hub.models, name).from_preset(path), []
-    if task == "classifier":
+    if own == "classifier":
         config = data.get("config", {})
+        if not isinstance(config.get("num_classes"), int):
+            raise ValueError(f"{task_file}: the BertTextClassifier config has no num_classes")
         options = {"num_labels": config["num_classes"], "dropout": config.get("dropout", 0.1)}
         if config.get("activation") not in (None, "linear"):
             notes.append(
                 f"keras-hub's classifier applied {config['activation']!r} to its logits; "
                 f"ours returns the logits"
             )
-    return task, options, loaded, notes
+    return own, options, loaded, notes
 
 
 def _our_config(kind: str, config: dict, lowercase: bool, path: str) -> BertConfig:
