@@ -26,7 +26,14 @@ from model.heads.electra import ElectraDiscriminator
 from model.heads.pretrainer import BertPretrainer
 from model.heads.token_classifier import BertTokenClassifier
 from model.networks.encoder import BertEncoder
-from tests.helpers import SHARED_DATA, finetune_argv, run_train, tiny_vocabulary, write_sst2
+from tests.helpers import (
+    SHARED_DATA,
+    finetune_argv,
+    run_train,
+    tiny_vocabulary,
+    write_sst2,
+    write_vocab,
+)
 from tests.keras_hub_parity import compare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,9 +169,7 @@ def test_classifier_fine_tuned_here_gives_keras_hub_the_same_logits_on_sst2(tmp_
 
 
 def test_what_keras_hub_lacks_is_refused_by_name(tmp_path, capsys):
-    vocab = str(tmp_path / "vocab.txt")
-    with open(vocab, "w", encoding="utf-8") as f:
-        f.write("\n".join(tiny_vocabulary()) + "\n")
+    vocab = write_vocab(tmp_path / "vocab.txt")
     size = len(tiny_vocabulary())
     cases = {
         "token_classifier": (
@@ -233,9 +238,7 @@ def test_what_keras_hub_lacks_is_refused_by_name(tmp_path, capsys):
 
 
 def test_exact_gelu_model_is_written_with_the_difference_measured(tmp_path, capsys):
-    vocab = str(tmp_path / "vocab.txt")
-    with open(vocab, "w", encoding="utf-8") as f:
-        f.write("\n".join(tiny_vocabulary()) + "\n")
+    vocab = write_vocab(tmp_path / "vocab.txt")
     encoder = BertEncoder.from_preset("tiny", vocabulary_size=len(tiny_vocabulary()))
     assert encoder.config.activation == "gelu"
     model_dir.save(encoder, str(tmp_path / "exact"), vocab)

@@ -60,6 +60,7 @@ TASKS = {
 }
 # keras-hub head layer -> ours (the encoder's and the classifier's "logits" agree)
 HEADS = {"mlm_head": "masked_lm_head", "logits": "logits"}
+THEIR_HEADS = {ours: hub for hub, ours in HEADS.items()}
 MAX_SEQUENCE_LENGTH = 512  # keras-hub's preprocessors' default
 # The config fields keras-hub's backbones and our BertConfig name alike.
 SHARED_FIELDS = (
@@ -205,8 +206,7 @@ def _our_name(keras_hub_path: str) -> str:
 
 def _their_name(our_path: str) -> str:
     layer, _, rest = our_path.partition("/")
-    theirs = {ours: hub for hub, ours in HEADS.items()}
-    return f"{theirs.get(layer, layer)}/{rest}"
+    return f"{THEIR_HEADS.get(layer, layer)}/{rest}"
 
 
 def _entries(model, name) -> list[Entry]:
@@ -215,7 +215,7 @@ def _entries(model, name) -> list[Entry]:
     entries = []
     for w in model.weights:
         layer = w.path.split("/")[0]
-        head = layer in HEADS or layer in HEADS.values() or layer == "next_sentence_head"
+        head = layer in HEADS or layer in THEIR_HEADS or layer == "next_sentence_head"
         entries.append(Entry(name(w.path), w, part=layer if head else ENCODER))
     return entries
 
