@@ -196,11 +196,12 @@ def _refuse_own_head_settings(model, fmt: str) -> None:
 def verify(model, fmt: str, path: str) -> tuple[int, list[str]]:
     """Reads `path` back and checks every weight it holds equals the model's;
     returns (weights checked, notes)."""
+    checked = _verify(model, fmt, path)
     if fmt == "keras-hub":
         from model.checkpoints import keras_hub_preset
 
-        return keras_hub_preset.verify(model, path)
-    return _verify(model, fmt, path), []
+        return checked, keras_hub_preset.check_outputs(model, path)
+    return checked, []
 
 
 def _verify(model, fmt: str, path: str) -> int:
