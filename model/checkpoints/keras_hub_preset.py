@@ -23,9 +23,9 @@ strictly as every other format (`model.checkpoints.mapping`).
 
 keras-hub's BERT and ELECTRA compute the tanh GELU and a LayerNorm epsilon of
 1e-12, whatever the config. A model trained with the exact GELU (every Hugging
-Face BERT, all-MiniLM-L6-v2) is written with a note, and `check_outputs` (after the weights are read back) measures how
-far keras-hub's outputs move; read back, a preset is our model with the tanh GELU,
-which computes what keras-hub computes.
+Face BERT, all-MiniLM-L6-v2) is written with a note, and `check_outputs` (after
+the weights are read back) measures how far keras-hub's outputs move; read back,
+a preset is our model with the tanh GELU, which computes what keras-hub computes.
 
     python -m model.convert --from keras runs/sst2 --to keras-hub runs/sst2-keras-hub
     python -m model.convert --from keras-hub bert_tiny_en_uncased --to keras runs/bert-tiny
