@@ -62,6 +62,13 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--cache-check", nargs="*", default=["mini", "base"])
     p.add_argument("--json", default=None, help="also write each row here (JSON lines)")
+    p.add_argument(
+        "--sections",
+        nargs="+",
+        choices=("pretrain", "finetune"),
+        default=["pretrain", "finetune"],
+        help="what to measure (default: both)",
+    )
     args = common.parse(p, argv, repeats=5, warmup=1)
     if args.quick:
         args.presets, args.dropouts = ["tiny", "electra-mini"], [0.0, 0.1]
@@ -85,7 +92,7 @@ def main(argv=None) -> int:
     )
     print(f"device: {device.device_kind} ({device.platform}); peak bf16 {peak} TFLOP/s", flush=True)
     rows, results = [], []
-    for preset in args.presets:
+    for preset in args.presets if "pretrain" in args.sections else []:
         for dropout in args.dropouts:
             row = measure(
                 args, preset, dropout, peak, cache=preset in args.cache_check and dropout == 0.0
@@ -113,7 +120,7 @@ def main(argv=None) -> int:
         + "\n\n"
         + "\n".join(goal_lines(results))
         + "\n\n"
-        + finetune_section(args)
+        + (finetune_section(args) if "finetune" in args.sections else "")
     )
     common.publish(args, "One accelerator: the device path's pre-training throughput", body)
     return 0

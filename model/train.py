@@ -294,6 +294,23 @@ def parse_args(argv):
         help="batch training examples of similar length together (less "
         "padding, faster on short texts; batches stay in random order)",
     )
+    from model.training.finetune import DEVICE_STEPS_PER_CALL
+
+    g = fine.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
+    g.add_argument(
+        "--device-data",
+        action="store_true",
+        help="keep the encoded features on the device and run several full-length steps in "
+        "one compiled call (model/training/seeds.py); each epoch rounds up to whole calls",
+    )
+    g.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"with --device-data: training steps in one compiled call (default "
+        f"{DEVICE_STEPS_PER_CALL})",
+    )
     add_common_flags(fine)
     # None: the task's own default (model/tasks/*), else the paper's.
     fine.set_defaults(learning_rate=None, batch_size=None)

@@ -57,6 +57,7 @@ from tests.helpers import (
     kill_when_exists,
     make_init,
     run_evaluate,
+    run_train,
     subprocess_env,
     weights_of,
     write_sst2,
@@ -391,6 +392,106 @@ def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, 
     assert [r["step"] for r in history[1]] == [8, 16]
     assert [r["accuracy"] for r in history[1]] == [r["accuracy"] for r in history[0]]
     assert not (output / "checkpoints").exists()
+
+
+# === --device-data: the features on the device, several steps a call ===
+
+
+@pytest.mark.slow
+def test_device_data_finetune_rounds_to_calls_resumes_and_scores(tmp_path, monkeypatch):
+    """An epoch of 8 batches at 3 steps a call is 9 steps; a run killed after its first
+    checkpoint ends with the uninterrupted run's weights and dev history; the saved
+    model scores under model.evaluate as in the run's own dev evaluation."""
+    monkeypatch.setenv("KERAS_BACKEND", "jax")  # the children's environment
+    data = write_sst2(tmp_path / "SST-2", train=32, dev=8, seed=3)
+    init = make_init(tmp_path)
+
+    def argv(output):
+        extra = ["--device-data", "--steps-per-call", "3", "--checkpoint-every", "3"]
+        return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, extra=extra)
+
+    def run(output):
+        done = subprocess.run(
+            [sys.executable, "-m", "model.train", *map(str, argv(output))],
+            cwd=REPO_ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    straight = tmp_path / "straight"
+    stdout = run(straight)
+    assert "features on it, 3 steps a call" in stdout and "18 steps (9 an epoch)" in stdout
+    metrics = json.loads((straight / "metrics.json").read_text())
+    assert [r["step"] for r in metrics["history"]] == [9, 18]
+    output = tmp_path / "killed"
+    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000003", timeout=RUN_TIMEOUT)
+    assert not (output / "metrics.json").exists(), "killed too late"
+    assert "resuming from step" in run(output)
+    assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")
+    history = json.loads((output / "metrics.json").read_text())["history"]
+    assert [r["accuracy"] for r in history] == [r["accuracy"] for r in metrics["history"]]
+    dev = os.path.join(data, "dev.tsv")
+    done = subprocess.run(
+        [sys.executable, "-m", "model.evaluate", "--task", "sst2", "--model", str(straight),
+         "--data", dev],
+        cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    scored = json.loads(done.stdout[done.stdout.index("{") :])
+    assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
+
+
+def jax_tree_leaves(out):
+    return [out[k] for k in sorted(out)] if isinstance(out, dict) else [out]
+
+
+def test_device_data_evaluation_runs_one_shape_and_answers_as_trimmed_batches():
+    """`fixed_shape` pads every batch to one (rows, seq_len) and cuts the outputs back:
+    `predict_in_batches` returns what it returns on trimmed batches, per token and per row."""
+    from model.tasks.base import predict_in_batches
+    from model.training.finetune import fixed_shape
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 30, 21)
+    mask = (np.arange(32)[None, :] < lengths[:, None]).astype(np.int32)
+    x = {"token_ids": rng.integers(5, 99, (21, 32)) * mask, "padding_mask": mask}
+    shapes = []
+
+    def per_token(batch):  # a token's output depends on that token only
+        shapes.append(batch["token_ids"].shape)
+        return {"start": batch["token_ids"] * 2.0, "end": batch["token_ids"] * 3.0}
+
+    def per_row(batch):  # padding tokens are 0: they add nothing
+        shapes.append(batch["token_ids"].shape)
+        return batch["token_ids"].sum(-1, keepdims=True)
+
+    for predict, sequence in ((per_token, True), (per_row, False)):
+        shapes.clear()
+        trimmed = predict_in_batches(predict, x, 8, sequence_outputs=sequence)
+        assert len(set(shapes)) > 1  # trimmed batches: several widths
+        shapes.clear()
+        fixed = predict_in_batches(fixed_shape(predict, 8, 32), x, 8, sequence_outputs=sequence)
+        assert set(shapes) == {(8, 32)}
+        for got, want in zip(jax_tree_leaves(fixed), jax_tree_leaves(trimmed)):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--steps-per-call", "5"], "--steps-per-call takes a positive number, with --device-data"),
+        (["--device-data"], "--device-data runs under KERAS_BACKEND=jax"),  # tests: TensorFlow
+        (["--device-data", "--steps-per-call", "0"], "--steps-per-call takes a positive"),
+    ],
+)
+def test_device_data_flags_are_checked_before_anything_is_read(tmp_path, capsys, extra, message):
+    argv = finetune_argv("sst2", tmp_path / "missing", tmp_path / "no-init", tmp_path / "out")
+    assert run_train([*argv, *extra]) == 1
+    assert message in capsys.readouterr().err
 
 
 def test_multiple_choice_model_builds_and_runs_under_jax():

@@ -94,6 +94,8 @@ PAPER_BATCH_SIZE = 32
 POOLER_UNUSED = ("question_answerer", "token_classifier")
 # Scratch folders (inside OUTPUT) for one epoch's dev predictions.
 SCRATCH_PREFIX = ".epoch-predictions-"
+# --device-data: training steps in one compiled call unless --steps-per-call says.
+DEVICE_STEPS_PER_CALL = 50
 # Resumable checkpoints (inside OUTPUT), removed when the run ends.
 CHECKPOINTS = "checkpoints"
 # Under a backend other than TensorFlow: the scalars TensorBoard would get (OUTPUT/logs/).
@@ -170,6 +172,17 @@ def _check(args) -> None:
     bilstm = getattr(args, "bilstm", None)
     if bilstm is not None and bilstm < 1:
         raise ValueError(f"--bilstm must be a positive number of units, got {bilstm}")
+    device_data = getattr(args, "device_data", False)
+    steps_per_call = getattr(args, "steps_per_call", None)
+    if steps_per_call is not None and (not device_data or steps_per_call < 1):
+        raise ValueError("--steps-per-call takes a positive number, with --device-data")
+    if device_data:
+        import keras
+
+        if keras.backend.backend() != "jax" or args.strategy not in (None, "auto"):
+            raise ValueError(
+                "--device-data runs under KERAS_BACKEND=jax on one device (--strategy auto)"
+            )
 
 
 def _data(args, task):
@@ -302,6 +315,8 @@ def _jax_runtime(args, encoded):
     from model.training.finetune_pydataset import FinetunePyDataset
     from model.training.strategy import jax_process, make_jax_distribution
 
+    if getattr(args, "device_data", False):
+        return _device_runtime(args, encoded)
     distribution = make_jax_distribution(args.strategy)
     if jax_process()[1] > 1:
         raise ValueError(
@@ -341,11 +356,36 @@ def _jax_runtime(args, encoded):
     )
 
 
+def _device_runtime(args, encoded):
+    """--device-data: the features stay on the device and `SeedTrainer` runs K full-length
+    steps a call, its own example order (a fresh permutation an epoch, keyed by --seed); an
+    epoch is rounded up to whole calls."""
+    import contextlib
+
+    if encoded.sample_weight is not None:
+        raise ValueError("--device-data: this task weights its examples; train without it")
+    k = args.steps_per_call or DEVICE_STEPS_PER_CALL
+    return types.SimpleNamespace(
+        tf=False,
+        chief=True,
+        scope=contextlib.nullcontext,
+        name=f"one device, features on it, {k} steps a call",
+        replicas=1,
+        steps_per_epoch=math.ceil(len(encoded) / args.batch_size / k) * k,
+        steps_per_call=k,
+        encoded=encoded,
+        trainer=None,  # built on the compiled model by `_device_fit`
+    )
+
+
 def _schedule(args, task, data, runtime, num_train: int):
     """The run's steps and warm-up, said before training starts."""
     import keras
 
     total_steps = max(1, math.ceil(args.epochs * runtime.steps_per_epoch))
+    k = getattr(runtime, "steps_per_call", None)
+    if k:  # --device-data: whole calls
+        total_steps = math.ceil(total_steps / k) * k
     warmup = args.warmup_steps if args.warmup_steps is not None else int(0.1 * total_steps)
     print(
         f"task {task.name}: {len(data.train)} training examples ({num_train} features of "
@@ -460,7 +500,10 @@ def _loop(args, run, callbacks, checkpoint, progress, log_dev) -> bool:
         if any(record["step"] == epoch_end for record in progress["history"]):
             continue  # trained and scored before a restart
         done = run.done
-        if epoch_end > done:
+        if epoch_end > done and getattr(run.runtime, "steps_per_call", None):
+            if not _device_fit(args, run, checkpoint, epoch_end):
+                return False
+        elif epoch_end > done:
             run.model.fit(
                 run.runtime.dataset(epoch, done - epoch * steps_per_epoch),  # > 0: resumed inside
                 initial_epoch=epoch,
@@ -483,6 +526,64 @@ def _loop(args, run, callbacks, checkpoint, progress, log_dev) -> bool:
     return True
 
 
+def _device_fit(args, run, checkpoint, epoch_end: int) -> bool:
+    """--device-data: trains from `run.done` to `epoch_end` in whole calls, the weights
+    written back and checkpointed every --checkpoint-every steps (rounded up to a call)
+    and at the end; False, with the last good checkpoint kept, when the loss is not finite."""
+    import numpy as np
+
+    from model.training.seeds import SeedTrainer
+
+    runtime, k = run.runtime, run.runtime.steps_per_call
+    if runtime.trainer is None:
+        x, y = runtime.encoded.x, runtime.encoded.y
+        runtime.trainer = SeedTrainer([run.model], x, y, args.batch_size, k, seeds=[args.seed])
+        runtime.trainer.step = run.done  # a resumed run goes on in the same example order
+    chunk = max(k, args.checkpoint_every // k * k)
+    while run.done < epoch_end:
+        began, steps = time.time(), min(chunk, epoch_end - run.done)
+        logs = runtime.trainer.run(steps)
+        loss = float(np.asarray(logs.get("loss", np.zeros(1)))[0])
+        runtime.trainer.reset_metrics()
+        if not np.isfinite(loss):
+            print(f"error: the loss is not finite at step {run.done + steps}", file=sys.stderr)
+            return False
+        run.done += steps
+        runtime.trainer.write_back()
+        checkpoint.save(run.done)
+        rate = steps * args.batch_size / (time.time() - began)
+        print(
+            f"step {run.done}/{run.schedule.total_steps}: loss {loss:.4f}, {rate:,.0f} examples/s"
+        )
+    return True
+
+
+def fixed_shape(predict, rows: int, seq_len: int):
+    """`predict` fed every batch padded to `rows` x `seq_len` (padding rows and tokens, masked
+    out), its outputs cut back to the batch's own rows and length: one compiled program for
+    the whole evaluation where trimmed batches would compile one per width, tens of seconds
+    each on a GPU."""
+    import numpy as np
+
+    def run(x):
+        n, length = np.shape(x["padding_mask"])[0], np.shape(x["padding_mask"])[-1]
+        padded = {
+            k: np.pad(v, [(0, rows - n)] + [(0, 0)] * (v.ndim - 2) + [(0, seq_len - length)])
+            for k, v in x.items()
+        }
+
+        def cut(a):
+            a = np.asarray(a)[:n]
+            return a[:, :length] if a.ndim >= 2 and a.shape[1] == seq_len else a
+
+        out = predict(padded)
+        if isinstance(out, dict):
+            return {k: cut(v) for k, v in out.items()}
+        return type(out)(cut(v) for v in out) if isinstance(out, (list, tuple)) else cut(out)
+
+    return run
+
+
 def _score(args, run, progress, log_dev) -> None:
     """Scores the model on the dev sets, logs it, and saves it (with this epoch's
     predictions) when it is the best so far by the task's main metric."""
@@ -492,8 +593,11 @@ def _score(args, run, progress, log_dev) -> None:
     try:
         metrics = {}
         for prefix, examples in run.data.dev_sets.items():
+            predict = run.model.predict_on_batch
+            if getattr(run.runtime, "steps_per_call", None):  # --device-data
+                predict = fixed_shape(predict, 2 * args.batch_size, args.seq_len)
             scores = task.evaluate(
-                run.model.predict_on_batch,
+                predict,
                 examples,
                 run.init.tokenizer,
                 args.seq_len,
