@@ -351,6 +351,20 @@ def test_data_parallel_on_two_devices_finetunes_like_one(two_runs, tmp_path):
 # === Resuming ===
 
 
+def run_module_ok(module: str, argv) -> str:
+    """`python -m module argv` in a child (this test's environment); its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *map(str, argv)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")  # the children's environment
@@ -370,16 +384,7 @@ def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, 
         )
 
     def run(output):
-        done = subprocess.run(
-            [sys.executable, "-m", "model.train", *map(str, argv(output))],
-            cwd=REPO_ROOT,
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_module_ok("model.train", argv(output))
 
     straight = tmp_path / "straight"
     run(straight)
@@ -411,16 +416,7 @@ def test_device_data_finetune_rounds_to_calls_resumes_and_scores(tmp_path, monke
         return finetune_argv("sst2", data, init, output, epochs="2", batch_size=4, extra=extra)
 
     def run(output):
-        done = subprocess.run(
-            [sys.executable, "-m", "model.train", *map(str, argv(output))],
-            cwd=REPO_ROOT,
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_module_ok("model.train", argv(output))
 
     straight = tmp_path / "straight"
     stdout = run(straight)
@@ -435,13 +431,8 @@ def test_device_data_finetune_rounds_to_calls_resumes_and_scores(tmp_path, monke
     history = json.loads((output / "metrics.json").read_text())["history"]
     assert [r["accuracy"] for r in history] == [r["accuracy"] for r in metrics["history"]]
     dev = os.path.join(data, "dev.tsv")
-    done = subprocess.run(
-        [sys.executable, "-m", "model.evaluate", "--task", "sst2", "--model", str(straight),
-         "--data", dev],
-        cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    scored = json.loads(done.stdout[done.stdout.index("{") :])
+    out = run_module_ok("model.evaluate", ["--task", "sst2", "--model", straight, "--data", dev])
+    scored = json.loads(out[out.index("{") :])
     assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
 
 
