@@ -572,3 +572,29 @@ def test_negatives_report(real, tmp_path, capsys):
     with open(out) as f:
         saved = json.load(f)
     assert saved["seed"] == 0 and saved["entity-swap"] == rows["entity-swap"]
+
+
+def test_split_dev_deals_articles_alternately_and_counts_them(real, tmp_path, capsys):
+    """`split-dev`: the 1st and 3rd articles to --tune, the 2nd and 4th to --report; the
+    halves share no question and together hold every one, with the file's other fields."""
+    source, tune, report = (str(tmp_path / n) for n in ("dev.json", "tune.json", "report.json"))
+    write_json(source, real)
+    assert squad.main(["split-dev", "--input", source, "--tune", tune, "--report", report]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    halves = [json.loads(open(p, encoding="utf-8").read()) for p in (tune, report)]
+    assert [a["title"] for a in halves[0]["data"]] == [a["title"] for a in real["data"][0::2]]
+    assert [a["title"] for a in halves[1]["data"]] == [a["title"] for a in real["data"][1::2]]
+    assert all(h["version"] == real["version"] for h in halves)
+    ids = [set(_questions(h)) for h in halves]
+    assert not ids[0] & ids[1] and ids[0] | ids[1] == set(_questions(real))
+    assert summary["questions"] == len(_questions(real))
+    assert [summary[k]["questions"] for k in ("tune", "report")] == [len(i) for i in ids]
+
+
+def test_split_dev_names_a_malformed_question(tmp_path, capsys):
+    source = str(tmp_path / "dev.json")
+    write_json(source, {"version": "2.0", "data": [{"title": "t", "paragraphs": [{}]}]})
+    argv = ["split-dev", "--input", source, "--tune", str(tmp_path / "a"), "--report", "b"]
+    assert squad.main(argv) == 1
+    assert source in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "a")

@@ -703,6 +703,23 @@ def postprocess(
     return out
 
 
+def span_probability(entry: dict, start_logits, end_logits, padding_mask) -> float | None:
+    """P(start) x P(end) of an n-best `entry` ({"start_logit", "end_logit"}; the null
+    answer's are [CLS]'s) under the model's own softmaxes over its window's real tokens: a
+    probability that does not depend on how many answers the n-best list keeps (its
+    "probability" is a softmax over those answers alone). The window is the one whose logits
+    hold the entry's pair; None when none does (google's "empty" stand-in for no valid span)."""
+    for f in range(len(start_logits)):
+        real = np.asarray(padding_mask[f]) > 0
+        s = np.asarray(start_logits[f], dtype=np.float64)[real]
+        e = np.asarray(end_logits[f], dtype=np.float64)[real]
+        if entry["start_logit"] in s and entry["end_logit"] in e:
+            log_p = entry["start_logit"] + entry["end_logit"]
+            log_p -= np.logaddexp.reduce(s) + np.logaddexp.reduce(e)
+            return float(np.exp(log_p))
+    return None
+
+
 def split_logits(outputs) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) logits from what a model's `predict` returned: a dict with
     start_logits/end_logits (also a key containing "start"/"end", as an
@@ -1000,9 +1017,21 @@ def main(argv=None) -> int:
     report.add_argument(
         "--markdown", action="store_true", help="print a Markdown table instead of JSON"
     )
+    split = sub.add_parser(
+        "split-dev",
+        help="a dev file's articles in two halves: one to tune the null threshold on, "
+        "one to report",
+        description=inspect.cleandoc(split_articles.__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    split.add_argument("--input", required=True, help="a SQuAD v1.1 or v2.0 JSON")
+    split.add_argument("--tune", required=True, help="JSON to write the 1st, 3rd, ... articles to")
+    split.add_argument("--report", required=True, help="JSON for the 2nd, 4th, ... articles")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "negatives-report":
         return _negatives_report(args)
+    if args.command == "split-dev":
+        return _split_dev(args)
     try:
         ratios = parse_negatives(args.negatives, args.negative_ratio)
         # Read through the strict reader first: a malformed input stops here.
@@ -1030,6 +1059,37 @@ def main(argv=None) -> int:
     }
     if args.negatives != DEFAULT_NEGATIVES:  # the default prints what it always printed
         summary["negatives"] = {kind: {"ratio": ratios[kind], "made": made[kind]} for kind in made}
+    print(json.dumps(summary))
+    return 0
+
+
+def split_articles(dataset: dict) -> tuple[dict, dict]:
+    """A SQuAD dataset's articles dealt into two halves, alternately (the 1st, 3rd, ...
+    article to the first): a threshold tuned on one half is reported on the other, which
+    shares no paragraph with it. Both keep the file's other fields."""
+    articles = dataset["data"]
+    return {**dataset, "data": articles[0::2]}, {**dataset, "data": articles[1::2]}
+
+
+def _split_dev(args) -> int:
+    from model.io.files import write_json
+
+    try:
+        examples, _ = read_squad(args.input, version_2=True)  # strict: stops at a bad question
+        tune, report = split_articles(load_json(args.input))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary = {"input": args.input, "questions": len(examples)}
+    for name, path, part in (("tune", args.tune, tune), ("report", args.report, report)):
+        write_json(path, part)
+        questions = [q for a in part["data"] for para in a["paragraphs"] for q in para["qas"]]
+        summary[name] = {
+            "path": path,
+            "articles": len(part["data"]),
+            "questions": len(questions),
+            "unanswerable": sum(bool(q.get("is_impossible")) for q in questions),
+        }
     print(json.dumps(summary))
     return 0
 
