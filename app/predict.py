@@ -554,7 +554,7 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
             i + 1,
             a["text"] if a["start"] >= 0 else NO_ANSWER,
             round(float(a["score"]), 3),
-            round(float(a["probability"]), 4),
+            _probability(a.get("span_probability", a["probability"])),
         ]
         for i, a in enumerate(nbest[:n])
     ]
@@ -574,12 +574,18 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
         null = result.get("null_score")
         headline = "**No answer** in the context"
         if null is not None:
-            headline += f": the null score {null:.3f} wins"
+            headline += f": no answer {_percent(result.get('null_probability'))}"
             if best is not None:
-                headline += f" over the best span “{best['text']}” ({best['score']:.3f})"
+                headline += (
+                    f", the best span “{best['text']}” {_percent(best.get('span_probability'))}"
+                )
+            headline += f" (null score {null:.3f}"
+            if best is not None:
+                headline += f" against {best['score']:.3f}"
             threshold = (slot.info or {}).get("null_threshold")
             if threshold is not None:
                 headline += f", threshold {threshold:.3f}"
+            headline += ")"
         spans = {"text": context, "entities": []}
         return {
             "status": status_line(headline + ".", notes),
@@ -587,9 +593,12 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
             "nbest": rows,
             "raw": jsonable(result),
         }
-    score = f"score {result['score']:.3f}"
+    score = f"{_percent(result.get('span_probability'))}, score {result['score']:.3f}"
     if result.get("null_score") is not None:
-        score += f", null score {result['null_score']:.3f}"
+        score += (
+            f"; no answer {_percent(result.get('null_probability'))}, "
+            f"null score {result['null_score']:.3f}"
+        )
     headline = f"**{result['text']}** ({score})"
     spans = {
         "text": context,
@@ -603,6 +612,15 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
         "nbest": rows,
         "raw": jsonable(result),
     }
+
+
+def _probability(p) -> float | None:
+    return None if p is None else round(float(p), 4)
+
+
+def _percent(p) -> str:
+    """A probability for the status line ("62.1 %"; "-" for none)."""
+    return "-" if p is None else f"{100 * float(p):.1f} %"
 
 
 # === Named entities ===

@@ -428,6 +428,9 @@ class EdgeModel:
                     "end": begin + len(entry["text"]) if begin >= 0 else -1,
                     "score": entry["start_logit"] + entry["end_logit"],
                     "probability": entry["probability"],
+                    "span_probability": squad.span_probability(
+                        entry, start_logits, end_logits, x["padding_mask"]
+                    ),
                 }
             )
         null = next((e for e in nbest if e["start"] < 0), None)
@@ -441,6 +444,8 @@ class EdgeModel:
             "end": best["end"],
             "score": float(best["score"]),
             "null_score": float(null["score"]) if self.version_2 and null else None,
+            "span_probability": best.get("span_probability") if best["start"] >= 0 else None,
+            "null_probability": null.get("span_probability") if self.version_2 and null else None,
             "no_answer": best["start"] < 0,
             "nbest": nbest,
             "windows": len(windows.example_index),

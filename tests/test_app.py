@@ -117,6 +117,7 @@ class StandIn:
                 "end": m.end(),
                 "score": 5.0 - i,
                 "probability": 0.5 / (i + 1),
+                "span_probability": 0.4 / (i + 1),
             }
             for i, m in enumerate(reversed(spans))
         ][:n_best]
@@ -128,14 +129,17 @@ class StandIn:
                 "end": -1,
                 "score": 2.0,
                 "null_score": 6.5,
+                "span_probability": None,
+                "null_probability": 0.55,
                 "no_answer": True,
                 "nbest": nbest,
                 "windows": windows,
             }
         best = nbest[0]
         return {
-            **{k: best[k] for k in ("text", "start", "end", "score")},
+            **{k: best[k] for k in ("text", "start", "end", "score", "span_probability")},
             "null_score": None,
+            "null_probability": None,
             "no_answer": False,
             "nbest": nbest,
             "windows": windows,
@@ -325,13 +329,15 @@ def test_attention_views_and_token_choice():
 def test_answer_highlights_the_span_or_says_no_answer():
     slot = stand_in_slots()["answer"]
     out = predict.answer(slot, "Where?", "The cat sat on the mat", 3, LIMITS)
-    assert out["status"].startswith("**mat**")
+    assert out["status"].startswith("**mat** (40.0 %, score 5.000)")
     assert out["context"]["entities"] == [{"entity": "answer", "start": 19, "end": 22}]
     assert [r[1] for r in out["nbest"]] == ["mat", "the", "on"]
+    assert [r[3] for r in out["nbest"]] == [0.4, 0.2, 0.1333]  # P(start) x P(end), rounded
     slot.info = {**slot.info, "null_threshold": 1.5}
     out = predict.answer(slot, "Nobody?", "The cat sat on the mat", 3, LIMITS)
-    assert "**No answer**" in out["status"] and "null score 6.500" in out["status"]
-    assert "“mat” (5.000)" in out["status"] and "threshold 1.500" in out["status"]
+    assert out["status"].startswith("**No answer** in the context: no answer 55.0 %")
+    assert "the best span “mat” 40.0 % (null score 6.500 against 5.000" in out["status"]
+    assert "threshold 1.500" in out["status"]
     assert out["context"]["entities"] == []
     long = predict.answer(slot, "Where?", "the cat sat . " * 60, 3, predict.Limits())
     assert "read in 3 overlapping windows" in long["status"]

@@ -315,6 +315,7 @@ def test_answer_maps_back_to_the_contexts_characters(tok):
         "end": out["end"],
         "score": out["score"],
         "probability": out["nbest"][0]["probability"],
+        "span_probability": out["span_probability"],
     }
     assert 0.5 < out["nbest"][0]["probability"] <= 1.0
     # Inside a word: the answer is only that word's part ("1895" of "(1895-1943)").
@@ -361,6 +362,28 @@ def test_answer_null_for_squad2_bundles(tok):
     assert out["null_score"] == pytest.approx(20.0)
     out = EdgeModel(span_logits(tok, "mat", "mat", null=-20.0), tok, info).answer("Where?", context)
     assert out["text"] == "mat" and not out["no_answer"]
+
+
+def test_answer_probabilities_are_the_models_own_and_ignore_the_n_best_size(tok):
+    """span_probability = P(start) x P(end) under the softmaxes over the window's real
+    tokens, the same for any n_best (the n-best "probability" is not); the null answer's
+    from [CLS]."""
+    info = {"task": "question_answerer", "max_seq_length": SEQ_LEN, "finetuned_task": "squad2"}
+    context = "The cat sat on the mat."
+    m = EdgeModel(span_logits(tok, "mat", "mat", null=4.0), tok, info)
+    many, one = m.answer("Where?", context, n_best=20), m.answer("Where?", context, n_best=1)
+    n = len(tok.encode(["Where?"])[0]) + len(tok.encode([context])[0]) + 3  # [CLS] q [SEP] c [SEP]
+    # One context token at 5, [CLS] at 2, the other n - 2 tokens at -5 (start and end alike).
+    log_z = np.log(np.exp(5.0) + np.exp(2.0) + (n - 2) * np.exp(-5.0))
+    assert many["span_probability"] == pytest.approx(np.exp(10.0 - 2 * log_z))
+    assert many["null_probability"] == pytest.approx(np.exp(4.0 - 2 * log_z))
+    assert (one["span_probability"], one["null_probability"]) == pytest.approx(
+        (many["span_probability"], many["null_probability"])
+    )
+    assert one["nbest"][0]["probability"] != pytest.approx(many["nbest"][0]["probability"])
+    assert len(many["nbest"]) > 2 and all(
+        0 < e["span_probability"] < many["span_probability"] for e in many["nbest"][2:]
+    )
 
 
 def test_answer_without_any_valid_span(tok):
@@ -639,7 +662,9 @@ def check_contract(results: dict) -> None:
     answer = results["question_answerer"]
     context = CALLS["question_answerer"][1][1]
     assert answer["windows"] >= 2 and answer["text"] == context[answer["start"] : answer["end"]]
-    assert set(answer["nbest"][0]) == {"text", "start", "end", "score", "probability"}
+    assert set(answer["nbest"][0]) == {
+        "text", "start", "end", "score", "probability", "span_probability"
+    }  # fmt: skip
     attention = results["encoder"]
     assert attention["tokens"] == [
         "[CLS]",
