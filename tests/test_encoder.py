@@ -111,6 +111,21 @@ def test_attention_rows_sum_to_one_and_ignore_padded_keys(encoder):
     assert probs[1, :, :, 0, :5].min() > 0.0
 
 
+def test_the_full_attention_mask_of_a_jax_gpu_changes_no_output(encoder, monkeypatch):
+    """On a JAX GPU the blocks get a (batch, seq, seq) mask, the shape cuDNN's fused
+    attention takes; here, forced on, it gives the padding mask's outputs."""
+    from model.networks import encoder as encoder_module
+
+    inputs = random_encoder_inputs(3, 8, VOCAB, lengths=[8, 5, 2])
+    monkeypatch.setattr(encoder_module, "full_attention_mask", lambda: True)
+    full = tiny_encoder()
+    assert any(layer.name == "keys_attention_mask" for layer in full.layers)
+    full.set_weights(encoder.get_weights())
+    want, got = numpy_outputs(encoder, inputs), numpy_outputs(full, inputs)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
+
+
 # === Activation ===
 
 

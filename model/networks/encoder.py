@@ -78,6 +78,34 @@ class _CausalAttentionMask(keras.layers.Layer):
         return keras.KerasTensor((batch, seq_len, seq_len), dtype="int32")
 
 
+class _KeysAttentionMask(keras.layers.Layer):
+    """(batch, seq_len) padding mask -> (batch, seq_len, seq_len): every query may read
+    every real key. The padding mask alone says the same; this shape is what cuDNN's fused
+    attention takes (see `full_attention_mask`)."""
+
+    def call(self, padding_mask):
+        keys = ops.expand_dims(ops.cast(ops.not_equal(padding_mask, 0), "int32"), 1)
+        batch, seq_len = ops.shape(padding_mask)[0], ops.shape(padding_mask)[1]
+        return ops.broadcast_to(keys, (batch, seq_len, seq_len))
+
+    def compute_output_spec(self, padding_mask):
+        batch, seq_len = padding_mask.shape
+        return keras.KerasTensor((batch, seq_len, seq_len), dtype="int32")
+
+
+def full_attention_mask() -> bool:
+    """Whether the bidirectional encoder hands its blocks a (batch, seq, seq) attention mask:
+    on a JAX GPU. Keras asks cuDNN's fused attention for a block with attention dropout 0,
+    and jax 0.11.2 refuses keras-hub's (batch, 1, 1, seq) padding mask there ("Bias must have
+    same seq length as QKV"), so Keras fell back to XLA's attention on an H200
+    (bench/results/2026-11-26-nvidia-h200.md). The values are the same either way."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
 class _LastToken(keras.layers.Layer):
     """(batch, seq_len, hidden_dim) -> (batch, hidden_dim): the hidden state of
     each row's last real token (the highest position whose padding mask is 1;
@@ -291,7 +319,10 @@ class BertEncoder(keras.Model):
         the blocks itself (`model/features/layers.py`) calls
         `block(x, **encoder.block_masks(padding_mask))` to keep the same mask."""
         if not self._causal:
-            return {"padding_mask": padding_mask}
+            if not full_attention_mask():
+                return {"padding_mask": padding_mask}
+            attention_mask = _KeysAttentionMask(name="keys_attention_mask")(padding_mask)
+            return {"padding_mask": padding_mask, "attention_mask": attention_mask}
         # The causal mask already holds the padding; keras-hub's block takes its
         # minimum with `padding_mask`, which changes nothing.
         attention_mask = _CausalAttentionMask(name="causal_attention_mask")(padding_mask)
