@@ -6,7 +6,9 @@ Tasks:
     mlm   masked-LM top-1/top-5 accuracy over masked positions, masked-LM loss
           and perplexity, and next-sentence accuracy, on instances made from
           any raw text file (`model.pretraining.corpus` formats) exactly as for
-          pre-training: 15 % masking, 80/10/10, a fixed seed. A pre-training
+          pre-training: 15 % masking, 80/10/10, a fixed seed; top-1/top-5 also
+          on the positions that show [MASK] alone (`_mask_only`: a position
+          that shows its own word is far easier). A pre-training
           bundle keeps only its top-k words at each mask (`top_k` in its
           bundle.json): it is scored on the very same instances and masks,
           top-1 and (k >= 5) top-5 only; loss and perplexity need the whole
@@ -207,7 +209,8 @@ def evaluate_mlm(
     cols = [np.stack(c) for c in zip(*rows)]
     token_ids, segment_ids, padding_mask, positions, labels, weights, nsp_labels = cols
     totals = {}
-    count = nsp_correct = 0.0
+    count = mask_count = nsp_correct = 0.0
+    mask_id = list(tokenizer.vocabulary).index("[MASK]")
     top_k = has_nsp = None
     for start in range(0, len(rows), batch_size):
         sl = slice(start, start + batch_size)
@@ -226,9 +229,15 @@ def evaluate_mlm(
             )
         )
         w = weights[sl]
+        # The positions that show [MASK] (80 %); the others show a random word or their own.
+        shows_mask = np.take_along_axis(token_ids[sl], positions[sl], 1) == mask_id
         for name, value in hits.items():
             totals[name] = totals.get(name, 0.0) + float((value * w).sum())
+            if name in ("top1", "top5"):
+                key = f"{name}_mask_only"
+                totals[key] = totals.get(key, 0.0) + float((value * w * shows_mask).sum())
         count += float(w.sum())
+        mask_count += float((w * shows_mask).sum())
         nsp = out.get("nsp", out.get("nsp_probs"))  # logits or probabilities: same argmax
         has_nsp = nsp is not None
         if has_nsp:
@@ -236,6 +245,9 @@ def evaluate_mlm(
     metrics = {
         f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5") if name in totals
     }
+    for name in ("top1", "top5"):
+        if mask_count and f"{name}_mask_only" in totals:
+            metrics[f"mlm_{name}_accuracy_mask_only"] = totals[f"{name}_mask_only"] / mask_count
     for name in ("top1", "gold"):
         metrics[f"mlm_{name}_copy_rate"] = totals[f"{name}_copy"] / count
     if "nll" in totals:
@@ -243,7 +255,13 @@ def evaluate_mlm(
         metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
     else:
         metrics["mlm_top_k"] = top_k
-    metrics.update({"masked_positions": int(count), "instances": len(rows)})
+    metrics.update(
+        {
+            "masked_positions": int(count),
+            "mask_token_positions": int(mask_count),
+            "instances": len(rows),
+        }
+    )
     if has_nsp:
         metrics["nsp_accuracy"] = nsp_correct / len(rows)
     return metrics

@@ -346,6 +346,26 @@ def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
     assert metrics["masked_positions"] > 0 and np.isfinite(metrics["mlm_loss"])
 
 
+def test_evaluate_mlm_scores_the_mask_positions_apart(tmp_path):
+    """A "model" that copies the word it is shown: never right where it sees [MASK] (80 % of
+    the predictions), always where it sees the true word (10 %). The mixed accuracy says
+    about 10 %, the [MASK]-only accuracy 0."""
+    from model.text.wordpiece import WordPieceTokenizer
+
+    vocab = write_vocab(tmp_path / "vocab.txt", extra=40)
+    tokenizer = WordPieceTokenizer(vocab)
+    text = write_corpus(tmp_path / "eval.txt", num_documents=6, sentences=(4, 8), seed=3)
+
+    def copy_the_input(x):
+        shown = np.take_along_axis(x["token_ids"], x["mask_positions"], 1)
+        return {"topk_ids": np.repeat(shown[..., None], 5, -1)}
+
+    m = evaluate.evaluate_mlm(copy_the_input, tokenizer, text, max_seq_length=32)
+    assert m["mlm_top1_accuracy_mask_only"] == m["mlm_top5_accuracy_mask_only"] == 0.0
+    assert 0.03 < m["mlm_top1_accuracy"] < 0.2
+    assert 0.7 < m["mask_token_positions"] / m["masked_positions"] < 0.9
+
+
 # === --help ===
 
 
