@@ -313,16 +313,29 @@ def attention(
     re-renders without running the model again. A `token` past the new text's end falls back
     to the default."""
     state = attention_state(slot, text, text_pair, limits)
-    if token not in (None, "") and not 0 <= _as_int(token) < len(state["tokens"]):
+    token = token_index(token, state["tokens"])
+    if token is not None and not 0 <= token < len(state["tokens"]):
         token = None
     return {**render_attention(state, layer, head, token), "state": state}
 
 
-def _as_int(value) -> int:
+def token_index(token, tokens: list[str]) -> int | None:
+    """The attending token as a 0-based index: a number ("6" too), a choice of the token
+    list ("6: where"), or a WordPiece of the text ("where": its first place); None for
+    none. Anything else is an InputError naming the text's tokens."""
+    if token is None or (isinstance(token, str) and not token.strip()):
+        return None
+    text = str(token).strip()
+    number = text.split(":", 1)[0].strip()
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
-        return -1
+        return int(float(number))
+    except ValueError:
+        pass
+    lowered = [t.lower() for t in tokens]
+    if text.lower() in lowered:
+        return lowered.index(text.lower())
+    listed = ", ".join(tokens[:40]) + (" ..." if len(tokens) > 40 else "")
+    raise InputError(f"The token {token!r} is not in the text; its tokens: {listed}.")
 
 
 def default_token(tokens: list[str]) -> int:
@@ -677,7 +690,7 @@ REPLACED_COLORS = {
     "replaced": "#ef4444",
     "caught": "#22c55e",
     "missed": "#f59e0b",
-    "false alarm": "#ef4444",
+    "false alarm": "#a855f7",
 }
 # The generator's share of WordPieces: pre-training's 15 %, and the range the view offers.
 CORRUPT_RATE, MIN_RATE, MAX_RATE = 0.15, 0.05, 0.5

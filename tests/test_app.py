@@ -323,7 +323,21 @@ def test_attention_views_and_token_choice():
     assert predict.token_choices(tokens)[6] == ("6: where", 6)
     # A token index past the new sentence's end falls back to the first word.
     assert predict.attention(slot, "a b", "", 1, 1, 30, LIMITS)["raw"]["token"] == 1
+    # The attending token by number, by its choice label or by its word; not an unknown word.
+    for token in (6, "6", "6: where", "Where"):
+        out = predict.attention(slot, "The cat sat.", "Where?", 1, 1, token, LIMITS)
+        assert out["raw"]["token"] == 6, token
+    out = predict.attention(slot, "The cat sat.", "Where?", 1, 1, "dog", LIMITS)
+    assert "The token 'dog' is not in the text; its tokens: [CLS], the, cat" in out["status"]
+    assert out["raw"] is None or "token" not in out["raw"]
     assert "Run the model" in predict.rerender_attention(None, 1, 1, 0)["status"]
+
+
+def test_replaced_token_labels_have_distinct_colours():
+    """Each label of the Replaced tokens view its own colour ("replaced" and "false alarm"
+    were both red)."""
+    colours = predict.REPLACED_COLORS
+    assert len(set(colours.values())) == len(colours)
 
 
 def test_answer_highlights_the_span_or_says_no_answer():
