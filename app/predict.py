@@ -536,12 +536,30 @@ def reading_note(result: dict, names: dict | None = None) -> str | None:
     )
     if result.get("scores"):
         label = result["label"]
-        each = ", ".join(f"{w['scores'].get(label, 0.0):.0%}" for w in windows)
-        note += f" Window by window, {names.get(str(label), str(label))}: {each}."
+        values = [w["scores"].get(label, 0.0) for w in windows]
+        shown = [f"{v:.0%}" for v in values]
+        what = f", {names.get(str(label), str(label))}"
     elif result.get("value") is not None:
-        each = ", ".join(f"{w['value']:.3f}" for w in windows)
-        note += f" Window by window: {each}."
-    return note
+        values = [w["value"] for w in windows]
+        shown, what = [f"{v:.3f}" for v in values], ""
+    else:
+        return note
+    if len(windows) <= MAX_LISTED_WINDOWS:
+        each = ", ".join(f"{v} ({_characters(w)})" for v, w in zip(shown, windows))
+        return note + f" Window by window{what}: {each}."
+    low, high = int(np.argmin(values)), int(np.argmax(values))
+    return note + (
+        f" Window by window{what}: from {shown[low]} ({_characters(windows[low])}) to "
+        f"{shown[high]} ({_characters(windows[high])})."
+    )
+
+
+# A longer text's windows are summed up by their lowest and highest, not listed.
+MAX_LISTED_WINDOWS = 6
+
+
+def _characters(window: dict) -> str:
+    return f"characters {window['char_start']:,}-{window['char_end']:,}"
 
 
 def _with_reading(headline: str, result: dict, names: dict) -> str:

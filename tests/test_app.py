@@ -296,8 +296,18 @@ def test_sentiment_says_how_a_long_text_was_read():
     assert n == out["raw"]["windows"] > 2
     assert out["status"].startswith("**negative** (")
     assert f"Read as {n} overlapping windows of up to 14 WordPieces (30 in all" in out["status"]
-    each = ", ".join(f"{w['scores']['0']:.0%}" for w in out["raw"]["window_results"])
+    each = ", ".join(
+        f"{w['scores']['0']:.0%} (characters {w['char_start']}-{w['char_end']})"
+        for w in out["raw"]["window_results"]
+    )
     assert f"Window by window, negative: {each}." in out["status"]
+    # A long text: its lowest and highest windows, not one figure per window.
+    out = predict.sentiment(slot, "The film is good. " * 6 + "It is long. " * 7, LIMITS)
+    windows = out["raw"]["window_results"]
+    assert len(windows) > predict.MAX_LISTED_WINDOWS
+    assert out["status"].count("%") < 6 and "Window by window, negative: from " in out["status"]
+    low = min(windows, key=lambda w: w["scores"]["0"])
+    assert f"from {low['scores']['0']:.0%} (characters {low['char_start']:,}-" in out["status"]
     assert predict.WARNING not in out["status"]  # reading in windows is no warning
     short = predict.sentiment(slot, "The film is good.", LIMITS)
     assert "Read as" not in short["status"] and short["raw"]["windows"] == 1
