@@ -1,0 +1,149 @@
+#!/bin/bash
+# One GPU call, prepared here and run there: bench/gpu.py's pre-training rows, then the SQuAD
+# fine-tunings of the default QA model side by side on the device path, each result written to
+# $OUT as it comes (a call cut off at its limit still returns what is there).
+#
+#   bash bench/gpu_call.sh prepare MINILM_MODEL_DIR   # here, the project's environment active:
+#                                                     # .job/ (wheels, float16 start weights,
+#                                                     # SQuAD as xz), ~55 MB
+#   mv assets/models /somewhere                       # the call carries 64 MiB at most
+#   device run:  OUT=$OUT bash bench/gpu_call.sh run  with carry [".job"]
+#   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python bash bench/gpu_call.sh run   # CPU rehearsal
+#
+# MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
+# Settings (environment): LIMIT (s, default 555: the QA runs are stopped then and the results
+# packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 (epochs of the
+# full runs / of the per-kind runs). Comes back: gpu.jsonl, gpu.md (if the bench finished),
+# results.tar.xz (every log, metrics, predictions), v2all.f16.h5.partNN (the three-kinds
+# SQuAD v2.0 model's weights as float16, 15 MiB parts: cat them, then
+# `bash bench/gpu_call.sh fp16 up PARTS.h5 model.weights.h5` restores float32). E1 < E2 makes the
+# per-kind runs cheaper, not comparable with the full run's own epoch E1 (another schedule).
+# Measured with it: bench/results/2026-11-26-nvidia-h200.md, docs/finetuning.md.
+set -u
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+JOB=$REPO/.job
+
+fp16() {  # fp16 down|up SRC DST: every float32 dataset of an .h5 to float16 (down) or back;
+  # "down" leaves out the optimizer's variables (a checkpoint's model weights alone)
+  ${PY:-python3} - "$@" <<'EOF'
+import sys
+import h5py
+import numpy as np
+direction, src, dst = sys.argv[1:4]
+to, frm = (np.float16, np.float32) if direction == "down" else (np.float32, np.float16)
+with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
+    b.attrs.update(dict(a.attrs))
+    def copy(name, obj):
+        if direction == "down" and name.startswith("optimizer"):
+            return
+        if isinstance(obj, h5py.Group):
+            b.require_group(name).attrs.update(dict(obj.attrs))
+            return
+        data = obj[()]
+        if getattr(data, "dtype", None) == frm:
+            data = data.astype(to)
+        b.create_dataset(name, data=data).attrs.update(dict(obj.attrs))
+    a.visititems(copy)
+EOF
+}
+
+prepare() {
+  local minilm=$1 squad=$REPO/../shared/data/squad
+  grep -qx "/.job/" "$REPO/.git/info/exclude" 2>/dev/null || echo "/.job/" >> "$REPO/.git/info/exclude"
+  rm -rf "$JOB" && mkdir -p "$JOB/whl" "$JOB/minilm" "$JOB/data"
+  local py=${PY:-python3}
+  $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$JOB/whl" \
+    keras==3.15.1 keras-hub==0.32.0 optree==0.20.0 namex==0.1.0 || return 1
+  cp "$minilm/config.json" "$minilm/vocab.txt" "$JOB/minilm/"
+  fp16 down "$minilm/model.weights.h5" "$JOB/minilm/model.weights.f16.h5" || return 1
+  cp "$squad/train-v1.1.reconstructed.json" "$squad/dev-v1.1.json" "$JOB/data/"
+  (cd "$REPO" && $py -m model.tasks.squad split-dev --input "$squad/dev-v2.0.reconstructed.json" \
+    --tune "$JOB/data/dev-v2.0.A.json" --report "$JOB/data/dev-v2.0.B.json") || return 1
+  xz -T2 -6 -f "$JOB"/data/*.json
+  du -sh "$JOB"
+}
+
+run() {
+  T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+  LIMIT=${LIMIT:-555}
+  if [ -z "${SMOKE:-}" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$JOB"/whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$REPO; PY=python3
+  else
+    export PYTHONPATH=$REPO; PY=${PY:-python3}
+  fi
+  export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jc PY
+  W=${W:-/tmp/w}; rm -rf "$W"; mkdir -p "$W/logs" "$OUT"
+  (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$W/logs/env.txt" 2>&1
+  tail -n 2 "$W/logs/env.txt"
+  squad_data > "$W/logs/prep.log" 2>&1 &  # the CPU's work, while the bench has the GPU
+  local prep=$!
+  BENCH="$PY $REPO/bench/gpu.py --json $OUT/gpu.jsonl --results $OUT/gpu.md"
+  [ -n "${SMOKE:-}" ] && BENCH="$BENCH --quick"
+  echo "bench at $(el) s"
+  timeout "${BENCH_S:-150}" $BENCH ${BENCH_ARGS:---dropouts 0 --presets mini electra-small base small --sections pretrain} > "$W/logs/bench.log" 2>&1
+  echo "bench done at $(el) s"; wait $prep; tail -n 1 "$W/logs/prep.log"
+  squad_runs
+  pack
+}
+
+squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negatives) under $W
+  cd "$W" || return 1
+  for f in "$JOB"/data/*.xz; do xz -dc "$f" > "$(basename "$f" .xz)"; done
+  mkdir -p minilm v1 v2all v2op v2opar
+  cp "$JOB/minilm/config.json" "$JOB/minilm/vocab.txt" minilm/
+  fp16 up "$JOB/minilm/model.weights.f16.h5" minilm/model.weights.h5
+  mv train-v1.1.reconstructed.json v1/train-v1.1.json; mv dev-v1.1.json v1/
+  for r in v2all:other-paragraph,answer-removed,entity-swap v2op:other-paragraph \
+           v2opar:other-paragraph,answer-removed; do
+    $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${r#*:}" \
+      --input v1/train-v1.1.json --output "${r%%:*}/train-v2.0.json" &
+  done
+  wait
+  for d in v2all v2op v2opar; do cp dev-v2.0.A.json $d/dev-v2.0.json; done  # tuned on A
+  if [ -n "${SMOKE:-}" ]; then  # one article of each file
+    for f in v1/*.json v2*/*.json; do $PY -c "
+import json, sys; j = json.load(open(sys.argv[1])); j['data'] = j['data'][:1]
+json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
+  fi
+  echo "prep done at $(el) s"
+}
+
+squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best epoch as it goes
+  local ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
+  [ -n "${SMOKE:-}" ] && ft="$ft --seq-len 128 --steps-per-call 5 --max-train-examples 96"
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=.2
+  $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
+  $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
+  $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
+  $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
+  echo "QA runs started at $(el) s"
+  while [ -n "$(jobs -rp)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
+  for p in $(jobs -rp); do echo "stopping $p at $(el) s"; kill "$p"; done; wait
+  unset XLA_PYTHON_CLIENT_MEM_FRACTION
+  echo "QA done at $(el) s"
+}
+
+pack() {  # the three-kinds model as float16 parts; every small file in one archive
+  cd "$W" || return 1
+  local weights=r_v2all/model.weights.h5
+  [ -f "$weights" ] || weights=$(ls -d r_v2all/checkpoints/ckpt-*/model.weights.h5 2>/dev/null | tail -n 1)
+  if [ -n "$weights" ]; then
+    echo "packing $weights"
+    fp16 down "$weights" v2all.f16.h5 && split -b 15M -d v2all.f16.h5 "$OUT/v2all.f16.h5.part"
+  fi
+  { for r in r_*; do find "$r" -maxdepth 1 -type f ! -name 'model.weights.h5'; find "$r/logs" "$r/checkpoints" -name '*.csv' -o -name state.json 2>/dev/null; done; find logs -type f; } > files.txt
+  tar -cJf "$OUT/results.tar.xz" -T files.txt
+  echo "packed at $(el) s"; ls -la "$OUT"
+  for f in logs/*.log; do echo "== $f"; grep -v "Warning\|^\s*$" "$f" | tail -n 4; done
+}
+
+case "${1:-}" in
+  prepare) prepare "${2:?the MiniLM model directory}" ;;
+  run) run ;;
+  fp16) shift; fp16 "$@" ;;
+  *) echo "usage: $0 prepare MINILM_DIR | run | fp16 down|up SRC DST" >&2; exit 2 ;;
+esac
