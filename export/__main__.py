@@ -418,6 +418,11 @@ def bundle_info(
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # The paths first, before TensorFlow: a mistyped one fails in well under a second.
+    for path in filter(None, (args.model, args.data)):
+        if not os.path.exists(path):
+            print(f"error: {path}: no such file or directory", file=sys.stderr)
+            return 1
     import_tensorflow_quietly(args.verbose)
     from export.verify import VerificationError
 

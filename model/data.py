@@ -46,6 +46,7 @@ name, then renamed); it holds the shards, `vocab.txt` and `dataset.json`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from model.io.native_logs import import_tensorflow_quietly
@@ -152,11 +153,17 @@ def resolve_inputs(
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:  # the paths first, before TensorFlow: a mistyped one fails in well under a second
+        files = expand_inputs(args.input)
+        if not os.path.isfile(args.vocab):
+            raise FileNotFoundError(f"{args.vocab}: vocabulary file not found")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     from model.text.tokenizer import WordPieceTokenizer
 
     try:
-        files = expand_inputs(args.input)
         tokenizer = WordPieceTokenizer(args.vocab, lowercase=not args.cased)
         masking_config = MaskingConfig(
             mask_rate=args.mask_rate,

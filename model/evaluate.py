@@ -542,11 +542,14 @@ def _bundle_as_info(info: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # The paths first, before TensorFlow: a mistyped one fails in well under a second.
+    for path, missing in ((args.data, os.path.isfile), (args.model, os.path.exists)):
+        if not missing(path):
+            print(f"error: {path}: no such file", file=sys.stderr)
+            return 1
     import_tensorflow_quietly(args.verbose)
     start = time.time()
     try:
-        if not os.path.isfile(args.data):
-            raise FileNotFoundError(f"{args.data}: no such file")
         if args.task == "rtd":
             if args.null_threshold is not None or args.skip_invalid or args.long_texts:
                 raise ValueError(

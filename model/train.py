@@ -294,8 +294,6 @@ def parse_args(argv):
         help="batch training examples of similar length together (less "
         "padding, faster on short texts; batches stay in random order)",
     )
-    from model.training.finetune import DEVICE_STEPS_PER_CALL
-
     g = fine.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
     g.add_argument(
         "--device-data",
@@ -308,8 +306,8 @@ def parse_args(argv):
         type=int,
         default=None,
         metavar="K",
-        help=f"with --device-data: training steps in one compiled call (default "
-        f"{DEVICE_STEPS_PER_CALL})",
+        help="with --device-data: training steps in one compiled call (default 50: "
+        "model/training/finetune.py's DEVICE_STEPS_PER_CALL)",
     )
     add_common_flags(fine)
     # None: the task's own default (model/tasks/*), else the paper's.
@@ -317,8 +315,31 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def check_inputs(args) -> None:
+    """The input paths exist (FileNotFoundError naming the first that does not), checked
+    before TensorFlow is imported: a mistyped path fails in well under a second."""
+    import os
+
+    from model.pretraining.records import record_files
+
+    if args.command == "pretrain":
+        for pattern in filter(None, (args.data, args.eval_data)):
+            record_files(pattern)
+        paths = (args.init_checkpoint, args.vocab)
+    else:
+        paths = (args.data, args.init)
+    for path in filter(None, paths):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file or directory")
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        check_inputs(args)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     from model.training.strategy import StrategyError
 

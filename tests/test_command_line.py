@@ -75,6 +75,41 @@ def test_help_answers_without_importing_tensorflow(command):
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 
+MISSING = "/nonexistent-input"
+MISSING_PATHS = [  # (command and arguments, what the one error line says)
+    (["model.train", "pretrain", "--data", MISSING, "--output", "o", "--steps", "1"],
+     f"{MISSING}: no record files match"),
+    (["model.train", "finetune", "--task", "sst2", "--data", MISSING, "--init", ".",
+      "--output", "o"], f"{MISSING}: no such file or directory"),
+    (["model.train", "finetune", "--task", "sst2", "--data", ".", "--init", MISSING,
+      "--output", "o"], f"{MISSING}: no such file or directory"),
+    (["model.evaluate", "--task", "sst2", "--model", ".", "--data", MISSING],
+     f"{MISSING}: no such file"),
+    (["model.data", "--input", MISSING, "--vocab", "v", "--output", "o"],
+     f"{MISSING}: no such file"),
+    (["model.data", "--input", "README.md", "--vocab", MISSING, "--output", "o"],
+     f"{MISSING}: vocabulary file not found"),
+    (["export", "--model", MISSING, "--out", "o"], f"{MISSING}: no such file or directory"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", MISSING_PATHS, ids=lambda a: " ".join(a[:2]))
+def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, message):
+    """A mistyped path: exit status 1 and one line naming it, with nothing heavy imported
+    (TensorFlow alone takes seconds), so it answers in well under a second."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip() == f"error: {message}"
+    assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
+
+
 def test_startup_pattern_knows_the_lines_tensorflow_prints():
     seen = [
         "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",

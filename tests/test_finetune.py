@@ -173,8 +173,9 @@ def test_finetune_stops_on_bad_data_before_loading_the_model(tmp_path, capsys):
     data = write_sst2(tmp_path / "SST-2")
     with open(os.path.join(data, "train.tsv"), "a", encoding="utf-8") as f:
         f.write("a sentence with no label\n")
-    # --init points nowhere: the data error must come first.
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "missing", tmp_path / "out"))
+    # --init is no model (an empty folder): the data error must come first.
+    (tmp_path / "empty").mkdir()
+    rc = run_train(finetune_argv("sst2", data, tmp_path / "empty", tmp_path / "out"))
     assert rc == 1
     assert "train.tsv:26: expected 2 tab-separated columns, found 1" in capsys.readouterr().err
 

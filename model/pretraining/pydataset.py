@@ -31,7 +31,6 @@ Records are read with model/pretraining/records.py (checksums verified).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import threading
@@ -40,7 +39,7 @@ import keras
 import numpy as np
 
 from model.pretraining.masking import MaskedLMBatches, Masker
-from model.pretraining.records import count_records, parse_example, read_records
+from model.pretraining.records import count_records, parse_example, read_records, record_files
 
 INFO = "dataset.json"
 DEFAULT_GRAPH_SEED = 87654321  # TensorFlow's, used when no global seed is set
@@ -53,15 +52,7 @@ _MAXINT32 = 2**31 - 1
 def find_records(pattern: str) -> tuple[list[str], dict]:
     """The record files matched by `pattern` (a glob, a directory, or several of them joined
     by commas: a subset of one directory's shards, say) and their dataset.json."""
-    files = set()
-    for part in pattern.split(","):
-        if os.path.isdir(part):
-            part = os.path.join(part, "*.tfrecord")
-        found = glob.glob(part)
-        if not found:
-            raise FileNotFoundError(f"{part}: no record files match")
-        files.update(found)
-    files = sorted(files)
+    files = record_files(pattern)
     info_path = os.path.join(os.path.dirname(files[0]), INFO)
     info = {}
     if os.path.isfile(info_path):

@@ -20,6 +20,8 @@ neither TensorFlow nor the protobuf package is needed.
 
 from __future__ import annotations
 
+import glob
+import os
 import struct
 
 import numpy as np
@@ -234,3 +236,18 @@ def parse_example(record: bytes) -> dict:
                     feature = ev
             features[name.decode("utf-8")] = _feature(feature)
     return features
+
+
+def record_files(pattern: str) -> list[str]:
+    """The record files a `--data` pattern names, sorted: a glob, a directory (its
+    *.tfrecord), or several of them joined by commas; FileNotFoundError for a part that
+    matches none. Light (no TensorFlow, no Keras), so a command checks it first."""
+    files = set()
+    for part in pattern.split(","):
+        if os.path.isdir(part):
+            part = os.path.join(part, "*.tfrecord")
+        found = glob.glob(part)
+        if not found:
+            raise FileNotFoundError(f"{part}: no record files match")
+        files.update(found)
+    return sorted(files)
