@@ -544,3 +544,53 @@ assert not loaded, loaded
 sys.exit(rc)
 """
 )
+
+
+def isolated_python(
+    variable: str,
+    requirements: str,
+    parent,
+    pip_flags=(),
+    imports=("numpy",),
+    absent=("tensorflow",),
+) -> str:
+    """The python of a virtual environment of `requirements` alone: it imports `imports`
+    and has none of `absent` installed.
+
+    $`variable`, when it names a non-empty directory, is used as it is and never modified
+    (CI builds it once); otherwise one is built there, or under `parent` (a
+    tmp_path_factory) when the variable is unset. The test fails, never skips, when it
+    cannot be built or is not such an environment."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    venv = os.environ.get(variable)
+    python = os.path.join(venv or "", "bin", "python")
+    if not (venv and os.path.isdir(venv) and os.listdir(venv)):
+        venv = venv or str(parent.mktemp("venv") / "venv")
+        python = os.path.join(venv, "bin", "python")
+        pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        for command in (
+            [sys.executable, "-m", "venv", venv],
+            [*pip, *pip_flags, "-r", requirements],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+            if done.returncode:
+                pytest.fail(f"cannot build {venv}: {' '.join(command)}:\n{done.stderr[-3000:]}")
+    check = (
+        f"import importlib.util as u\nimport {', '.join(imports)}\n"
+        f"found = [m for m in {list(absent)!r} if u.find_spec(m)]\n"
+        "assert not found, f'{found} installed'"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    if not os.path.isfile(python):
+        pytest.fail(f"{venv} (${variable}) has no bin/python: left untouched")
+    done = subprocess.run([python, "-c", check], capture_output=True, text=True, env=env)
+    if done.returncode:
+        pytest.fail(
+            f"{venv} (${variable}) is not an environment of {requirements} alone, left "
+            f"untouched: {done.stderr.strip()[-1000:]}"
+        )
+    return python

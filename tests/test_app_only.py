@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import REPO_ROOT, free_ports
+from tests.helpers import REPO_ROOT, free_ports, isolated_python
 from tests.test_app import client_for  # noqa: F401 (sets the offline environment)
 
 REQUIREMENTS = os.path.join(REPO_ROOT, "app", "requirements.txt")
@@ -30,24 +29,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def app_python(tmp_path_factory):
-    venv = os.environ.get("BERT_APP_VENV")
-    if not (venv and os.path.isdir(venv) and os.listdir(venv)):
-        venv = venv or str(tmp_path_factory.mktemp("app") / "venv")
-        for command in (
-            [sys.executable, "-m", "venv", venv],
-            [os.path.join(venv, "bin", "pip"), "install", "--quiet", "-r", REQUIREMENTS],
-        ):
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-            if done.returncode:
-                pytest.fail(f"cannot build {venv}: {' '.join(command)}:\n{done.stderr[-3000:]}")
-    python = os.path.join(venv, "bin", "python")
-    found = subprocess.run(
-        [python, "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is None)"],
-        capture_output=True,
-        text=True,
+    return isolated_python(
+        "BERT_APP_VENV", REQUIREMENTS, tmp_path_factory, imports=("numpy", "gradio")
     )
-    assert found.stdout.strip() == "True", f"{venv} has TensorFlow: not an app-only environment"
-    return python
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT, make_record_formats, pretrain_argv, run_module
+from tests.helpers import (
+    REPO_ROOT,
+    isolated_python,
+    make_record_formats,
+    pretrain_argv,
+    run_module,
+)
 
 REQUIREMENTS = os.path.join(REPO_ROOT, "model", "requirements-jax.txt")
 SST2 = os.path.join(REPO_ROOT, "..", "shared", "data", "glue", "SST-2")
@@ -34,31 +38,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def jax_python(tmp_path_factory):
-    venv = os.environ.get("BERT_JAX_VENV")
-    if not (venv and os.path.isdir(venv) and os.listdir(venv)):
-        venv = venv or str(tmp_path_factory.mktemp("jax") / "venv")
-        for command in (
-            [sys.executable, "-m", "venv", venv],
-            [
-                os.path.join(venv, "bin", "pip"),
-                "install",
-                "--quiet",
-                "--no-deps",
-                "-r",
-                REQUIREMENTS,
-            ],
-        ):
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-            if done.returncode:
-                pytest.fail(f"cannot build {venv}: {' '.join(command)}:\n{done.stderr[-3000:]}")
-    python = os.path.join(venv, "bin", "python")
-    found = subprocess.run(
-        [python, "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is None)"],
-        capture_output=True,
-        text=True,
+    return isolated_python(
+        "BERT_JAX_VENV",
+        REQUIREMENTS,
+        tmp_path_factory,
+        pip_flags=("--no-deps",),
+        imports=("numpy", "jax", "keras", "keras_hub"),
     )
-    assert found.stdout.strip() == "True", f"{venv} has TensorFlow: not a JAX-only environment"
-    return python
 
 
 def run(python, module, argv, timeout=400):

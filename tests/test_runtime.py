@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,6 +31,7 @@ from export import runtime
 from export.runtime import EdgeModel
 from model.tasks import ner, squad
 from model.text.wordpiece import WordPieceTokenizer
+from tests.helpers import isolated_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = os.path.join(ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
@@ -838,21 +838,6 @@ print(json.dumps(results))
 """
 
 
-def _edge_problem(python: str) -> str | None:
-    """Why `python` cannot be the edge environment, or None when it can."""
-    if not os.path.isfile(python):
-        return f"{python} does not exist"
-    check = (
-        "import importlib.util as u, numpy, ai_edge_litert.interpreter\n"
-        "found = [m for m in ('tensorflow', 'keras') if u.find_spec(m)]\n"
-        "assert not found, f'{found} installed: not an edge environment'"
-    )
-    result = subprocess.run(
-        [python, "-c", check], capture_output=True, text=True, timeout=120, env=_edge_env()
-    )
-    return None if result.returncode == 0 else result.stderr.strip()[-1000:]
-
-
 def _edge_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PYTHONPATH"] = ROOT
@@ -861,48 +846,14 @@ def _edge_env() -> dict:
 
 @pytest.fixture(scope="session")
 def edge_python(tmp_path_factory):
-    """The python of a venv with export/requirements-edge.txt only.
-
-    $BERT_EDGE_VENV, when set, names it: an existing environment there is used
-    as it is and never modified (one with TensorFlow in it fails the test); a
-    missing or empty directory is built. Unset, a new one is built in pytest's
-    temporary directory.
-    """
-    venv = os.environ.get("BERT_EDGE_VENV")
-    if venv and os.path.isdir(venv) and os.listdir(venv):
-        problem = _edge_problem(os.path.join(venv, "bin", "python"))
-        if problem is not None:
-            pytest.fail(
-                f"BERT_EDGE_VENV={venv} is not a usable edge environment ({problem}); "
-                f"it is left untouched: point BERT_EDGE_VENV at a new directory to have "
-                f"one built there"
-            )
-        return os.path.join(venv, "bin", "python")
-    venv = venv or str(tmp_path_factory.mktemp("edge") / "venv")
-    python = os.path.join(venv, "bin", "python")
-    for command in (
-        [sys.executable, "-m", "venv", venv],
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-            EDGE_REQUIREMENTS,
-        ],
-    ):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-        if result.returncode != 0:
-            pytest.fail(
-                f"cannot build the edge environment at {venv}: {' '.join(command)} exited "
-                f"{result.returncode}:\n{result.stderr[-3000:]}"
-            )
-    problem = _edge_problem(python)
-    if problem is not None:
-        pytest.fail(f"the edge environment built at {venv} is not usable: {problem}")
-    return python
+    """The python of a venv with export/requirements-edge.txt only ($BERT_EDGE_VENV)."""
+    return isolated_python(
+        "BERT_EDGE_VENV",
+        EDGE_REQUIREMENTS,
+        tmp_path_factory,
+        imports=("numpy", "ai_edge_litert.interpreter"),
+        absent=("tensorflow", "keras"),
+    )
 
 
 @pytest.mark.slow
