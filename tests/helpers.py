@@ -585,6 +585,7 @@ def isolated_python(
         "assert not found, f'{found} installed'"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["KERAS_BACKEND"] = "jax"  # where Keras is installed, it runs there without TensorFlow
     if not os.path.isfile(python):
         pytest.fail(f"{venv} (${variable}) has no bin/python: left untouched")
     done = subprocess.run([python, "-c", check], capture_output=True, text=True, env=env)
