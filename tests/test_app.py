@@ -801,8 +801,11 @@ def test_no_answer_view_with_a_real_squad2_runtime(tiny_models):
     model = runtime.EdgeModel(lite.predict, lite.tokenizer, {**lite.info, "null_threshold": -1e6})
     slot = models.Slot(models.VIEW["answer"], model=model, path="squad2", info=model.info)
     out = predict.answer(slot, "Where did the cat sit?", "The cat sat on the mat.", 5, LIMITS)
-    assert out["status"].startswith("**No answer** in the context: the null score")
-    assert "over the best span" in out["status"] and out["context"]["entities"] == []
+    assert out["status"].startswith("**No answer** in the context: no answer ")
+    assert ", the best span “" in out["status"] and out["context"]["entities"] == []
+    raw = out["raw"]
+    assert 0 < raw["null_probability"] < 1 and raw["span_probability"] is None
+    assert f"no answer {100 * raw['null_probability']:.1f} %" in out["status"]
     assert predict.NO_ANSWER in [row[1] for row in out["nbest"]]
 
 
