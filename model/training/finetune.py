@@ -70,6 +70,11 @@ data-parallel (keras.distribution.DataParallel over the devices of this
 process; a short batch then keeps a multiple of the device count). There is
 no TensorBoard without TensorFlow: the training loss (every `--log-every`
 steps) and the dev metrics go to OUTPUT/logs/scalars.csv (`tag,step,value`).
+
+`--device-data` (JAX, one device) keeps the encoded features on the accelerator and runs
+`--steps-per-call` full-length steps in one compiled call (`model/training/seeds.py`), in
+its own example order; an epoch is rounded up to whole calls, and the dev evaluation pads
+every batch to one shape (`fixed_shape`), so a GPU compiles one program for it.
 """
 
 from __future__ import annotations
@@ -179,7 +184,8 @@ def _check(args) -> None:
     if device_data:
         import keras
 
-        if keras.backend.backend() != "jax" or args.strategy not in (None, "auto"):
+        one_device = getattr(args, "strategy", None) in (None, "auto")
+        if keras.backend.backend() != "jax" or not one_device:
             raise ValueError(
                 "--device-data runs under KERAS_BACKEND=jax on one device (--strategy auto)"
             )
