@@ -480,7 +480,7 @@ def test_device_data_evaluation_runs_one_shape_and_answers_as_trimmed_batches():
     ],
 )
 def test_device_data_flags_are_checked_before_anything_is_read(tmp_path, capsys, extra, message):
-    argv = finetune_argv("sst2", tmp_path / "missing", tmp_path / "no-init", tmp_path / "out")
+    argv = finetune_argv("sst2", tmp_path, tmp_path, tmp_path / "out")  # no data, no model
     assert run_train([*argv, *extra]) == 1
     assert message in capsys.readouterr().err
 
