@@ -329,8 +329,12 @@ def check_inputs(args) -> None:
     else:
         paths = (args.data, args.init)
     for path in filter(None, paths):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: no such file or directory")
+        if os.path.exists(path):
+            continue
+        run_step = os.path.basename(path.rstrip("/")).startswith("ckpt-")
+        if run_step and os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            continue  # one step of a run: its loader names the steps the run has
+        raise FileNotFoundError(f"{path}: no such file or directory")
 
 
 def main(argv=None) -> int:

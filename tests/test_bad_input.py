@@ -129,7 +129,8 @@ def test_finetune_on_an_empty_train_file_stops_with_its_name(tmp_path, capsys):
     data.mkdir()
     (data / "train.tsv").write_bytes(b"")
     (data / "dev.tsv").write_text("sentence\tlabel\na\t1\n")
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-init", tmp_path / "out"))
+    (tmp_path / "no-model").mkdir()  # the data is read first: its error comes first
+    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 1 and "train.tsv: no training examples" in err and "Traceback" not in err
 
