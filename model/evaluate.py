@@ -543,8 +543,8 @@ def _bundle_as_info(info: dict) -> dict:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # The paths first, before TensorFlow: a mistyped one fails in well under a second.
-    for path, missing in ((args.data, os.path.isfile), (args.model, os.path.exists)):
-        if not missing(path):
+    for path, exists in ((args.data, os.path.isfile), (args.model, os.path.exists)):
+        if not exists(path):
             print(f"error: {path}: no such file", file=sys.stderr)
             return 1
     import_tensorflow_quietly(args.verbose)
