@@ -585,7 +585,7 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
             i + 1,
             a["text"] if a["start"] >= 0 else NO_ANSWER,
             round(float(a["score"]), 3),
-            _probability(a.get("span_probability", a["probability"])),
+            _probability(a["span_probability"]),
         ]
         for i, a in enumerate(nbest[:n])
     ]

@@ -419,7 +419,7 @@ class EdgeModel:
             self.null_threshold,
         )
         nbest = []
-        for entry in found.nbest["question"]:
+        for entry, window in zip(found.nbest["question"], found.windows["question"]):
             begin = entry.get("answer_start", -1)  # absent: the null answer (or no span at all)
             nbest.append(
                 {
@@ -429,7 +429,7 @@ class EdgeModel:
                     "score": entry["start_logit"] + entry["end_logit"],
                     "probability": entry["probability"],
                     "span_probability": squad.span_probability(
-                        entry, start_logits, end_logits, x["padding_mask"]
+                        entry, window, start_logits, end_logits, x["padding_mask"]
                     ),
                 }
             )

@@ -563,12 +563,14 @@ class SquadPredictions:
     nbest: {id: [{"text", "probability", "start_logit", "end_logit"[, "answer_start"]}]}.
     null_odds: {id: null score - best span score} (v2.0; empty for v1.1).
     best_non_null: {id: the best span's text, whatever the null score}.
+    windows: {id: [the window (feature) of each n-best entry; None for google's "empty"]}.
     """
 
     predictions: dict
     nbest: dict
     null_odds: dict
     best_non_null: dict
+    windows: dict = dataclasses.field(default_factory=dict)
 
 
 def best_indexes(logits: np.ndarray, n_best_size: int) -> np.ndarray:
@@ -661,6 +663,7 @@ def postprocess(
             else:
                 text = ""
                 entry = {"text": "", "start_logit": sl, "end_logit": el}
+            entry["window"] = f
             seen.add(text)
             nbest.append(entry)
         if version_2 and "" not in seen:
@@ -669,6 +672,7 @@ def postprocess(
                     "text": "",
                     "start_logit": float(null_start_logit),
                     "end_logit": float(null_end_logit),
+                    "window": null_feature,
                 }
             )
         if not nbest:  # no valid span at all (google's fallback)
@@ -685,6 +689,7 @@ def postprocess(
             }
             for n, p in zip(nbest, probs)
         ]
+        out.windows[example.qas_id] = [n.get("window") for n in nbest]
         if not version_2:
             out.predictions[example.qas_id] = nbest[0]["text"]
             out.best_non_null[example.qas_id] = nbest[0]["text"]
@@ -703,21 +708,21 @@ def postprocess(
     return out
 
 
-def span_probability(entry: dict, start_logits, end_logits, padding_mask) -> float | None:
+def span_probability(
+    entry: dict, window: int | None, start_logits, end_logits, padding_mask
+) -> float | None:
     """P(start) x P(end) of an n-best `entry` ({"start_logit", "end_logit"}; the null
-    answer's are [CLS]'s) under the model's own softmaxes over its window's real tokens: a
-    probability that does not depend on how many answers the n-best list keeps (its
-    "probability" is a softmax over those answers alone). The window is the one whose logits
-    hold the entry's pair; None when none does (google's "empty" stand-in for no valid span)."""
-    for f in range(len(start_logits)):
-        real = np.asarray(padding_mask[f]) > 0
-        s = np.asarray(start_logits[f], dtype=np.float64)[real]
-        e = np.asarray(end_logits[f], dtype=np.float64)[real]
-        if entry["start_logit"] in s and entry["end_logit"] in e:
-            log_p = entry["start_logit"] + entry["end_logit"]
-            log_p -= np.logaddexp.reduce(s) + np.logaddexp.reduce(e)
-            return float(np.exp(log_p))
-    return None
+    answer's are [CLS]'s) under the model's own softmaxes over the real tokens of its
+    `window` (`SquadPredictions.windows`): a probability that does not depend on how many
+    answers the n-best list keeps (its "probability" is a softmax over those answers alone).
+    None without a window (google's "empty" stand-in for no valid span)."""
+    if window is None:
+        return None
+    real = np.asarray(padding_mask[window]) > 0
+    s = np.asarray(start_logits[window], dtype=np.float64)[real]
+    e = np.asarray(end_logits[window], dtype=np.float64)[real]
+    log_p = entry["start_logit"] + entry["end_logit"]
+    return float(np.exp(log_p - np.logaddexp.reduce(s) - np.logaddexp.reduce(e)))
 
 
 def split_logits(outputs) -> tuple[np.ndarray, np.ndarray]:
