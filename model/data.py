@@ -41,6 +41,11 @@ Records use google-research's feature names, so records made by its
 
 The output directory appears only when complete (built under a temporary
 name, then renamed); it holds the shards, `vocab.txt` and `dataset.json`.
+
+Tokenise once, make records anywhere: `--write-ids` writes the documents as
+WordPiece ids to one `--output NAME.ids.npz.xz` file instead of records, and
+such a file is then an `--input` like any text: its records are made without
+tokenising and without TensorFlow (model/pretraining/tokenized.py).
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ import os
 import sys
 
 from model.io.native_logs import import_tensorflow_quietly
-from model.pretraining.build import build, expand_inputs
+from model.pretraining import tokenized
+from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig
+from model.pretraining.tokenized import SUFFIX, is_tokenized
 
 SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
 
@@ -72,7 +79,16 @@ def parse_args(argv):
     )
     p.add_argument("--vocab", required=True, help="WordPiece vocab.txt")
     p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
-    p.add_argument("--output", required=True, help="new directory for the shards")
+    p.add_argument(
+        "--output",
+        required=True,
+        help="new directory for the shards (with --write-ids: the NAME.ids.npz.xz file)",
+    )
+    p.add_argument(
+        "--write-ids",
+        action="store_true",
+        help="write the tokenised documents (WordPiece ids) to --output instead of records",
+    )
     p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format")
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument(
@@ -114,12 +130,21 @@ def parse_args(argv):
     )
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes making the records of the pools (default: one per core, %(default)s "
+        "here); any number gives the same bytes",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
     args = p.parse_args(argv)
+    if args.write_ids and not is_tokenized(args.output):
+        p.error(f"--write-ids writes one file named NAME{SUFFIX}, not {args.output}")
     try:
         args.inputs, args.short_seq_prob = resolve_inputs(
             args.inputs, args.no_nsp, args.short_seq_prob
@@ -160,11 +185,16 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    import_tensorflow_quietly(args.verbose)
-    from model.text.tokenizer import WordPieceTokenizer
+    if all(is_tokenized(f) for f in files):  # nothing to tokenise: no TensorFlow
+        from model.text.wordpiece import WordPieceTokenizer
+    else:
+        import_tensorflow_quietly(args.verbose)
+        from model.text.tokenizer import WordPieceTokenizer
 
     try:
         tokenizer = WordPieceTokenizer(args.vocab, lowercase=not args.cased)
+        if args.write_ids:
+            return write_ids(files, tokenizer, args)
         masking_config = MaskingConfig(
             mask_rate=args.mask_rate,
             mask_token_rate=args.mask_token_rate,
@@ -185,6 +215,7 @@ def main(argv=None) -> int:
             corpus_format=args.format,
             pool_tokens=args.pool_tokens,
             show_progress=sys.stderr.isatty(),
+            workers=args.workers,
         )
     except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -192,6 +223,20 @@ def main(argv=None) -> int:
     print(
         f"wrote {info['num_instances']} instances from {info['num_documents']} documents "
         f"({info['num_tokens']} tokens) to {args.output}"
+    )
+    return 0
+
+
+def write_ids(files, tokenizer, args) -> int:
+    if os.path.exists(args.output):
+        raise FileExistsError(f"{args.output}: output exists")
+    documents = tokenized_documents(files, args.format, tokenizer)
+    counts = tokenized.write(
+        args.output, documents, file_sha256(tokenizer.vocab_path), tokenizer.lowercase
+    )
+    print(
+        f"wrote {counts['num_tokens']} WordPiece ids of {counts['num_documents']} documents "
+        f"to {args.output}"
     )
     return 0
 

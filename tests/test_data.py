@@ -528,7 +528,7 @@ def test_full_sentences_records_fill_the_length_across_documents(word_corpus, to
 def test_full_sentences_pools_are_the_stream_packed_then_shuffled(word_corpus, tokenizer):
     config = InstanceConfig(SEQ_LEN, inputs="full-sentences")
     packer = SentencePacker(config, tokenizer.sep_id)
-    documents = list(build._tokenized_documents([word_corpus], "auto", tokenizer))
+    documents = list(build.tokenized_documents([word_corpus], "auto", tokenizer))
     whole = [inst.first for doc in documents for inst in packer.add(doc)] + [
         inst.first for inst in packer.finish()
     ]
@@ -654,3 +654,75 @@ def test_contradictory_inputs_flags_are_refused(files, flags, phrase, tmp_path, 
     assert exit_.value.code == 2
     assert phrase in capsys.readouterr().err
     assert leftovers(tmp_path, "out") == []
+
+
+# === a tokenized corpus (--write-ids): tokenise once, make records without TensorFlow ===
+
+
+@pytest.fixture(scope="module")
+def ids_file(files, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("ids") / "corpus.ids.npz.xz")
+    args = ["--write-ids", "--input", str(files["corpus"]), "--vocab", str(files["vocab"])]
+    assert data.main([*args, "--output", out]) == 0
+    return out
+
+
+@pytest.mark.parametrize("inputs", ["sentence-pairs", "segments", *PACKED])
+def test_records_from_ids_are_the_records_from_text(files, ids_file, inputs, tmp_path):
+    from_text, from_ids = tmp_path / "text", tmp_path / "ids"
+    flags = ("--inputs", inputs, "--masking", "static", "--dupe-factor", "2")
+    assert data.main(build_args(files["corpus"], files["vocab"], from_text, *flags)) == 0
+    assert data.main(build_args(ids_file, files["vocab"], from_ids, *flags)) == 0
+    assert shard_bytes(from_ids) == shard_bytes(from_text)
+    text_info, ids_info = (json.load(open(d / "dataset.json")) for d in (from_text, from_ids))
+    assert ids_info.pop("inputs") == [ids_file]
+    text_info.pop("inputs")
+    assert ids_info == text_info  # documents, tokens, vocabulary, casing
+
+
+def test_a_tokenized_corpus_holds_the_documents_sentences_as_ids(files, tokenizer, ids_file):
+    from model.pretraining import tokenized
+
+    documents = list(build.tokenized_documents([str(files["corpus"])], "auto", tokenizer))
+    sha = build.file_sha256(str(files["vocab"]))
+    again = list(tokenized.read_documents(ids_file, sha, lowercase=True))
+    assert [[s.tolist() for s in d] for d in again] == [[s.tolist() for s in d] for d in documents]
+    assert os.stat(ids_file).st_mode & 0o777 == 0o644
+
+
+def test_a_tokenized_corpus_is_refused_with_another_vocabulary_or_casing(
+    files, ids_file, tmp_path, capsys
+):
+    other = write_vocab(tmp_path / "other.txt", extra=3)
+    assert data.main(build_args(ids_file, other, tmp_path / "a")) == 1
+    assert f"{ids_file}: tokenised with another vocabulary" in capsys.readouterr().err
+    assert data.main(build_args(ids_file, files["vocab"], tmp_path / "b", "--cased")) == 1
+    assert "tokenised with the other casing; leave out --cased" in capsys.readouterr().err
+    broken = tmp_path / "broken.ids.npz.xz"
+    broken.write_bytes(b"not xz")
+    assert data.main(build_args(broken, files["vocab"], tmp_path / "c")) == 1
+    assert f"{broken}: not a tokenized corpus" in capsys.readouterr().err
+    assert leftovers(tmp_path, "a") == leftovers(tmp_path, "b") == leftovers(tmp_path, "c") == []
+
+
+def test_write_ids_needs_the_suffix_and_a_new_file(files, ids_file, tmp_path, capsys):
+    args = ["--write-ids", "--input", str(files["corpus"]), "--vocab", str(files["vocab"])]
+    with pytest.raises(SystemExit):
+        data.main([*args, "--output", str(tmp_path / "corpus.npz")])
+    assert "--write-ids writes one file named NAME.ids.npz.xz" in capsys.readouterr().err
+    assert data.main([*args, "--output", ids_file]) == 1
+    assert "output exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("inputs", ["sentence-pairs", "full-sentences"])
+def test_any_number_of_workers_gives_the_same_bytes(files, ids_file, inputs, tmp_path):
+    """Several pools (--pool-tokens 300), made here and by two spawned processes."""
+    made = {}
+    for workers in ("1", "2"):
+        made[workers] = tmp_path / workers
+        flags = ("--inputs", inputs, "--pool-tokens", "300", "--workers", workers)
+        flags += ("--masking", "static", "--dupe-factor", "2")
+        assert data.main(build_args(ids_file, files["vocab"], made[workers], *flags)) == 0
+    assert shard_bytes(made["1"]) == shard_bytes(made["2"])
+    info = json.load(open(made["2"] / "dataset.json"))
+    assert info["num_instances"] > 100

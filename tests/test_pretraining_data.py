@@ -57,11 +57,11 @@ def corpus():
 @pytest.fixture(scope="module")
 def wiki_documents():
     """The tokenised documents of one real Wikipedia shard, as `model.data` reads them."""
-    from model.pretraining.build import _tokenized_documents
+    from model.pretraining.build import tokenized_documents
     from model.text.tokenizer import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(BERT_VOCAB)
-    documents = list(_tokenized_documents([ENWIKI_SHARD], "auto", tokenizer))
+    documents = list(tokenized_documents([ENWIKI_SHARD], "auto", tokenizer))
     return documents, tokenizer.sep_id
 
 

@@ -11,9 +11,12 @@ model/data.py's docstring (`python -m model.data --help`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import glob
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -29,6 +32,8 @@ from model.pretraining.instances import (
     create_instances_from_document,
 )
 from model.pretraining.masking import Masker, MaskingConfig
+from model.pretraining.records import RecordWriter, frame, serialize_example
+from model.pretraining.tokenized import is_tokenized, read_documents
 
 INFO = "dataset.json"
 
@@ -53,19 +58,6 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _example(tf, features: dict) -> bytes:
-    feats = {}
-    for name, value in features.items():
-        if value.dtype.kind == "f":
-            feats[name] = tf.train.Feature(float_list=tf.train.FloatList(value=value.tolist()))
-        else:
-            feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=value.tolist()))
-    # Protobuf map order is arbitrary unless asked: same seed, same bytes.
-    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString(
-        deterministic=True
-    )
-
-
 def _instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True) -> dict:
     second = instance.second if instance.second else None
     ids, segments, mask = tokenizer.pack(instance.first, second, seq_len)
@@ -82,11 +74,14 @@ def _writes_nsp_label(instance_config: InstanceConfig) -> bool:
     return not instance_config.packed
 
 
-def _tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4096):
-    """Yields documents as lists of int32 arrays, tokenising many sentences per call."""
+def tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4096):
+    """Yields documents as lists of int32 arrays, tokenising many sentences per call (a
+    tokenized corpus, model/pretraining/tokenized.py, as it is)."""
     pending, pending_sentences = [], 0
 
     def flush():
+        if not pending:
+            return
         texts = [s for doc in pending for s in doc]
         encoded = iter(tokenizer.encode(texts))
         for doc in pending:
@@ -95,6 +90,13 @@ def _tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4
             yield [np.asarray(ids, dtype=np.int32) for _, ids in zip(doc, encoded)]
 
     for path in files:
+        if is_tokenized(path):  # already ids: no tokenizer call
+            yield from flush()
+            pending, pending_sentences = [], 0
+            yield from read_documents(path, file_sha256(tokenizer.vocab_path), tokenizer.lowercase)
+            if progress is not None:
+                progress.update(os.path.getsize(path))
+            continue
         for doc in iter_documents(path, fmt):
             pending.append(doc)
             pending_sentences += len(doc)
@@ -104,6 +106,60 @@ def _tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4
         if progress is not None:
             progress.update(os.path.getsize(path))
     yield from flush()
+
+
+def pool_rng(seed: int, index: int) -> random.Random:
+    """Pool `index`'s random numbers: its own stream, so pools are made in any order or in
+    parallel with the same result. Pool 0 takes the seed itself, so a one-pool corpus
+    (every held-out set) gives the instances it always gave."""
+    return random.Random(seed if index == 0 else f"{seed}/{index}")
+
+
+def pools(files, tokenizer, instance_config, corpus_format, pool_tokens, progress=None):
+    """Yields `(documents, packed)` for each pool of about `pool_tokens` tokens, in reading
+    order; `packed` is the pool's inputs in a packed format (None otherwise), packed here
+    because `full-sentences` carries an unfinished input over from one pool to the next."""
+    packer = SentencePacker(instance_config, tokenizer.sep_id) if instance_config.packed else None
+
+    def finish(pool, last=False):
+        if packer is None:
+            return pool, None
+        packed = [inst for doc in pool for inst in packer.add(doc)]
+        return pool, packed + (packer.finish() if last else [])
+
+    pool, pool_size = [], 0
+    for doc in tokenized_documents(files, corpus_format, tokenizer, progress):
+        doc = [s for s in doc if len(s)]
+        if not doc:
+            continue
+        if progress is not None:
+            progress.document(doc)
+        pool.append(doc)
+        pool_size += sum(len(s) for s in doc)
+        if pool_size >= pool_tokens:
+            yield finish(pool)
+            pool, pool_size = [], 0
+    # A full-sentences input may be left over from the last full pool.
+    if pool or packer is not None:
+        yield finish(pool, last=True)
+
+
+def pool_instances(pool, packed, index, instance_config, seed, dupe_factor=1) -> list:
+    """Pool `index`'s instances, shuffled: `dupe_factor` times each document's (with
+    different random pairings; the packed inputs have no randomness, so their copies are
+    identical, to be masked differently)."""
+    rng = pool_rng(seed, index)
+    if packed is not None:
+        instances = packed * dupe_factor
+    else:
+        instances = [
+            inst
+            for _ in range(dupe_factor)
+            for d in range(len(pool))
+            for inst in create_instances_from_document(pool, d, instance_config, rng)
+        ]
+    rng.shuffle(instances)
+    return instances
 
 
 def generate_instances(
@@ -116,51 +172,77 @@ def generate_instances(
     dupe_factor: int = 1,
     progress=None,
 ):
-    """Yields pre-training `Instance`s of `files`, a bounded pool of documents at a time.
+    """Yields pre-training `Instance`s of `files`, a bounded pool of documents at a time
+    (`pools`, `pool_instances`), deterministic for a given `seed`."""
+    stream = pools(files, tokenizer, instance_config, corpus_format, pool_tokens, progress)
+    for index, (pool, packed) in enumerate(stream):
+        yield from pool_instances(pool, packed, index, instance_config, seed, dupe_factor)
 
-    Deterministic for a given `seed`; `dupe_factor` makes each document's
-    instances that many times (with different random pairings; the packed
-    formats have no randomness, so their copies are identical, to be masked
-    differently). Each pool's instances are shuffled together.
 
-    The packed formats pack the documents in the order they are read;
-    `full-sentences` carries the input being filled at the end of a pool over
-    to the next pool, so only the very last input of the stream is short.
-    """
-    rng = random.Random(seed)
-    packer = SentencePacker(instance_config, tokenizer.sep_id) if instance_config.packed else None
+@dataclasses.dataclass(frozen=True)
+class _PoolRecords:
+    """What turns a pool into framed records, in this process or a worker's: the pool's
+    instances, packed into features, masked when static, serialized and framed."""
 
-    def from_pool(pool, last=False):
-        if packer is not None:
-            packed = [inst for doc in pool for inst in packer.add(doc)]
-            if last:
-                packed += packer.finish()
-            instances = packed * dupe_factor
-        else:
-            instances = [
-                inst
-                for _ in range(dupe_factor)
-                for d in range(len(pool))
-                for inst in create_instances_from_document(pool, d, instance_config, rng)
-            ]
-        rng.shuffle(instances)
-        return instances
+    vocab_path: str
+    lowercase: bool
+    instance_config: InstanceConfig
+    masking: str
+    masking_config: MaskingConfig
+    dupe_factor: int
+    seed: int
 
-    pool, pool_size = [], 0
-    for doc in _tokenized_documents(files, corpus_format, tokenizer, progress):
-        doc = [s for s in doc if len(s)]
-        if not doc:
-            continue
-        if progress is not None:
-            progress.document(doc)
-        pool.append(doc)
-        pool_size += sum(len(s) for s in doc)
-        if pool_size >= pool_tokens:
-            yield from from_pool(pool)
-            pool, pool_size = [], 0
-    # A full-sentences input may be left over from the last full pool.
-    if pool or packer is not None:
-        yield from from_pool(pool, last=True)
+    def __call__(self, pool, packed, index) -> list[bytes]:
+        from model.text.wordpiece import WordPieceTokenizer  # its pack(): the ids only
+
+        tokenizer = _worker_tokenizer(WordPieceTokenizer, self.vocab_path, self.lowercase)
+        masker = Masker(tokenizer.vocabulary, self.masking_config)
+        seq_len = self.instance_config.max_seq_length
+        nsp_label = _writes_nsp_label(self.instance_config)
+        dupes = self.dupe_factor if self.masking == "static" else 1
+        out = []
+        instances = pool_instances(pool, packed, index, self.instance_config, self.seed, dupes)
+        for i, inst in enumerate(instances):
+            feats = _instance_features(inst, tokenizer, seq_len, nsp_label)
+            if self.masking == "static":
+                masked, pos, labels, weights = masker(
+                    feats["input_ids"], np.random.default_rng([self.seed, index, i])
+                )
+                feats.update(
+                    input_ids=masked,
+                    masked_lm_positions=pos,
+                    masked_lm_ids=labels,
+                    masked_lm_weights=weights,
+                )
+            out.append(frame(serialize_example(feats)))
+        return out
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_tokenizer(cls, vocab_path: str, lowercase: bool):
+    return cls(vocab_path, lowercase=lowercase)
+
+
+def _pool_results(pool_stream, make: _PoolRecords, workers: int):
+    """Each pool's framed records, in pool order: made here, or by `workers` processes
+    (spawned, not forked: the parent may hold TensorFlow's threads) a few pools ahead."""
+    stream = iter(pool_stream)
+    ahead = list(itertools.islice(stream, 2))
+    if workers <= 1 or len(ahead) < 2:  # one pool (a small corpus): no processes to start
+        for index, (pool, packed) in enumerate(itertools.chain(ahead, stream)):
+            yield make(pool, packed, index)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as executor:
+        pending = collections.deque()
+        for index, (pool, packed) in enumerate(itertools.chain(ahead, stream)):
+            pending.append(executor.submit(make, pool, packed, index))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def build(
@@ -176,15 +258,16 @@ def build(
     corpus_format: str = "auto",
     pool_tokens: int = 2_000_000,
     show_progress: bool = True,
+    workers: int = 1,
 ) -> dict:
-    """Writes the shards of `files` into the new directory `output`; returns its info."""
-    import tensorflow as tf
+    """Writes the shards of `files` into the new directory `output`; returns its info.
+    `workers` processes make the pools' records (the same bytes for any number)."""
     from tqdm import tqdm
 
     if masking not in ("dynamic", "static"):
         raise ValueError(f"masking must be 'dynamic' or 'static', got {masking!r}")
     try:
-        masker = Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
+        Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
     except ValueError as e:
         raise ValueError(f"{tokenizer.vocab_path}: {e}") from None
     if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
@@ -194,9 +277,8 @@ def build(
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
     try:
         names = [f"part-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-        writers = [tf.io.TFRecordWriter(os.path.join(tmp, n)) for n in names]
+        writers = [RecordWriter(os.path.join(tmp, n)) for n in names]
         counts = [0] * num_shards
-        seq_len = instance_config.max_seq_length
         progress = tqdm(
             total=sum(os.path.getsize(f) for f in files),
             unit="B",
@@ -205,35 +287,31 @@ def build(
             disable=not show_progress,
         )
         stats = {"num_documents": 0, "num_tokens": 0}
-        nsp_label = _writes_nsp_label(instance_config)
-        total = 0
-        for inst in generate_instances(
+        make = _PoolRecords(
+            tokenizer.vocab_path,
+            tokenizer.lowercase,
+            instance_config,
+            masking,
+            masking_config,
+            dupe_factor,
+            seed,
+        )
+        stream = pools(
             files,
             tokenizer,
             instance_config,
-            seed,
             corpus_format,
             pool_tokens,
-            dupe_factor if masking == "static" else 1,
             _Progress(progress, stats),
-        ):
-            feats = _instance_features(inst, tokenizer, seq_len, nsp_label)
-            if masking == "static":
-                masked, pos, labels, weights = masker(
-                    feats["input_ids"], np.random.default_rng([seed, total])
-                )
-                feats.update(
-                    input_ids=masked,
-                    masked_lm_positions=pos,
-                    masked_lm_ids=labels,
-                    masked_lm_weights=weights,
-                )
-            shard = total % num_shards
-            writers[shard].write(_example(tf, feats))
-            counts[shard] += 1
-            total += 1
-            if total % 1000 == 0:
-                progress.set_postfix(instances=total)
+        )
+        total = 0
+        for records in _pool_results(stream, make, workers):
+            for framed in records:
+                shard = total % num_shards
+                writers[shard].write_framed(framed)
+                counts[shard] += 1
+                total += 1
+            progress.set_postfix(instances=total)
         progress.close()
         for w in writers:
             w.close()
@@ -245,7 +323,7 @@ def build(
             "num_instances": total,
             "shards": dict(zip(names, counts)),
             **stats,
-            "max_seq_length": seq_len,
+            "max_seq_length": instance_config.max_seq_length,
             "input_format": instance_config.inputs,
             "next_sentence": instance_config.next_sentence,
             # The packed formats never shorten an instance on purpose.

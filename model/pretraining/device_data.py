@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -29,13 +30,8 @@ import numpy as np
 
 from model.pretraining.device_masking import mask_tokens
 from model.pretraining.device_span_masking import span_masks
-from model.pretraining.pydataset import (
-    check_features,
-    feature_lengths,
-    find_records,
-    parse_record,
-)
-from model.pretraining.records import read_records
+from model.pretraining.pydataset import feature_lengths, find_records
+from model.pretraining.records import read_columns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,25 +57,29 @@ class DeviceCorpus:
         static = info.get("masking") == "static"
         max_predictions = info["masking_config"]["max_predictions"] if static else None
         want = feature_lengths(seq_len, next_sentence, max_predictions)
-        columns = {name: [] for name in want}
-        for path in files:
-            for offset, record in read_records(path):
-                ex = check_features(parse_record(path, offset, record), want, path, offset)
-                for name in want:
-                    columns[name].append(ex[name])
-        if not columns["input_ids"]:
+        parts = _read_files(files, want)
+        if not sum(len(p["input_ids"]) for p in parts):
             raise ValueError(f"{pattern}: no records")
-        dtype = {"masked_lm_weights": np.float32}
-        features = {
-            name: np.asarray(rows, dtype=dtype.get(name, np.int32))
-            for name, rows in columns.items()
-        }
+        features = {name: np.concatenate([p[name] for p in parts]) for name in want}
         return cls(features=features, seq_len=seq_len, static=static)
 
     def on_device(self) -> DeviceCorpus:
         return dataclasses.replace(
             self, features={k: jnp.asarray(v) for k, v in self.features.items()}
         )
+
+
+def _read_files(files: list[str], want: dict) -> list[dict]:
+    """`read_columns` of each file, in order: side by side in spawned processes (one per
+    core at most; not forked: JAX's threads are running) when there are several files."""
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers <= 1:
+        return [read_columns(path, want) for path in files]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as executor:
+        return list(executor.map(read_columns, files, [want] * len(files)))
 
 
 # A corpus is an argument of the compiled call: its arrays are traced, its shape facts static.

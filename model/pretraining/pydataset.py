@@ -39,7 +39,14 @@ import keras
 import numpy as np
 
 from model.pretraining.masking import MaskedLMBatches, Masker
-from model.pretraining.records import count_records, parse_example, read_records, record_files
+from model.pretraining.records import (
+    check_features,
+    count_records,
+    parse_example,
+    parse_record,
+    read_records,
+    record_files,
+)
 
 INFO = "dataset.json"
 DEFAULT_GRAPH_SEED = 87654321  # TensorFlow's, used when no global seed is set
@@ -206,16 +213,6 @@ def epoch_records(
 # === The PyDataset ===
 
 
-def parse_record(path: str, offset: int, record: bytes) -> dict:
-    """The features of one record; a malformed one is named by file and byte offset."""
-    try:
-        return parse_example(record)
-    except ValueError as e:
-        raise ValueError(
-            f"{path}: malformed tf.train.Example at byte offset {offset}: {e}"
-        ) from None
-
-
 def feature_lengths(seq_len: int, next_sentence: bool, max_predictions: int | None) -> dict:
     """The features a record must have, name: length (a static record's masks too)."""
     want = {"input_ids": seq_len, "input_mask": seq_len, "segment_ids": seq_len}
@@ -228,19 +225,6 @@ def feature_lengths(seq_len: int, next_sentence: bool, max_predictions: int | No
             masked_lm_weights=max_predictions,
         )
     return want
-
-
-def check_features(ex: dict, want: dict, path: str, offset: int) -> dict:
-    """`ex` if it has each feature of `want` (name: length), else a ValueError naming
-    the file, the record's byte offset and the feature."""
-    for name, length in want.items():
-        value = ex.get(name)
-        if value is None or len(value) != length:
-            raise ValueError(
-                f"{path}: record at byte offset {offset}: feature {name!r} "
-                f"should have {length} values, has {'none' if value is None else len(value)}"
-            )
-    return ex
 
 
 class PretrainingPyDataset(keras.utils.PyDataset):

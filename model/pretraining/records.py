@@ -1,8 +1,11 @@
-"""TFRecord files of `tf.train.Example`s, read without TensorFlow (numpy only).
+"""TFRecord files of `tf.train.Example`s, read and written without TensorFlow (numpy only).
 
     from model.pretraining.records import read_records, parse_example
     for offset, record in read_records("data/wiki128/part-00000-of-00008.tfrecord"):
         features = parse_example(record)  # {"input_ids": int64 array, ...}
+
+    with RecordWriter("out.tfrecord") as w:
+        w.write(serialize_example({"input_ids": np.array([101, 7592, 102])}))
 
 The JAX backend trains on machines that have no TensorFlow (the GPU
 machines carry only small wheels), so the pre-training input pipeline reads
@@ -15,7 +18,10 @@ file raises `ValueError` naming the file and the byte offset of the record.
 `parse_example` decodes the protobuf wire format of `tf.train.Example`
 (`Features` = map<string, Feature>; `Feature` = one of bytes_list,
 float_list, int64_list; packed and unpacked repeated fields) by hand, so
-neither TensorFlow nor the protobuf package is needed.
+neither TensorFlow nor the protobuf package is needed. `serialize_example`
+writes the bytes TensorFlow's deterministic serialization writes (map entries
+in protobuf's order; tests/test_records.py holds them equal), so `model.data`
+writes the same records with or without TensorFlow.
 """
 
 from __future__ import annotations
@@ -129,6 +135,42 @@ def read_records(path: str, check_crc: bool = True):
             offset += 12 + length + 4
 
 
+def frame(data: bytes) -> bytes:
+    """`data` as one TFRecord: its length, the length's checksum, the data, its checksum."""
+    header = struct.pack("<Q", len(data))
+    return b"".join(
+        (
+            header,
+            struct.pack("<I", masked_crc32c(header)),
+            data,
+            struct.pack("<I", masked_crc32c(data)),
+        )
+    )
+
+
+class RecordWriter:
+    """Writes records to the TFRecord file `path` (the framing `read_records` reads)."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.file.write(frame(data))
+
+    def write_framed(self, framed: bytes) -> None:
+        """A record already framed by `frame` (made in another process, say)."""
+        self.file.write(framed)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def count_records(path: str) -> int:
     """Records in `path`, checksums verified."""
     return sum(1 for _ in read_records(path))
@@ -217,6 +259,59 @@ def _feature(buf: bytes):
     return None  # an empty Feature (no kind set)
 
 
+def _encode_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of int64 `values` (a negative one as its 64-bit two's complement, 10 bytes),
+    vectorised: (the bytes of all, the byte count of each). A value's bytes are its 7-bit
+    groups up to its highest non-zero one, all but the last with the continuation bit."""
+    v = np.asarray(values, dtype=np.int64).view(np.uint64)
+    groups = (v[:, None] >> _SHIFTS) & np.uint64(0x7F)  # (n, 10)
+    sizes = 1 + (groups > 0).cumsum(axis=1).argmax(axis=1)
+    groups[_GROUP < sizes[:, None] - 1] |= np.uint64(0x80)
+    return groups.astype(np.uint8)[_GROUP < sizes[:, None]], sizes
+
+
+_SHIFTS = np.uint64(7) * np.arange(10, dtype=np.uint64)
+_GROUP = np.arange(10)[None, :]
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def serialize_example(features: dict) -> bytes:
+    """A `tf.train.Example` of `features` ({name: 1-D array}; float arrays as a FloatList,
+    integer ones as an Int64List), byte for byte what TensorFlow's
+    `SerializeToString(deterministic=True)` gives."""
+    names = sorted(features, key=lambda n: n.encode("utf-8") + b"\xff")
+    values = [np.asarray(features[n]).reshape(-1) for n in names]
+    # every integer value's varint at once, then each feature's slice of them
+    ints = [v for v in values if v.dtype.kind != "f"]
+    encoded, sizes = _encode_varints(np.concatenate(ints) if ints else np.zeros(0, np.int64))
+    ends = np.cumsum(sizes)
+    entries, value_at = [], 0
+    for name, value in zip(names, values):
+        if value.dtype.kind == "f":  # FloatList { repeated float value = 1 [packed] }
+            kind, packed = 2, value.astype("<f4").tobytes()
+        else:  # Int64List { repeated int64 value = 1 [packed] }
+            start = int(ends[value_at - 1]) if value_at else 0
+            value_at += len(value)
+            kind, packed = 3, encoded[start : int(ends[value_at - 1]) if value_at else 0].tobytes()
+        listed = _length_delimited(1, packed) if len(value) else b""
+        entry = _length_delimited(1, name.encode("utf-8"))
+        entry += _length_delimited(2, _length_delimited(kind, listed))
+        entries.append(_length_delimited(1, entry))
+    return _length_delimited(1, b"".join(entries))
+
+
 def parse_example(record: bytes) -> dict:
     """`{name: value}` of a serialized `tf.train.Example`: int64 features as
     int64 arrays, float features as float32 arrays, bytes features as lists
@@ -236,6 +331,46 @@ def parse_example(record: bytes) -> dict:
                     feature = ev
             features[name.decode("utf-8")] = _feature(feature)
     return features
+
+
+def parse_record(path: str, offset: int, record: bytes) -> dict:
+    """The features of one record; a malformed one is named by file and byte offset."""
+    try:
+        return parse_example(record)
+    except ValueError as e:
+        raise ValueError(
+            f"{path}: malformed tf.train.Example at byte offset {offset}: {e}"
+        ) from None
+
+
+def check_features(ex: dict, want: dict, path: str, offset: int) -> dict:
+    """`ex` if it has each feature of `want` (name: length), else a ValueError naming
+    the file, the record's byte offset and the feature."""
+    for name, length in want.items():
+        value = ex.get(name)
+        if value is None or len(value) != length:
+            raise ValueError(
+                f"{path}: record at byte offset {offset}: feature {name!r} "
+                f"should have {length} values, has {'none' if value is None else len(value)}"
+            )
+    return ex
+
+
+def read_columns(path: str, want: dict) -> dict:
+    """Every record of the file `path` as columns, {name: (records, length) array} for each
+    feature of `want` (name: length; int32, float32 for float features); a malformed record
+    is named by file, byte offset and feature. Light (numpy only), so that a pool of
+    processes reads a directory's shards side by side."""
+    columns = {name: [] for name in want}
+    for offset, record in read_records(path):
+        ex = check_features(parse_record(path, offset, record), want, path, offset)
+        for name in want:
+            columns[name].append(ex[name])
+    out = {}
+    for name, rows in columns.items():
+        values = np.asarray(rows).reshape(len(rows), want[name])
+        out[name] = values.astype(np.float32 if values.dtype.kind == "f" else np.int32)
+    return out
 
 
 def record_files(pattern: str) -> list[str]:
