@@ -156,7 +156,13 @@ def parse_args(argv):
         help="record files: a glob or a directory (several joined by commas)",
     )
     pre.add_argument("--vocab", default=None, help="vocab.txt (default: the data's)")
-    pre.add_argument("--steps", type=int, required=True, help="total training steps")
+    pre.add_argument(
+        "--steps",
+        type=int,
+        required=True,
+        help="total training steps (0: save the initialised model, train nothing: a "
+        "random-initialisation floor)",
+    )
     pre.add_argument(
         "--stop-at",
         type=int,

@@ -159,6 +159,24 @@ def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_
     )
 
 
+def test_zero_steps_saves_the_initialised_model(records, uninterrupted, tmp_path):
+    """A random-initialisation floor: the seed's initial weights, nothing trained, nothing
+    compiled."""
+    outputs = []
+    for name in ("a", "b"):
+        outputs.append(str(tmp_path / name))
+        argv = pretrain_argv(records, outputs[-1], steps=0, extra=["--strategy", "cpu"])
+        assert train.main(argv) == 0
+    summary = json.load(open(os.path.join(outputs[0], "train_summary.json")))
+    assert (summary["steps"], summary["steps_this_run"]) == (0, 0)
+    assert checkpoint_steps(outputs[0]) == []
+    assert_same_weights(*(os.path.join(o, "model.weights.h5") for o in outputs))
+    floor = weights_of(os.path.join(outputs[0], "model.weights.h5"))
+    trained = weights_of(os.path.join(uninterrupted, "model.weights.h5"))
+    assert floor.keys() == trained.keys()
+    assert all(not np.array_equal(floor[k], trained[k]) for k in floor if "kernel" in k)
+
+
 def tiny_compiled_pretrainer(seed):
     keras.utils.set_random_seed(seed)
     model = BertPretrainer(BertEncoder.from_preset("tiny", vocabulary_size=64))

@@ -227,8 +227,10 @@ def _check(args, runtime, data):
             f"records of {data.seq_len} tokens exceed the model's "
             f"max_sequence_length {config.max_sequence_length}"
         )
-    if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
-        raise ValueError("--steps, --batch-size and --checkpoint-every must be positive")
+    if args.steps < 0 or args.batch_size < 1 or args.checkpoint_every < 1:
+        raise ValueError(
+            "--batch-size and --checkpoint-every must be positive, --steps not negative"
+        )
     if args.stop_at is not None and args.stop_at < 1:
         raise ValueError(f"--stop-at must be positive, got {args.stop_at}")
     if args.steps_per_call is not None and not args.device_data:
