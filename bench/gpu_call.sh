@@ -22,6 +22,7 @@
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 JOB=$REPO/.job
+source "$REPO/bench/gpu_env.sh"
 
 fp16() {  # fp16 down|up SRC DST: every float32 dataset of an .h5 to float16 (down) or back;
   # "down" leaves out the optimizer's variables (a checkpoint's model weights alone)
@@ -52,10 +53,7 @@ prepare() {
   grep -qx "/.job/" "$REPO/.git/info/exclude" 2>/dev/null || echo "/.job/" >> "$REPO/.git/info/exclude"
   rm -rf "$JOB" && mkdir -p "$JOB/whl" "$JOB/minilm" "$JOB/data"
   local py=${PY:-python3}
-  $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$JOB/whl" \
-    keras==3.15.1 keras-hub==0.32.0 optree==0.20.0 namex==0.1.0 || return 1
+  PY=$py wheels_download "$JOB/whl" || return 1
   cp "$minilm/config.json" "$minilm/vocab.txt" "$JOB/minilm/"
   fp16 down "$minilm/model.weights.h5" "$JOB/minilm/model.weights.f16.h5" || return 1
   cp "$squad/train-v1.1.reconstructed.json" "$squad/dev-v1.1.json" "$JOB/data/"
@@ -68,14 +66,7 @@ prepare() {
 run() {
   T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
   LIMIT=${LIMIT:-555}
-  if [ -z "${SMOKE:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$JOB"/whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$REPO; PY=python3
-  else
-    export PYTHONPATH=$REPO; PY=${PY:-python3}
-  fi
-  export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jc PY
+  python_env "$JOB/whl" "$REPO" || exit 1
   W=${W:-/tmp/w}; rm -rf "$W"; mkdir -p "$W/logs" "$OUT"
   (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$W/logs/env.txt" 2>&1
   tail -n 2 "$W/logs/env.txt"

@@ -207,6 +207,37 @@ def make_records(
     return output
 
 
+def make_smoke_data(data) -> str:
+    """The smoke scale's files in the directory `data`, cut from the real ones in the same
+    layout (the first lines of each: 120 of WikiText-2's validation text, 600 of each
+    CoNLL-2003 file); returns its path."""
+    from pathlib import Path
+
+    cuts = [("wikitext-2-raw/wiki.valid.raw", 120)]
+    cuts += [(f"conll2003/{name}", 600) for name in ("train.txt", "valid.txt")]
+    for name, lines in cuts:
+        target = Path(data) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(os.path.join(SHARED_DATA, name), encoding="utf-8") as f:
+            with open(target, "w", encoding="utf-8") as out:
+                for _, line in zip(range(lines), f):
+                    out.write(line)
+    return str(data)
+
+
+def measured_cells(report: str) -> list[list[str]]:
+    """The measured cells of each row of an experiments report's table (the paper's
+    columns left out), "—" where nothing was measured."""
+    rows = [line for line in report.splitlines() if line.startswith("| ") and "---" not in line]
+    header = [c.strip() for c in rows[0].strip().strip("|").split("|")]
+    measured = [i for i, name in enumerate(header) if i > 0 and not name.startswith("paper: ")]
+    cells = []
+    for line in rows[1:]:
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells.append([row[i] for i in measured])
+    return cells
+
+
 def make_record_formats(root) -> dict:
     """Records of three kinds in `root`: "pairs" (sentence pairs with NSP labels), "segments"
     (single segments) and "static" (full sentences masked at creation)."""

@@ -12,7 +12,7 @@ import pytest
 from model.experiments.__main__ import main
 from model.experiments.scales import SCALES
 from model.experiments.tables import TABLES
-from tests.helpers import SHARED_DATA
+from tests.helpers import SHARED_DATA, make_smoke_data, measured_cells
 
 needs_data = pytest.mark.skipif(
     not os.path.isdir(SHARED_DATA), reason=f"{SHARED_DATA} (the real data) is not here"
@@ -41,26 +41,9 @@ def test_the_paper_scale_refuses_to_run_here(tmp_path, capsys):
     assert "--dry-run" in capsys.readouterr().err
 
 
-def head(source: str, target, lines: int) -> None:
-    """The first `lines` lines of a real data file, in the same layout."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(source, encoding="utf-8") as f, open(target, "w", encoding="utf-8") as out:
-        for _, line in zip(range(lines), f):
-            out.write(line)
-
-
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
-    """The smoke scale's files, cut from the real ones (the first lines of each)."""
-    data = tmp_path_factory.mktemp("data")
-    head(
-        os.path.join(SHARED_DATA, "wikitext-2-raw", "wiki.valid.raw"),
-        data / "wikitext-2-raw" / "wiki.valid.raw",
-        120,
-    )
-    for name in ("train.txt", "valid.txt"):
-        head(os.path.join(SHARED_DATA, "conll2003", name), data / "conll2003" / name, 600)
-    return str(data)
+    return make_smoke_data(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +64,10 @@ def smoke(tmp_path_factory, small_data):
 def test_smoke_scale_writes_the_table_with_a_value_in_every_cell(table, smoke):
     with open(smoke / f"{table}.md", encoding="utf-8") as f:
         text = f.read()
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    body = rows[1:]
-    assert body, text
-    header = [c.strip() for c in rows[0].strip().strip("|").split("|")]
-    measured = [i for i, name in enumerate(header) if i > 0 and not name.startswith("paper: ")]
-    for line in body:
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
-        cells = [row[i] for i in measured]
-        assert all(c != "—" for c in cells), line  # every column measured for every row
+    cells = measured_cells(text)
+    assert cells, text
+    for row in cells:
+        assert all(c != "—" for c in row), row  # every column measured for every row
     assert "## Commands" in text and "python -m model.train pretrain" in text
 
 
@@ -194,3 +172,116 @@ def test_the_budget_counts_the_calibration_runs_steps_not_its_evaluation_and_sav
     (calibration / "train_summary.json").write_text(json.dumps({"steps_this_run": 0}))
     with pytest.raises(ValueError, match="no timed steps"):
         work.budgeted_steps(str(calibration))
+
+
+def test_the_gpu_budget_is_whole_compiled_calls_a_checkpoint(tmp_path):
+    from model.experiments.plan import Work
+
+    work = Work(str(tmp_path), "data", SCALES["gpu"])  # 60 s, 6 checkpoints, 20 steps a call
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    summary = {"steps_this_run": 80, "seconds_this_run": 2.0, "seconds_in_steps": 0.8}
+    (calibration / "train_summary.json").write_text(json.dumps(summary))
+    # 10 ms a step: 6,000 steps, rounded up to 6 x 20: 6,000 (50 calls a checkpoint)
+    assert work.budgeted_steps(str(calibration)) == 6000
+    summary["seconds_in_steps"] = 0.81  # 10.125 ms: 5,925.9 -> 6,000
+    (calibration / "train_summary.json").write_text(json.dumps(summary))
+    assert work.budgeted_steps(str(calibration)) % 120 == 0
+
+
+def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error():
+    from model.experiments.report import effect
+
+    assert effect([80, 81, 82], [70, 71, 72], 1.0, False).startswith("exceeds")
+    assert effect([70, 71, 72], [80, 81, 82], 1.0, False).startswith("is reversed beyond")
+    # ranges apart, but 1.0 apart where the sampling error is +-2.0
+    close = effect([80.0, 80.5, 81.0], [79.0, 79.5, 79.9], 1.0, False)
+    assert "within the sampling error" in close and not close.startswith("exceeds")
+    assert effect([80, 85], [82, 83], None, False).startswith("within the seed spread")
+    assert effect([80], [70], 0.1, False).startswith("within the seed spread")  # one seed each
+    assert effect([10.0, 11.0], [20.0, 21.0], None, True).startswith("exceeds")  # perplexity
+
+
+def test_the_sampling_error_is_that_of_a_difference_on_the_dev_set(tmp_path):
+    from model.experiments.plan import Work
+    from model.experiments.report import sampling_error
+    from model.experiments.tables import TABLES
+
+    work = Work(str(tmp_path), "data", SCALES["gpu"])
+    table = TABLES["pretraining-tasks"](work)
+    row, column = table.rows[0], next(c for c in table.columns if c.arg == "sst2")
+    assert sampling_error(work, row, column) is None  # nothing run yet
+    for seed, accuracy in ((1, 0.79), (2, 0.80), (3, 0.81)):
+        out = work.finetune_dir(row.run, "sst2", seed)
+        os.makedirs(out)
+        metrics = {"dev": {"accuracy": accuracy}, "dev_examples": {"": 872}}
+        with open(os.path.join(out, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+    # p = 0.80 on 872 sentences: 100 x sqrt(2 x 0.16 / 872) = 1.92 points
+    assert sampling_error(work, row, column) == pytest.approx(1.9157, abs=1e-3)
+
+
+def test_left_to_right_rows_are_read_against_the_causal_floor(tmp_path):
+    from model.experiments.plan import Work
+    from model.experiments.report import floor_of
+    from model.experiments.tables import TABLES
+
+    table = TABLES["pretraining-tasks"](Work(str(tmp_path), "data", SCALES["gpu"]))
+    floors = [r for r in table.rows if r.floor]
+    by_label = {r.label: floor_of(r, floors).run.name for r in table.rows if not r.floor}
+    assert by_label["BERT (MLM + NSP)"] == by_label["No NSP"] == "random"
+    assert by_label["LTR & No NSP"] == by_label["LTR & No NSP + BiLSTM"] == "random-ltr"
+
+
+def test_a_part_of_a_table_is_its_runs_and_the_records_they_read(tmp_path, capsys):
+    argv = ["beyond-bert", "--scale", "gpu", "--work", str(tmp_path / "w"), "--dry-run"]
+    runs = "roberta-static-electra-small-seed1,random-electra-small-seed1"
+    assert main([*argv, "--runs", runs]) == 0  # ELECTRA-Small's size at this scale
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# step")]
+    assert [s.split(":")[0] for s in steps] == [
+        "# step records-sentence-pairs",
+        "# step records-full-sentences",  # the static run's held-out records
+        "# step records-full-sentences-static",
+        "# step roberta-static-electra-small-seed1",
+        "# step random-electra-small-seed1",
+    ]
+    assert main([*argv, "--runs", "bert,electra-electra-small-seed1"]) == 2
+    err = capsys.readouterr().err
+    assert "--runs bert: not a run of this table (bert-electra-small-seed1, roberta-" in err
+
+
+def test_the_floors_are_saved_untrained_and_uncompiled(tmp_path, capsys):
+    argv = ["pretraining-tasks", "--scale", "gpu", "--work", str(tmp_path / "w"), "--dry-run"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    floors = [line for line in lines if "model.train pretrain" in line and "/runs/random" in line]
+    assert len(floors) == 2 and all("--steps 0 " in line for line in floors)
+    assert "--objective ltr" in floors[1]
+    assert not any("calibration/random" in line for line in lines)
+
+
+def test_a_prepared_directory_is_checked_before_anything_runs(tmp_path, capsys):
+    from model.experiments.prepare import FORMAT, MANIFEST
+
+    data = tmp_path / "input"
+    data.mkdir()
+    manifest = {
+        "format": FORMAT,
+        "scale": "cpu",
+        "tables": ["feature-based"],
+        "train_ids": "corpus/train.ids.npz.xz",
+        "valid_ids": "corpus/valid.ids.npz.xz",
+        "tasks": {"conll2003": "conll2003"},
+    }
+    (data / MANIFEST).write_text(json.dumps(manifest))
+    argv = ["--work", str(tmp_path / "w"), "--data", str(data), "--dry-run"]
+    assert main(["pretraining-tasks", "--scale", "gpu", *argv]) == 2
+    assert "prepared for --scale cpu, not --scale gpu" in capsys.readouterr().err
+    assert main(["pretraining-tasks", "--scale", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "without the tasks sst2, mrpc, squad1 of pretraining-tasks" in err
+    assert f"add them with --prepare {data}" in err
+    assert main(["masking", "--scale", "cpu", *argv]) == 0  # CoNLL-2003 alone: all there
+    out = capsys.readouterr().out
+    assert f"--input {data}/corpus/train.ids.npz.xz" in out
+    assert f"--vocab {data}/vocab.txt" in out

@@ -416,6 +416,8 @@ _WRITES_INTO_A_TEMPORARY = {
         "reference",
     ): "a file in a TemporaryDirectory, never published",
     ("export/convert.py", "saved_model"): "a TemporaryDirectory, converted and deleted",
+    ("model/pretraining/records.py", "path"): "RecordWriter: the shards of build()'s mkdtemp",
+    ("model/pretraining/tokenized.py", "buffer"): "an in-memory BytesIO, then mkstemp + replace",
 }
 _WRITERS = {"save_weights", "savez", "save", "write_out", "export"}
 

@@ -497,3 +497,27 @@ def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
     assert "--skip-invalid: task sst2 reads its files strictly" in capsys.readouterr().err
     assert run_evaluate(["--task", "mlm", "--model", output, "--data", dev, "--skip-invalid"]) == 1
     assert "do not apply to mlm" in capsys.readouterr().err
+
+
+def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_path):
+    """The experiments fine-tune every seed of a task in one process: the examples are read
+    once, and read again when the file is rewritten."""
+    from model.training import finetune
+
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\ngood film\t1\n")
+    reads = []
+
+    def read(p):
+        reads.append(p)
+        return open(p).read().splitlines()
+
+    first = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
+    again = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
+    assert first is again and len(reads) == 1
+    path.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
+    changed = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
+    assert len(changed) == 3 and len(reads) == 2
+    for i in range(finetune.MEMO_ENTRIES + 2):  # bounded: the oldest entries go
+        finetune._remembered(("other", i), list, ())
+    assert len(finetune._MEMO) == finetune.MEMO_ENTRIES

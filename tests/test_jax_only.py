@@ -7,8 +7,8 @@ fails there costs minutes. This environment is built from model/requirements-jax
 alone (`pip install --no-deps`): numpy, CPU jax, keras, keras-hub and their pinned
 dependencies. In it, at smoke scale: pre-training on the device path for every objective
 and on the host pipeline for BERT, fine-tuning SST-2 from that run, and
-evaluating the fine-tuned model and the masked LM. The records are made here (model.data
-writes them with TensorFlow), as they are made before a GPU call.
+evaluating the fine-tuned model and the masked LM; and every table of `model.experiments`
+at the smoke scale from its prepared input (`--prepare`, made here), records included.
 
 The environment is $BERT_JAX_VENV when that names a non-empty directory (used as it is,
 never modified; .ci/run builds it), else one is built in pytest's temporary directory
@@ -26,6 +26,8 @@ from tests.helpers import (
     REPO_ROOT,
     isolated_python,
     make_record_formats,
+    make_smoke_data,
+    measured_cells,
     pretrain_argv,
     run_module,
 )
@@ -120,3 +122,37 @@ def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
     )
     metrics = json.loads(done.stdout[done.stdout.index("{") :])
     assert metrics["masked_positions"] > 10_000
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """Every table's smoke-scale input, prepared here (with TensorFlow), as before a GPU call."""
+    from model.experiments.__main__ import main
+    from model.experiments.tables import TABLES
+
+    data = make_smoke_data(tmp_path_factory.mktemp("data"))
+    out = str(tmp_path_factory.mktemp("prepared") / "input")
+    for table in TABLES:
+        assert main([table, "--scale", "smoke", "--prepare", out, "--data", data]) == 0
+    return out
+
+
+def test_every_table_runs_from_its_prepared_input_without_tensorflow(
+    jax_python, prepared, tmp_path
+):
+    """The records are made there from the corpus's ids (no tokenising, no TensorFlow), the
+    vocabulary is the prepared one, and nothing outside the prepared directory is read."""
+    from model.experiments.tables import TABLES
+
+    work = tmp_path / "work"
+    for table in TABLES:
+        argv = [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
+        run(jax_python, "model.experiments", argv, timeout=900)
+        with open(work / f"{table}.md", encoding="utf-8") as f:
+            text = f.read()
+        cells = measured_cells(text)
+        assert len(cells) >= 2 and all(c != "—" for row in cells for c in row), text
+    with open(work / "data" / "train-segments" / "dataset.json", encoding="utf-8") as f:
+        info = json.load(f)
+    assert info["inputs"] == [os.path.join(prepared, "corpus", "train.ids.npz.xz")]
+    assert "AMD" in text or "Intel" in text or "CPUs" in text  # the hardware line

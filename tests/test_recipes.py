@@ -380,6 +380,28 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
     assert "failed with exit status" in lines[-1] and "[2/2" not in "".join(lines)
 
 
+def test_a_time_limit_stops_the_run_between_two_commands(tmp_path):
+    from model.recipes.runner import STOPPED
+
+    source = tmp_path / "in.json"
+    source.write_text('{"a": 1}')
+    first, second = str(tmp_path / "first.json"), str(tmp_path / "second.json")
+    step = defaults.Step(
+        "demo",
+        (
+            defaults.Command("json.tool", (str(source), first), first),
+            defaults.Command("json.tool", (str(source), second), second),
+        ),
+    )
+    lines = []
+    assert defaults.run([step], log=lines.append, time_limit=-1) == STOPPED
+    assert not os.path.exists(first)
+    assert "[1/2 demo] not started: the -1 s time limit has passed (0 of 2" in lines[-1]
+    assert "the same command line goes on from here" in lines[-1]
+    assert defaults.run([step], log=lines.append, time_limit=3600) == 0  # then goes on
+    assert os.path.isfile(first) and os.path.isfile(second)
+
+
 def test_bundle_folders_are_the_ones_the_app_looks_for():
     """Every view gets a bundle: its own folder's, or (Attention) the mlm bundle's encoder
     signature through the view's fallback."""

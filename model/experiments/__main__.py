@@ -41,8 +41,33 @@ def parse_args(argv):
     )
     p.add_argument("table", choices=sorted(TABLES))
     p.add_argument("--scale", choices=list(SCALES), required=True)
-    p.add_argument("--work", required=True, help="directory for every run and the report")
+    p.add_argument("--work", help="directory for every run and the report")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument(
+        "--prepare",
+        metavar="DIR",
+        help="write everything the table reads (corpora as WordPiece ids, the tasks' files) "
+        "to DIR and stop; then run it with --data DIR on any machine (model/experiments/"
+        "prepare.py)",
+    )
+    p.add_argument(
+        "--runs",
+        help="only these pre-training runs and what is measured from them (names as "
+        "--dry-run prints them, comma-separated): a table in parts",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="write WORK/TABLE.md from the results already in WORK, run nothing (a table "
+        "run in parts on other machines, their results unpacked into one WORK)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="start no command after this many seconds; the report shows what finished, "
+        "and the same command line goes on from there",
+    )
     p.add_argument(
         "--data", default="../shared/data", help="the data directory (default: %(default)s)"
     )
@@ -59,45 +84,84 @@ def parse_args(argv):
     p.add_argument(
         "--vocab", default=None, help="vocab.txt of the records (default: bert-base-uncased's)"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not (args.work or args.prepare):
+        p.error("--work is required (or --prepare DIR)")
+    return args
 
 
 def main(argv=None) -> int:
-    from model.experiments.experiment import steps
+    from model.experiments.experiment import select_runs, steps
     from model.experiments.plan import Work
-    from model.experiments.report import write
-    from model.recipes.runner import run
+    from model.experiments.prepare import prepared_work
+    from model.experiments.report import record_hardware, write
+    from model.recipes.runner import STOPPED, run
 
     args = parse_args(argv)
     if args.verbose:
         # The commands show TensorFlow's start-up lines when the user set this themselves.
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
     scale = SCALES[args.scale]
-    work = Work(args.work, args.data, scale, **({"vocab": args.vocab} if args.vocab else {}))
+    work = Work(args.work or "", args.data, scale, **({"vocab": args.vocab} if args.vocab else {}))
     table = TABLES[args.table](work)
-    plan = steps(table, work)
-    if not args.dry_run and not scale.executable:
+    if args.prepare:
+        return prepare_input(table, work, args.prepare)
+    try:
+        work = prepared_work(table, work)
+        table = TABLES[args.table](work)
+        plan = select_runs(steps(table, work), args.runs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not (args.dry_run or args.report) and not scale.executable:
         print(
             f"error: --scale {scale.name} is for clusters of GPUs or TPUs; print its commands "
             f"with --dry-run",
             file=sys.stderr,
         )
         return 2
-    if not args.dry_run:
+    if not (args.dry_run or args.report):
         from model.io.files import write_json
 
         for path, fields in work.config_files().items():
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 write_json(path, fields)
+        os.makedirs(work.work, exist_ok=True)
+        record_hardware(work)
     print(f"# {table.title}, scale {scale.name}, work {args.work}")
-    rc = run(plan, dry_run=args.dry_run, timings=work.w("timings.json"), in_process=args.in_process)
-    if rc != 0 or args.dry_run:
+    rc = (
+        0
+        if args.report
+        else run(
+            plan,
+            dry_run=args.dry_run,
+            timings=work.w("timings.json"),
+            in_process=args.in_process,
+            time_limit=args.time_limit,
+        )
+    )
+    if (rc != 0 and rc != STOPPED) or args.dry_run:
         return rc
     commands = [(c.shell(), c.output) for step in plan for c in step.commands]
     report = work.w(f"{table.name}.md")
     write(table, work, commands, report)
     print(f"wrote {report}")
+    return rc
+
+
+def prepare_input(table, work, out) -> int:
+    from model.experiments.prepare import prepare
+
+    try:
+        manifest = prepare(table, work, out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"prepared {out} ({manifest['megabytes']} MB) for {', '.join(manifest['tables'])} at "
+        f"--scale {manifest['scale']}: run with --data {out}"
+    )
     return 0
 
 

@@ -8,7 +8,7 @@ over the seeds that have finished]}}, read from the commands' own output files.
 
 from __future__ import annotations
 
-from model.experiments.plan import Work
+from model.experiments.plan import Pretraining, Work
 from model.experiments.tables import Table
 from model.recipes.runner import Step, read_json
 
@@ -19,9 +19,13 @@ def steps(table: Table, work: Work) -> list[Step]:
         key = (row.run.inputs, row.run.static)
         if key not in formats:
             formats.append(key)
+
+    def records_step(run) -> str:
+        return f"records-{run.inputs}" + ("-static" if run.static else "")
+
     plan = [
         Step(
-            f"records-{inputs}" + ("-static" if static else ""),
+            records_step(Pretraining("", inputs=inputs, static=static)),
             tuple(work.make_records(inputs, static)),
             summary=f"{inputs} records of the scale's corpora, and held-out ones",
         )
@@ -37,8 +41,31 @@ def steps(table: Table, work: Work) -> list[Step]:
         for row in rows:
             for column in table.columns:
                 commands += column_commands(column, row, work)
-        plan.append(Step(name, tuple(commands), summary="; ".join(r.label for r in rows)))
+        run = rows[0].run
+        # a static run's held-out records are its format's dynamic ones
+        needs = (records_step(run),) + (
+            (records_step(Pretraining("", inputs=run.inputs)),) if run.static else ()
+        )
+        summary = "; ".join(r.label for r in rows)
+        plan.append(Step(name, tuple(commands), needs=needs, summary=summary))
     return plan
+
+
+def select_runs(plan: list[Step], runs: str | None) -> list[Step]:
+    """The steps of the runs named in `runs` (comma-separated; None: all), and the records
+    steps they read; ValueError naming the runs the plan has when one is not among them."""
+    if not runs:
+        return plan
+    wanted = [r.strip() for r in runs.split(",") if r.strip()]
+    names = [s.name for s in plan if not s.name.startswith("records-")]
+    unknown = [r for r in wanted if r not in names]
+    if unknown:
+        raise ValueError(
+            f"--runs {', '.join(unknown)}: not a run of this table ({', '.join(names)})"
+        )
+    chosen = [s for s in plan if s.name in wanted]
+    needed = {n for s in chosen for n in s.needs}
+    return [s for s in plan if s.name in needed] + chosen
 
 
 def column_commands(column, row, work: Work) -> list:

@@ -41,8 +41,9 @@ class Pretraining:
         inputs: the records' `--inputs` format.
         flags: further `model.train pretrain` flags (--no-nsp, masking rates).
         size: a preset or a size of `Scale.sizes`; None: the scale's size.
-        static: records masked at creation (`--masking static --dupe-factor 10`).
-        random: no training: a 1-step run at learning rate 0 (the floor).
+        static: records masked at creation (`--masking static`, the scale's
+            `static_copies` copies of each sequence).
+        random: no training: the initialised model, saved (`--steps 0`; the floor).
     """
 
     name: str
@@ -166,9 +167,10 @@ class Work:
             argv = ["--inputs", inputs, "--vocab", self.vocab, "--output", out]
             for source in sources:
                 argv += ["--input", self.d(source)]
-            argv += ["--max-seq-length", str(self.scale.seq_len), "--num-shards", "8"]
+            argv += ["--max-seq-length", str(self.scale.seq_len)]
+            argv += ["--num-shards", str(self.scale.record_shards)]
             if static:
-                argv += ["--masking", "static", "--dupe-factor", "10"]
+                argv += ["--masking", "static", "--dupe-factor", str(self.scale.static_copies)]
             commands.append(Command("model.data", tuple(argv), os.path.join(out, "dataset.json")))
         return commands
 
@@ -195,7 +197,7 @@ class Work:
             "--keep-checkpoints",
             "100",
             "--learning-rate",
-            "0" if p.random else str(s.learning_rate),
+            str(s.learning_rate),
             "--batch-size",
             str(s.batch_size),
             "--seed",
@@ -203,6 +205,8 @@ class Work:
             *p.flags,
             *s.strategy_flags,
         ]
+        if s.steps_per_call and steps != "0":
+            argv += ["--steps-per-call", str(s.steps_per_call)]
         return tuple(argv)
 
     def pretrain(self, p: Pretraining) -> list[Command]:
@@ -210,8 +214,8 @@ class Work:
         run = self.run_dir(p)
         done = os.path.join(run, "train_summary.json")
         s = self.scale
-        if p.random:
-            return [Command("model.train", self.pretrain_argv(p, run, "1", "1"), done)]
+        if p.random:  # the initialised model, saved: nothing trained, nothing compiled
+            return [Command("model.train", self.pretrain_argv(p, run, "0", "1"), done)]
         if not s.budget_seconds:
             every = str(max(1, s.steps // s.checkpoints))
             return [Command("model.train", self.pretrain_argv(p, run, str(s.steps), every), done)]
@@ -235,7 +239,8 @@ class Work:
 
     def budgeted_steps(self, calibration: str) -> int:
         """The scale's budget over the calibration run's seconds per step, rounded up to a
-        whole number of checkpoint intervals. The seconds are those inside the training steps
+        whole number of checkpoint intervals (each a whole number of compiled calls when the
+        scale sets `steps_per_call`). The seconds are those inside the training steps
         (`seconds_in_steps`): a 30-step run's one held-out evaluation and saves would count
         several times more per step than in the long run (the wall time of a run written before
         that field existed is used as it is)."""
@@ -244,8 +249,8 @@ class Work:
         if not summary.get("steps_this_run") or not seconds:
             raise ValueError(f"{calibration}: no timed steps in train_summary.json")
         per_step = seconds / summary["steps_this_run"]
-        k = self.scale.checkpoints
-        return k * math.ceil(self.scale.budget_seconds / per_step / k)
+        multiple = self.scale.checkpoints * (self.scale.steps_per_call or 1)
+        return multiple * math.ceil(self.scale.budget_seconds / per_step / multiple)
 
     def finetune(
         self,
@@ -283,6 +288,7 @@ class Work:
             str(seed),
             *t.flags,
             *(("--bilstm", str(self.bilstm_units(p))) if bilstm else ()),
+            *self.scale.finetune_flags,
         )
         return Command("model.train", argv, os.path.join(out, "metrics.json"))
 

@@ -1,9 +1,13 @@
 """WORK/TABLE.md: the measured table beside the paper's, what it can show, and how it was made.
 
 Each cell is the median over the fine-tuning seeds with its range (min-max) and
-the number of seeds; an effect "exceeds the seed spread" only when the two
-rows' ranges do not overlap, and a pre-trained row "beats the floor" only when
-its range lies wholly above the random encoder's. Nothing is rounded into a win.
+the number of seeds. An effect is shown only when it exceeds both the seed
+spread (the two rows' ranges do not overlap) and the dev set's sampling error
+(the medians further apart than two standard errors of a difference, `sampling_error`);
+a pre-trained row "beats its floor" (the random encoder; the random causal one for a
+left-to-right row) only on the same terms, and the paper's comparisons are judged
+only between rows that beat their floors. One pre-training seed per row: its
+variance is not measured. Nothing is rounded into a win.
 
 A table whose rows are checkpoints of runs (`training-steps`) also gets a
 "pre-training steps" column and WORK/TABLE.png: each fine-tuning column's median
@@ -13,6 +17,7 @@ backend, imported only here and only then).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import statistics
@@ -37,6 +42,14 @@ def separated(a: list[float], b: list[float]) -> bool:
     return len(a) >= 2 and len(b) >= 2 and min(a) > max(b)
 
 
+def floor_of(row, floors):
+    """The floor a row is read against: the causal one for a left-to-right row, where the
+    table has one (left-only context hurts token tasks even untrained), else the first."""
+    causal = row.run.objective == "ltr"
+    same = [f for f in floors if (f.run.objective == "ltr") == causal]
+    return (same or floors or [None])[0]
+
+
 def hardware() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -46,7 +59,33 @@ def hardware() -> str:
             cpu = names[0]
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}"
+    return f"{accelerator()}{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}"
+
+
+def record_hardware(work: Work) -> None:
+    """Adds this machine to WORK/hardware.json, the machines the table's commands ran on
+    (parts of a table may run on several)."""
+    from model.io.files import write_json
+
+    path = work.w("hardware.json")
+    machines = read_json(path).get("machines", [])
+    if hardware() not in machines:
+        write_json(path, {"machines": [*machines, hardware()]})
+
+
+def hardware_text(work: Work) -> str:
+    machines = read_json(work.w("hardware.json")).get("machines") or [hardware()]
+    return "; ".join(machines)
+
+
+def accelerator() -> str:
+    """ "N x DEVICE KIND, " of the JAX backend's accelerators (the commands ran there), or ""."""
+    if os.environ.get("KERAS_BACKEND") != "jax":
+        return ""
+    import jax
+
+    devices = [d for d in jax.devices() if d.platform != "cpu"]
+    return f"{len(devices)} x {devices[0].device_kind}, " if devices else ""
 
 
 def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]:
@@ -59,7 +98,7 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
     lines += [
         f"Scale `{work.scale.name}`: `{work.scale.size}` models, {work.scale.budget_text()}, "
         f"batch {work.scale.batch_size} x {work.scale.seq_len} tokens, fine-tuning seeds "
-        f"{', '.join(map(str, work.scale.seeds))}. Hardware: {hardware()}.",
+        f"{', '.join(map(str, work.scale.seeds))}. Hardware: {hardware_text(work)}.",
         "",
         "Cells: median over the seeds [min–max] (n seeds); percent (entity F1, accuracy, "
         "F1), perplexity for masked-LM columns.",
@@ -82,47 +121,14 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         cells += [str(row.paper.get(c, "—")) for c in table.paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## What this scale can show", ""]
-    floors = [r for r in table.rows if r.floor]
-    for floor in floors:
-        for column in table.columns:
-            base = measured[floor.label][column.name]
-            for row in table.rows:
-                if row.floor:
-                    continue
-                mine = measured[row.label][column.name]
-                if column.name in lower:
-                    beats = separated([-v for v in base], [-v for v in mine])
-                else:
-                    beats = separated(mine, base)
-                if mine and base:
-                    verdict = "beats" if beats else "does NOT clearly beat"
-                    lines.append(
-                        f"- {column.name}: {row.label} {verdict} the random floor "
-                        f"({cell(mine)} against {cell(base)})."
-                    )
-    for comparison in table.comparisons:
-        for column in table.columns:
-            a = measured.get(comparison.better, {}).get(column.name, [])
-            b = measured.get(comparison.worse, {}).get(column.name, [])
-            if not (a and b):
-                continue
-            if column.name in lower:
-                a, b = [-v for v in a], [-v for v in b]
-            if separated(a, b):
-                verdict = "exceeds the seed spread"
-            elif separated(b, a):
-                verdict = "is reversed, beyond the seed spread"
-            else:
-                verdict = "is within the seed spread (a tie at this scale)"
-            lines.append(
-                f"- {column.name}: {comparison.better} over {comparison.worse} {verdict} "
-                f"(the paper: {comparison.paper_says})."
-            )
+    lines += judgements(table, work, measured, lower)
     if table.note:
         lines += ["", table.note]
     if curves:
         image = os.path.splitext(path)[0] + ".png"
-        if plot(table, work, measured, image):
+        if importlib.util.find_spec("matplotlib") is None:  # a GPU machine's JAX environment
+            lines += ["", "No plot here (matplotlib is not installed): `--report` draws it."]
+        elif plot(table, work, measured, image):
             lines += ["", f"The curves: ![{table.title}]({os.path.basename(image)})"]
     if table.not_built:
         lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
@@ -135,6 +141,95 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return lines
+
+
+def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str]:
+    """A line per (row, floor) and per comparison of the paper, for every column: an effect is
+    shown only when it exceeds both the seed spread and the dev set's sampling error, and a
+    comparison is judged only between rows that beat their floors."""
+    lines = []
+    floors = [r for r in table.rows if r.floor]
+    below = set()  # (row, column) pairs that do not clearly beat their floor
+    for column in table.columns:
+        for row in table.rows:
+            floor = floor_of(row, floors)
+            if row.floor or floor is None:
+                continue
+            mine, base = measured[row.label][column.name], measured[floor.label][column.name]
+            if not (mine and base):
+                continue
+            verdict = effect(mine, base, sampling_error(work, row, column), column.name in lower)
+            if not verdict.startswith("exceeds"):
+                below.add((row.label, column.name))
+            said = "beats" if verdict.startswith("exceeds") else "does NOT clearly beat"
+            lines.append(
+                f"- {column.name}: {row.label} {said} its floor, {floor.label} "
+                f"({cell(mine)} against {cell(base)}: {verdict})."
+            )
+    for comparison in table.comparisons:
+        for column in table.columns:
+            a = measured.get(comparison.better, {}).get(column.name, [])
+            b = measured.get(comparison.worse, {}).get(column.name, [])
+            if not (a and b):
+                continue
+            weak = [r for r in (comparison.better, comparison.worse) if (r, column.name) in below]
+            if weak:
+                which = f"{weak[0]} does not clearly beat its floor (budget too small)"
+                if len(weak) == 2:
+                    which = "neither clearly beats its floor (budget too small)"
+                lines.append(
+                    f"- {column.name}: {comparison.better} against {comparison.worse} is not "
+                    f"judged: {which}."
+                )
+                continue
+            row = next(r for r in table.rows if r.label == comparison.better)
+            error = sampling_error(work, row, column)
+            verdict = effect(a, b, error, column.name in lower)
+            lines.append(
+                f"- {column.name}: {comparison.better} over {comparison.worse} {verdict} "
+                f"(the paper: {comparison.paper_says})."
+            )
+    return lines
+
+
+def effect(a: list[float], b: list[float], error: float | None, lower: bool) -> str:
+    """Whether `a` is better than `b` beyond the seed spread (the ranges do not overlap) and
+    beyond the sampling error of the difference of the medians (2 standard errors of it;
+    None: not known, the seed spread alone)."""
+    if lower:
+        a, b = [-v for v in a], [-v for v in b]
+    gap = statistics.median(a) - statistics.median(b)
+    noise = f"; sampling error ±{2 * error:.2f}" if error is not None else ""
+    if separated(a, b) or separated(b, a):
+        if error is not None and abs(gap) <= 2 * error:
+            return (
+                f"a gap of {gap:+.2f} beyond the seed spread but within the sampling error{noise}"
+            )
+        direction = "exceeds" if gap > 0 else "is reversed beyond"
+        return f"{direction} the seed spread and the sampling error ({gap:+.2f}{noise})"
+    return f"within the seed spread, a tie at this scale ({gap:+.2f}{noise})"
+
+
+def sampling_error(work: Work, row, column) -> float | None:
+    """The standard error, in points, of the difference of two rows' scores on the dev set
+    of `column`: √2 x √(p(1 - p) / n), n the dev examples (`dev_examples` of a fine-tuning
+    run's metrics.json), p its median score. The rows are scored on the same examples, so
+    this unpaired error overstates the noise of a difference: a conservative bound. None for
+    a column without it (perplexity, the feature-based tagger)."""
+    if column.kind != "finetune":
+        return None
+    scores, n = [], None
+    for seed in work.scale.seeds:
+        path = work.finetune_dir(row.run, column.arg, seed, row.checkpoint, row.bilstm)
+        metrics = read_json(os.path.join(path, "metrics.json"))
+        n = n or (metrics.get("dev_examples") or {}).get("")
+        value = metrics.get("dev", {}).get(work.scale.tasks[column.arg].metric)
+        if isinstance(value, (int, float)):
+            scores.append(value)
+    if not (n and scores):
+        return None
+    p = min(max(statistics.median(scores), 0.0), 1.0)
+    return 100.0 * (2 * p * (1 - p) / n) ** 0.5
 
 
 def curve_points(table: Table, work: Work, measured: dict, column) -> dict[str, list]:

@@ -45,7 +45,13 @@ class Scale:
     checkpoints: pre-training checkpoints kept per run (the `training-steps` points).
     tasks: fine-tuning tasks by name.
     seeds: fine-tuning seeds (median and spread over them).
-    strategy_flags: extra pre-training and fine-tuning flags (devices, precision).
+    strategy_flags: extra pre-training flags (devices, precision, dropout).
+    finetune_flags: extra fine-tuning flags (devices, precision).
+    steps_per_call: pre-training steps in one compiled call (`--steps-per-call`, with
+        `--device-data`); a budget's steps are then a whole number of calls a checkpoint.
+    record_shards: files a record set is written in (`--num-shards`; one process reads each).
+    static_copies: the static-masking row's copies of each sequence (`--dupe-factor`).
+    table_sizes: a table's own model size where it is not `size`: (table, preset) pairs.
     tagger_flags: extra `model.feature_tagger` flags (default: the paper's tagger).
     executable: whether this scale is meant to run here (paper: --dry-run only).
     """
@@ -65,6 +71,11 @@ class Scale:
     calibration_steps: int = 30
     checkpoints: int = 6
     strategy_flags: tuple[str, ...] = ()
+    finetune_flags: tuple[str, ...] = ()
+    steps_per_call: int | None = None
+    record_shards: int = 8
+    static_copies: int = 10
+    table_sizes: tuple[tuple[str, str], ...] = ()
     tagger_flags: tuple[str, ...] = ()
     executable: bool = True
 
@@ -98,6 +109,18 @@ CPU_TASKS = {
         "squad/train-v1.1.reconstructed.json",
         "f1",
         ("--max-train-examples", "8000", "--epochs", "1", "--seq-len", "256", *CPU_LR),
+    ),
+}
+# One GPU: whole training sets (SQuAD's first 30,000 questions), full-length batches
+# on the device (no --group-by-length), the small models' larger learning rate.
+GPU_TASKS = {
+    "sst2": Task("glue/SST-2", "accuracy", ("--epochs", "1", "--seq-len", "64", *CPU_LR)),
+    "mrpc": Task("glue/MRPC", "f1", ("--epochs", "3", "--seq-len", "128", *CPU_LR)),
+    "conll2003": Task("conll2003", "f1", ("--epochs", "3", "--seq-len", "128", *CPU_LR)),
+    "squad1": Task(
+        "squad/train-v1.1.reconstructed.json",
+        "f1",
+        ("--max-train-examples", "30000", "--epochs", "1", "--seq-len", "256", *CPU_LR),
     ),
 }
 PAPER_TASKS = {
@@ -145,21 +168,31 @@ SCALES = {
         tasks=CPU_TASKS,
         seeds=(1, 2, 3),
     ),
-    # One GPU, ~30 minutes of pre-training a model, ELECTRA-Small's width.
+    # One H100 or H200, TensorFlow-free (KERAS_BACKEND=jax): `mini` models, one minute of
+    # pre-training each on the device path (dropout 0, bf16), the tasks' full training sets
+    # but SQuAD's, 3 seeds. The budget arithmetic: docs/experiments.md#the-gpu-scale.
     "gpu": Scale(
         name="gpu",
         corpora=("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/*.txt.gz"),
         held_out=WIKITEXT_VALID,
         seq_len=128,
-        size="electra-small",
-        sizes=(("mini", "mini"), ("small", "small"), ("electra-small", "electra-small")),
-        batch_size=128,
+        size="mini",
+        sizes=(("bert-tiny", BERT_TINY), ("mini", "mini"), ("small", "small")),
+        batch_size=256,
         learning_rate=5e-4,
         steps=None,
-        budget_seconds=1800.0,
-        tasks=PAPER_TASKS,
+        budget_seconds=60.0,
+        tasks=GPU_TASKS,
         seeds=(1, 2, 3),
-        strategy_flags=("--mixed-precision", "mixed_bfloat16"),
+        calibration_steps=100,
+        strategy_flags=("--device-data", "--dropout", "0", "--mixed-precision", "mixed_bfloat16"),
+        finetune_flags=("--device-data", "--mixed-precision", "mixed_bfloat16"),
+        steps_per_call=20,
+        record_shards=16,
+        # About four passes over the corpus: one copy is seen four times, as RoBERTa's
+        # 10 copies were over its 40 epochs (10 copies would each be seen once or not at all).
+        static_copies=1,
+        table_sizes=(("beyond-bert", "electra-small"),),
     ),
     # The papers' BERT-Base schedule (1M steps of 256 x 128; the paper's last 10 % at 512 is
     # the documented second phase, docs/pretraining.md): for GPUs and TPUs, printed here.

@@ -115,7 +115,7 @@ def evaluate(directory: str, path: str) -> dict:
     from model.tasks import get
     from model.tasks.base import check_labelled
     from model.tasks.ner import conll_metrics
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     info = read_json_object(os.path.join(directory, "config.json"))
     missing = [
@@ -131,7 +131,7 @@ def evaluate(directory: str, path: str) -> dict:
     sentences = get("conll2003").read(path)  # a malformed file fails before anything loads
     check_labelled(sentences, "tags")
     encoder, vocab_path = load_encoder(info["encoder"])
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
+    tokenizer = tokenizer_class()(vocab_path, lowercase=encoder.config.lowercase)
     # Directories written before --combine existed concatenated their layers.
     features = LayerFeatures(encoder, tuple(info["layers"]), info.get("combine", "concat"))
     feats = word_features(
@@ -153,7 +153,7 @@ def train(args) -> int:
     from model.tasks import get
     from model.tasks.base import check_labelled
     from model.tasks.ner import IGNORE, conll_metrics
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     task = get("conll2003")
     train_file, dev_file = task.files(args.data)
@@ -165,7 +165,7 @@ def train(args) -> int:
     check_writable_dir(args.output)
     encoder, vocab_path = load_encoder(args.model)
     layers = parse_layers(args.layers, encoder.config.num_layers)
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
+    tokenizer = tokenizer_class()(vocab_path, lowercase=encoder.config.lowercase)
     features = LayerFeatures(encoder, layers, args.combine)
     labels = task.labels()
     index = {t: i for i, t in enumerate(labels)}

@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import tempfile
+import types
 
 import numpy as np
 
@@ -262,7 +263,6 @@ def build(
 ) -> dict:
     """Writes the shards of `files` into the new directory `output`; returns its info.
     `workers` processes make the pools' records (the same bytes for any number)."""
-    from tqdm import tqdm
 
     if masking not in ("dynamic", "static"):
         raise ValueError(f"masking must be 'dynamic' or 'static', got {masking!r}")
@@ -279,13 +279,7 @@ def build(
         names = [f"part-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
         writers = [RecordWriter(os.path.join(tmp, n)) for n in names]
         counts = [0] * num_shards
-        progress = tqdm(
-            total=sum(os.path.getsize(f) for f in files),
-            unit="B",
-            unit_scale=True,
-            desc="instances",
-            disable=not show_progress,
-        )
+        progress = _bar(sum(os.path.getsize(f) for f in files), show_progress)
         stats = {"num_documents": 0, "num_tokens": 0}
         make = _PoolRecords(
             tokenizer.vocab_path,
@@ -346,6 +340,20 @@ def build(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _bar(total: int, show: bool):
+    """tqdm's progress bar over the input bytes; a silent one where tqdm is not installed
+    (a GPU machine's environment of model/requirements-jax.txt)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        show = False
+    if not show:
+        return types.SimpleNamespace(
+            update=lambda n: None, set_postfix=lambda **k: None, close=lambda: None
+        )
+    return tqdm(total=total, unit="B", unit_scale=True, desc="instances")
 
 
 class _Progress:

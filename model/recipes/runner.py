@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+STOPPED = 3  # `run`'s status when its time limit stopped it between two commands
+
 
 @dataclass(frozen=True)
 class Deferred:
@@ -95,8 +97,10 @@ def run(
     log=print,
     timings: str | None = None,
     in_process: bool = False,
+    time_limit: float | None = None,
 ) -> int:
-    """Runs (or prints) every command of `chosen`; 0, or the first failing command's status.
+    """Runs (or prints) every command of `chosen`; 0, or the first failing command's status,
+    or STOPPED when `time_limit` seconds had passed before a command was due to start.
 
     `timings`: a JSON file where each finished command's wall time is recorded
     ({output: seconds}), kept across restarts, for the tables' cost columns.
@@ -118,6 +122,13 @@ def run(
             if dry_run:
                 log(f"{tag} {command.shell()}")
                 continue
+            if time_limit is not None and time.time() - started > time_limit:
+                log(
+                    f"{tag} not started: the {time_limit:.0f} s time limit has passed "
+                    f"({number - 1} of {total} commands done or skipped); the same command line "
+                    "goes on from here"
+                )
+                return STOPPED
             argv = command.resolved()
             log(f"{tag} {shlex.join(['python', '-m', command.module, *argv])}")
             start = time.time()

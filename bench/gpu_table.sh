@@ -1,0 +1,101 @@
+#!/bin/bash
+# One GPU call that runs a table of the papers (python -m model.experiments) at the `gpu` scale:
+# prepared here, run there from the prepared input alone, TensorFlow-free, each finished
+# command's output kept in $OUT as it comes (a call cut off at its limit still returns them).
+#
+#   bash bench/gpu_table.sh prepare TABLE [TABLE ...]  # here, the project's environment active:
+#                                                      # .job/ (wheels, the table's input), ~60 MB
+#   mv assets/models /somewhere                        # the call carries 64 MiB at most
+#   device run:  OUT=$OUT TABLE=pretraining-tasks bash bench/gpu_table.sh run   with carry [".job"]
+#   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python TABLE=... bash bench/gpu_table.sh run  # CPU rehearsal
+#
+# Settings (environment): TABLE, RUNS (a part of the table: `--runs`, the pre-training runs by
+# name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
+# report is written from what finished). SMOKE=1 rehearses the same call at the smoke scale
+# (`prepare` then writes the smoke input). Comes back: TABLE.md (the report), run.log,
+# results.tar.xz (every metrics.json, train_summary.json, held-out score, timings.json, the
+# plot). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
+# `python -m model.experiments TABLE --scale gpu --work WORK --data INPUT --report`.
+# Measured with it: docs/experiments.md.
+set -u
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+JOB=$REPO/.job
+source "$REPO/bench/gpu_env.sh"
+SCALE=gpu
+[ -n "${SMOKE:-}" ] && SCALE=smoke
+
+prepare() {
+  grep -qx "/.job/" "$REPO/.git/info/exclude" 2>/dev/null || echo "/.job/" >> "$REPO/.git/info/exclude"
+  rm -rf "$JOB" && mkdir -p "$JOB/whl"
+  local py=${PY:-python3} data=${DATA:-$REPO/../shared/data} input=$JOB/input
+  PY=$py wheels_download "$JOB/whl" || return 1
+  for table in "$@"; do
+    (cd "$REPO" && $py -m model.experiments "$table" --scale "$SCALE" --data "$data" \
+      --prepare "$input") || return 1
+  done
+  # The corpus is xz already; the rest (tasks, vocabulary) travels as one xz archive.
+  mv "$input/corpus" "$JOB/corpus"
+  tar -C "$input" -cJf "$JOB/input.tar.xz" . && rm -rf "$input"
+  du -sh "$JOB"/*; du -sh "$JOB"
+}
+
+run() {
+  T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+  python_env "$JOB/whl" "$REPO" || exit 1
+  W=${W:-/tmp/w}; INPUT=/tmp/input
+  mkdir -p "$W" "$OUT" && rm -rf "$INPUT" && mkdir -p "$INPUT"
+  tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
+  (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
+  tail -n 2 "$OUT/env.txt"; echo "input ready at $(el) s"
+  local limit=${LIMIT:-500}
+  (cd "$REPO" && $PY -m model.experiments "${TABLE:?TABLE=...}" --scale "$SCALE" --data "$INPUT" \
+    --work "$W" --in-process --time-limit $(( limit - $(el) )) ${RUNS:+--runs "$RUNS"}) \
+    > "$OUT/run.log" 2>&1
+  echo "table exit $? at $(el) s"
+  pack
+}
+
+pack() {  # every small result file in one archive; the report beside it
+  cd "$W" || return 1
+  [ -f "$TABLE.md" ] && cp "$TABLE.md" "$OUT/"
+  find . -name metrics.json -o -name train_summary.json -o -name timings.json \
+    -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
+    > files.txt
+  tar -cJf "$OUT/results.tar.xz" -T files.txt
+  echo "packed at $(el) s"; ls -la "$OUT"
+  grep -E "^\[|^#" "$OUT/run.log" | grep -v "^\[.*\] python" | tail -n 12
+}
+
+merge() {  # merge RESULTS.tar.xz WORK: one call's results into WORK, beside other parts'
+  local results=$1 work=$2 tmp
+  tmp=$(mktemp -d) && tar -C "$tmp" -xJf "$results" || return 1
+  mkdir -p "$work"
+  ${PY:-python3} - "$tmp" "$work" <<'EOF'
+import json, os, shutil, sys
+src, dst = sys.argv[1:3]
+for root, _, files in os.walk(src):
+    for name in files:
+        a = os.path.join(root, name)
+        b = os.path.join(dst, os.path.relpath(a, src))
+        os.makedirs(os.path.dirname(b), exist_ok=True)
+        if name in ("timings.json", "hardware.json") and os.path.exists(b):
+            old, new = json.load(open(b)), json.load(open(a))
+            if name == "hardware.json":
+                extra = [m for m in new["machines"] if m not in old["machines"]]
+                new = {"machines": old["machines"] + extra}
+            else:
+                new = {**old, **new}
+            json.dump(new, open(b, "w"), indent=2)
+        else:
+            shutil.copyfile(a, b)
+EOF
+  rm -rf "$tmp"
+  echo "merged into $work; then: python -m model.experiments TABLE --scale gpu --work $work --data INPUT --report"
+}
+
+case "${1:-}" in
+  prepare) shift; prepare "${@:?a table}" ;;
+  run) run ;;
+  merge) merge "${2:?RESULTS.tar.xz}" "${3:?WORK}" ;;
+  *) echo "usage: $0 prepare TABLE [TABLE ...] | run | merge RESULTS.tar.xz WORK" >&2; exit 2 ;;
+esac

@@ -1,0 +1,135 @@
+"""Everything a table reads, in one directory made beforehand on any machine.
+
+    python -m model.experiments pretraining-tasks --scale gpu --prepare runs/gpu-input
+    python -m model.experiments pretraining-tasks --scale gpu --data runs/gpu-input --work W
+
+The first command writes DIR; the second runs the table from DIR alone (a GPU
+machine with JAX and no TensorFlow needs nothing else, and nothing there
+tokenises text):
+
+    DIR/prepared.json               the scale, the tables prepared, what each file holds
+    DIR/vocab.txt                   the vocabulary of every id below
+    DIR/corpus/train.ids.npz.xz     the scale's pre-training corpora as WordPiece ids
+    DIR/corpus/valid.ids.npz.xz     its held-out text (held-out records, masked-LM scores)
+    DIR/<the tasks' files>          each task's train and dev file at its path under --data
+
+The corpora are kept as ids (model/pretraining/tokenized.py), not as records:
+one file serves every input format and masking of every row, and the records
+are made from it where the table runs (`model.data --input ...ids.npz.xz`,
+no tokenising, one process per core). Preparing several tables into the same
+DIR adds their tasks and keeps the corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+
+from model.experiments.plan import Work
+from model.experiments.scales import Scale
+from model.experiments.tables import Table
+from model.recipes.runner import read_json
+
+MANIFEST = "prepared.json"
+FORMAT = "bert-experiment-input/1"
+TRAIN_IDS = "corpus/train.ids.npz.xz"
+VALID_IDS = "corpus/valid.ids.npz.xz"
+
+
+def task_names(table: Table) -> list[str]:
+    """The fine-tuning tasks a table's columns read (a feature-based column: CoNLL-2003)."""
+    names = []
+    for column in table.columns:
+        name = column.arg if column.kind == "finetune" else "conll2003"
+        if column.kind in ("finetune", "features") and name not in names:
+            names.append(name)
+    return names
+
+
+def prepare(table: Table, work: Work, out: str) -> dict:
+    """Writes (or adds to) the prepared directory `out` for `table`; returns its manifest."""
+    from model import data as make_data
+    from model import tasks
+    from model.io.files import write_json
+    from model.pretraining.build import file_sha256
+
+    manifest = read_json(os.path.join(out, MANIFEST))
+    scale = work.scale
+    if manifest and manifest.get("scale") != scale.name:
+        raise ValueError(
+            f"{out}: prepared for --scale {manifest.get('scale')}, not {scale.name}; "
+            "prepare another directory"
+        )
+    os.makedirs(out, exist_ok=True)
+    vocab = os.path.join(out, "vocab.txt")
+    if not os.path.exists(vocab):
+        shutil.copyfile(work.vocab, vocab)
+    elif file_sha256(vocab) != file_sha256(work.vocab):
+        raise ValueError(f"{out}: prepared with another vocabulary than {work.vocab}")
+    for name, sources in ((TRAIN_IDS, scale.corpora), (VALID_IDS, (scale.held_out,))):
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            continue
+        argv = ["--write-ids", "--vocab", vocab, "--output", path]
+        for source in sources:
+            argv += ["--input", work.d(source)]
+        if make_data.main(argv) != 0:
+            raise ValueError(f"could not write {path} (the error is above)")
+    copied = dict(manifest.get("tasks", {}))
+    for name in task_names(table):
+        t = scale.tasks[name]
+        for path in tasks.get(name).files(work.d(t.data)):
+            if path is None:
+                continue
+            relative = os.path.relpath(path, work.data)
+            target = os.path.join(out, relative)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(path, target)
+        copied[name] = t.data
+    manifest = {
+        "format": FORMAT,
+        "scale": scale.name,
+        "tables": sorted(set(manifest.get("tables", [])) | {table.name}),
+        "corpora": list(scale.corpora),
+        "held_out": scale.held_out,
+        "train_ids": TRAIN_IDS,
+        "valid_ids": VALID_IDS,
+        "tasks": copied,
+        "megabytes": round(_size(out) / 1e6, 1),
+    }
+    write_json(os.path.join(out, MANIFEST), manifest)
+    return manifest
+
+
+def _size(directory: str) -> int:
+    return sum(
+        os.path.getsize(os.path.join(root, f))
+        for root, _, files in os.walk(directory)
+        for f in files
+    )
+
+
+def prepared_work(table: Table, work: Work) -> Work:
+    """`work` reading from its `--data` directory when that is a prepared one (the corpora
+    as ids, its own vocabulary), after checking it holds what `table` reads; else `work`."""
+    manifest = read_json(work.d(MANIFEST))
+    if not manifest:
+        return work
+    where = work.data
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{where}/{MANIFEST}: not a prepared directory ({FORMAT})")
+    if manifest["scale"] != work.scale.name:
+        raise ValueError(
+            f"{where}: prepared for --scale {manifest['scale']}, not --scale {work.scale.name}"
+        )
+    missing = [t for t in task_names(table) if t not in manifest["tasks"]]
+    if table.name not in manifest["tables"] and missing:
+        raise ValueError(
+            f"{where}: prepared for {', '.join(manifest['tables'])}, without the tasks "
+            f"{', '.join(missing)} of {table.name}; add them with --prepare {where}"
+        )
+    scale: Scale = dataclasses.replace(
+        work.scale, corpora=(manifest["train_ids"],), held_out=manifest["valid_ids"]
+    )
+    return dataclasses.replace(work, scale=scale, vocab=work.d("vocab.txt"))
