@@ -285,3 +285,19 @@ def test_a_prepared_directory_is_checked_before_anything_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"--input {data}/corpus/train.ids.npz.xz" in out
     assert f"--vocab {data}/vocab.txt" in out
+
+
+@needs_data
+def test_squad_is_prepared_as_the_questions_a_run_reads(tmp_path):
+    from model import tasks
+    from model.experiments.prepare import cut_squad
+
+    source = os.path.join(SHARED_DATA, "squad", "train-v1.1.reconstructed.json")
+    target = str(tmp_path / "train.json")
+    assert cut_squad("squad1", source, target, 1000)
+    full, cut = (tasks.get("squad1").read(p) for p in (source, target))
+    assert [e.qas_id for e in cut] == [e.qas_id for e in full[:1000]]
+    assert [e.paragraph.context for e in cut] == [e.paragraph.context for e in full[:1000]]
+    assert os.path.getsize(target) < os.path.getsize(source) / 20
+    assert not cut_squad("squad1", source, str(tmp_path / "all.json"), None)  # all of it: a copy
+    assert not cut_squad("sst2", source, str(tmp_path / "other.json"), 10)

@@ -79,13 +79,12 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     copied = dict(manifest.get("tasks", {}))
     for name in task_names(table):
         t = scale.tasks[name]
-        for path in tasks.get(name).files(work.d(t.data)):
-            if path is None:
-                continue
-            relative = os.path.relpath(path, work.data)
-            target = os.path.join(out, relative)
+        train, dev = tasks.get(name).files(work.d(t.data))
+        for path in filter(None, (train, dev)):
+            target = os.path.join(out, os.path.relpath(path, work.data))
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(path, target)
+            if path != train or not cut_squad(name, path, target, _slice(t.flags)):
+                shutil.copyfile(path, target)
         copied[name] = t.data
     manifest = {
         "format": FORMAT,
@@ -100,6 +99,49 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     }
     write_json(os.path.join(out, MANIFEST), manifest)
     return manifest
+
+
+def _slice(flags: tuple) -> int | None:
+    """The scale's `--max-train-examples` of a task (None: all)."""
+    flags = list(flags)
+    if "--max-train-examples" in flags:
+        return int(flags[flags.index("--max-train-examples") + 1])
+    return None
+
+
+def cut_squad(task: str, source: str, target: str, n: int | None) -> bool:
+    """Writes to `target` the SQuAD file `source` cut to what a run reads of it, its first `n`
+    questions (SQuAD's training file is most of a table's input otherwise); True when the cut
+    file reads as exactly those questions, False (nothing written) for any other task or
+    slice, or when it does not (a question skipped as invalid, say)."""
+    import json
+
+    from model import tasks
+    from model.io.files import atomic_path
+
+    if not task.startswith("squad") or n is None:
+        return False
+    with open(source, encoding="utf-8") as f:
+        dataset = json.load(f)
+    articles, left = [], n
+    for article in dataset["data"]:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            if left <= 0:
+                break
+            paragraphs.append({**paragraph, "qas": paragraph["qas"][:left]})
+            left -= len(paragraphs[-1]["qas"])
+        if paragraphs:
+            articles.append({**article, "paragraphs": paragraphs})
+        if left <= 0:
+            break
+    with atomic_path(target) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump({**dataset, "data": articles}, f)
+    reader = tasks.get(task)
+    if [e.qas_id for e in reader.read(target)] != [e.qas_id for e in reader.read(source)[:n]]:
+        os.remove(target)
+        return False
+    return True
 
 
 def _size(directory: str) -> int:

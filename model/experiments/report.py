@@ -59,7 +59,9 @@ def hardware() -> str:
             cpu = names[0]
     except OSError:
         pass
-    return f"{accelerator()}{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}"
+    from model.io.cpus import usable_cpus
+
+    return f"{accelerator()}{cpu}, {usable_cpus()} logical CPUs, {platform.system()}"
 
 
 def record_hardware(work: Work) -> None:

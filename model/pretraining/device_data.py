@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from model.io.cpus import usable_cpus
 from model.pretraining.device_masking import mask_tokens
 from model.pretraining.device_span_masking import span_masks
 from model.pretraining.pydataset import feature_lengths, find_records
@@ -72,7 +72,7 @@ class DeviceCorpus:
 def _read_files(files: list[str], want: dict) -> list[dict]:
     """`read_columns` of each file, in order: side by side in spawned processes (one per
     core at most; not forked: JAX's threads are running) when there are several files."""
-    workers = min(len(files), os.cpu_count() or 1)
+    workers = min(len(files), usable_cpus())
     if workers <= 1:
         return [read_columns(path, want) for path in files]
     from concurrent.futures import ProcessPoolExecutor
