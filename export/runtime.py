@@ -663,7 +663,8 @@ class EdgeModel:
                     f"the model's outputs {sorted(out)} have no generator logits (mlm)"
                 )
             probs = softmax(np.asarray(out["mlm"])[0, : len(positions)])  # (chosen, vocab)
-            # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others.
+            # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others,
+            # as the pre-trainer draws them (ElectraPretrainer's excluded_ids).
             words = probs.copy()
             words[:, tok.special_ids()] = 0.0
             drawn = sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)

@@ -142,9 +142,14 @@ def test_labels_are_one_exactly_where_the_shown_token_differs():
     np.testing.assert_array_equal(ops.convert_to_numpy(out_logits), logits)
 
 
-def test_the_discriminator_sees_the_generators_samples_at_the_masked_positions_only():
-    keras.utils.set_random_seed(0)
-    model = ElectraPretrainer(BertEncoder.from_config_object(tiny()), seed=3)
+SPECIALS = [VOCAB.index(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_discriminator_sees_the_generators_samples_at_the_masked_positions_only(seed):
+    keras.utils.set_random_seed(seed)
+    encoder = BertEncoder.from_config_object(tiny())
+    model = ElectraPretrainer(encoder, seed=seed, excluded_ids=SPECIALS)
     x, y, sw, ids = batch()
     out = model(x, training=False)
     shown = ops.convert_to_numpy(out["rtd"][..., 1]).astype(np.int32)
@@ -153,11 +158,27 @@ def test_the_discriminator_sees_the_generators_samples_at_the_masked_positions_o
     np.put_along_axis(written, positions, real, axis=1)
     # elsewhere (padding slots at position 0, [CLS], unmasked tokens) the input is unchanged
     np.testing.assert_array_equal(shown[~written], x["token_ids"][~written])
-    # at the masked positions: never [MASK] again, a token of the vocabulary
-    assert not (shown[written] == MASK).any()
+    # at the masked positions: a word of the vocabulary, never a special token ([MASK]...),
+    # the law of the runtime's `corrupt` too (excluded_ids, from the objective)
+    assert not np.isin(shown[written], SPECIALS).any()
     labels, _ = replaced_token_targets(y["rtd"], out["rtd"])
     np.testing.assert_array_equal(ops.convert_to_numpy(labels), (shown != ids).astype(np.float32))
     assert ops.convert_to_numpy(labels)[~written].sum() == 0
+
+
+def test_the_objective_excludes_its_vocabularys_special_tokens_and_the_model_dir_keeps_them(
+    tmp_path,
+):
+    from model.objectives import ObjectiveOptions, get
+
+    objective = get("electra")(VOCAB, ObjectiveOptions(seq_len=16))
+    model = objective.build_model(BertEncoder.from_config_object(tiny()), seed=1)
+    assert sorted(model.excluded_ids) == sorted(SPECIALS)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    model_dir.save(model, str(tmp_path / "run"), str(vocab))
+    again = model_dir.load(str(tmp_path / "run"))
+    assert sorted(again.excluded_ids) == sorted(SPECIALS)
 
 
 def test_samples_follow_the_generators_softmax():

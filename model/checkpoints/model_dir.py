@@ -12,7 +12,8 @@ rebuilds its model with no other input. Tasks and their fields:
                                               BertPretrainer (MLM [+ NSP])
     span_pretraining   max_span_tokens, position_dim   SpanBertPretrainer (MLM + SBO)
     causal_lm                                 BertCausalLM (left-to-right LM; encoder causal)
-    electra_pretraining  generator_size, seed ElectraPretrainer (generator + discriminator)
+    electra_pretraining  generator_size, seed, ElectraPretrainer (generator + discriminator)
+                         excluded_ids
     replaced_token_detection                  ElectraDiscriminator (ELECTRA's discriminator)
     classifier         num_labels, dropout, id2label   BertClassifier
     token_classifier   num_labels, dropout, id2label   BertTokenClassifier
@@ -100,7 +101,10 @@ def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
         return BertCausalLM(encoder)
     if task == "electra_pretraining":
         return ElectraPretrainer(
-            encoder, generator_size=info.get("generator_size", 0.25), seed=info.get("seed")
+            encoder,
+            generator_size=info.get("generator_size", 0.25),
+            seed=info.get("seed"),
+            excluded_ids=info.get("excluded_ids", ()),
         )
     if task == "replaced_token_detection":
         return ElectraDiscriminator(encoder)

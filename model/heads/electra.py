@@ -133,14 +133,23 @@ class ElectraDiscriminator(BertTaskModel):
 
 class _GumbelSample(keras.layers.Layer):
     """(batch, P, vocab) logits -> (batch, P) int32: one draw from each softmax
-    (Gumbel-max at temperature 1: argmax(logits - log(-log U))), no gradient."""
+    (Gumbel-max at temperature 1: argmax(logits - log(-log U))), no gradient, among the
+    tokens that are not `excluded` (the special tokens: [CLS], [MASK]... are never a
+    word of a text, and the runtime's `corrupt` draws by the same law)."""
 
-    def __init__(self, seed=None, **kwargs):
+    def __init__(self, seed=None, excluded=(), **kwargs):
         super().__init__(**kwargs)
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.excluded = tuple(int(i) for i in excluded)
 
     def call(self, logits):
         logits = ops.stop_gradient(ops.cast(logits, "float32"))
+        if self.excluded:
+            vocab = ops.shape(logits)[-1]
+            hit = ops.any(
+                ops.equal(ops.arange(vocab, dtype="int32")[:, None], list(self.excluded)), axis=1
+            )
+            logits = ops.where(hit, -1e9, logits)
         uniform = keras.random.uniform(
             ops.shape(logits), minval=1e-9, maxval=1.0, seed=self.seed_generator
         )
@@ -192,6 +201,8 @@ class ElectraPretrainer(BertTaskModel):
         generator_size: the generator's width as a share of the discriminator's.
         seed: seeds the sampling (the run's `--seed`); its state is checkpointed
             with the dropout's.
+        excluded_ids: tokens the generator's samples never are (the objective passes the
+            vocabulary's special tokens).
 
     Attributes:
         generator: the generator's `BertEncoder`.
@@ -204,7 +215,14 @@ class ElectraPretrainer(BertTaskModel):
     True
     """
 
-    def __init__(self, encoder: BertEncoder, generator_size: float = 0.25, seed=None, **kwargs):
+    def __init__(
+        self,
+        encoder: BertEncoder,
+        generator_size: float = 0.25,
+        seed=None,
+        excluded_ids=(),
+        **kwargs,
+    ):
         # === Layers ===
         self.encoder = encoder
         self.generator = BertEncoder.from_config_object(
@@ -216,7 +234,7 @@ class ElectraPretrainer(BertTaskModel):
         # The generator's pooler reads nothing: frozen, saved as initialised.
         self.generator.pooled_dense.trainable = False
         self.masked_lm_head = masked_lm_head(self.generator)
-        self.sample = _GumbelSample(seed, name="generator_sample")
+        self.sample = _GumbelSample(seed, excluded_ids, name="generator_sample")
         self.replace_tokens = _Replace(name="replace_tokens")
         self.replaced_token_head = replaced_token_head(encoder)
 
@@ -245,6 +263,7 @@ class ElectraPretrainer(BertTaskModel):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.generator_size = generator_size
         self.seed = seed
+        self.excluded_ids = [int(i) for i in excluded_ids]
 
     def discriminator(self) -> ElectraDiscriminator:
         """The discriminator alone (this model's encoder and head, the same weights)."""
@@ -254,4 +273,8 @@ class ElectraPretrainer(BertTaskModel):
 
     # === Config ===
     def head_config(self):
-        return {"generator_size": self.generator_size, "seed": self.seed}
+        return {
+            "generator_size": self.generator_size,
+            "seed": self.seed,
+            "excluded_ids": self.excluded_ids,
+        }

@@ -129,8 +129,12 @@ class Electra(Objective):
 
     def build_model(self, encoder, seed=None):
         from model.heads.electra import ElectraPretrainer
+        from model.text.wordpiece import SPECIAL_TOKENS
 
-        return ElectraPretrainer(encoder, generator_size=self.options.generator_size, seed=seed)
+        specials = [i for i, token in enumerate(self.vocabulary) if token in SPECIAL_TOKENS]
+        return ElectraPretrainer(
+            encoder, generator_size=self.options.generator_size, seed=seed, excluded_ids=specials
+        )
 
     def outputs(self) -> tuple[str, ...]:
         return ("mlm", "rtd")
