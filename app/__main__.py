@@ -136,6 +136,7 @@ def start(slots: dict, args: argparse.Namespace):
         server_port=args.port,
         share=share,
         css=ui.CSS,
+        theme=ui.theme(),
         prevent_thread_lock=True,
         quiet=True,
         ssr_mode=False,

@@ -169,11 +169,22 @@ class Slot:
         if "corrupt" in getattr(self.model, "methods", ()):
             parts.append("with its generator")
         if info.get("backend") == "keras":
-            parts.append("Keras")
+            parts.append("a Keras model")
         elif info.get("quantization"):
-            parts.append(f"LiteRT {info['quantization']}")
-        parts.append(f"{self.model.max_seq_length} tokens")
-        return f"Model: `{self.path}` ({', '.join(parts)})"
+            parts.append(QUANTIZATION_WORDS.get(info["quantization"], info["quantization"]))
+        parts.append(f"reads {self.model.max_seq_length} WordPieces at a time")
+        line = f"Model: `{self.path}` ({', '.join(parts)})"
+        card = info.get("card")  # what it does and where it fails, from its model card
+        return f"{line}  \n{card}" if card else line
+
+
+# A bundle's "quantization" in words (export's --quantize).
+QUANTIZATION_WORDS = {
+    "float32": "a LiteRT model, float32",
+    "float16": "a LiteRT model, float16 weights",
+    "dynamic": "a LiteRT model, int8 weights (dynamic-range quantised)",
+    "int8": "a LiteRT model, int8 weights and activations",
+}
 
 
 # === Discovery ===

@@ -251,7 +251,7 @@ def filled_spans(text: str, masks: list[dict]) -> list[tuple]:
         if i < len(masks) and masks[i]["predictions"]:
             p = best_word(masks[i]["predictions"])
             word = p["token"][2:] if p["token"].startswith("##") else p["token"]
-            spans.append((word, f"{i + 1}: {p['score']:.0%}"))
+            spans.append((word, f"[MASK] {i + 1}, {p['score']:.0%} sure"))
         else:
             spans.append((MASK, "not read"))
     return spans
@@ -277,7 +277,7 @@ def bars_html(masks: list[dict]) -> str:
         )
         cards.append(
             f'<div class="mask-card"><div class="mask-title">[MASK] {i + 1} '
-            f"<small>(token {m['position']})</small></div>{rows}</div>"
+            f"<small>(WordPiece {m['position']} of the input)</small></div>{rows}</div>"
         )
     return f'<div class="bert-bars">{"".join(cards)}</div>'
 
@@ -360,7 +360,8 @@ def render_attention(state: dict | None, layer=1, head=1, token=None) -> dict:
     top = np.argsort(-row, kind="stable")[:3]
     targets = ", ".join(f"“{tokens[j]}” ({row[j]:.2f})" for j in top)
     headline = (
-        f"Layer {layer}, head {head}: “{tokens[token]}” (token {token}) attends most to {targets}."
+        f"Layer {layer}, head {head}: “{tokens[token]}” (WordPiece {token} of the input) "
+        f"attends most to {targets} (attention weights, each row summing to 1)."
     )
     raw = {
         "tokens": tokens,
@@ -454,7 +455,9 @@ def heatmap_html(
     hover = "; hover: weight" if tooltips else ""
     return (
         f'<div class="attn-wrap"><table class="attn"><caption>{html.escape(caption)} '
-        f"<small>rows attend to columns (colour: √weight{hover}); click a token to select "
+        f"<small>each row's token attends to the columns' (darker: more weight; the "
+        f"shade grows with its square root, so small weights still show{hover}); click a "
+        "token to select "
         f"it</small></caption>"
         f"<thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
@@ -610,13 +613,13 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
                 headline += (
                     f", the best span “{best['text']}” {_percent(best.get('span_probability'))}"
                 )
-            headline += f" (null score {null:.3f}"
-            if best is not None:
-                headline += f" against {best['score']:.3f}"
             threshold = (slot.info or {}).get("null_threshold")
-            if threshold is not None:
-                headline += f", threshold {threshold:.3f}"
-            headline += ")"
+            if threshold is not None:  # the raw scores, the decision's terms, stay said
+                headline += (
+                    f" (the no-answer logit {null:.3f} beat the best span's"
+                    + (f" {best['score']:.3f}" if best is not None else "")
+                    + f" by more than the tuned threshold {threshold:.3f})"
+                )
         spans = {"text": context, "entities": []}
         return {
             "status": status_line(headline + ".", notes),
@@ -624,12 +627,9 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
             "nbest": rows,
             "raw": jsonable(result),
         }
-    score = f"{_percent(result.get('span_probability'))}, score {result['score']:.3f}"
+    score = f"{_percent(result.get('span_probability'))} likely"
     if result.get("null_score") is not None:
-        score += (
-            f"; no answer {_percent(result.get('null_probability'))}, "
-            f"null score {result['null_score']:.3f}"
-        )
+        score += f"; no answer {_percent(result.get('null_probability'))}"
     headline = f"**{result['text']}** ({score})"
     spans = {
         "text": context,

@@ -128,6 +128,18 @@ _CLICK_HEAD = (
 SHARED = {"concurrency_id": "models"}
 
 
+def theme():
+    """Gradio's default theme with the machine's own fonts: its web fonts (Source Sans Pro,
+    IBM Plex Mono) come from Google's servers, and offline the browser pieced the title
+    together from two fonts ("ʙERT", a small B; the A of "ANSWER" too)."""
+    import gradio as gr
+
+    return gr.themes.Default(
+        font=("ui-sans-serif", "system-ui", "sans-serif"),
+        font_mono=("ui-monospace", "Consolas", "monospace"),
+    )
+
+
 def build(slots: dict, limits: predict.Limits = predict.Limits()):
     """The Blocks of the five views over `slots` ({view key: models.Slot}), and of each
     optional view that has a slot."""
@@ -168,17 +180,33 @@ def _outputs(result: dict, view: str, extra: tuple = ()) -> tuple:
     return tuple(result[name] for name in predict.OUTPUTS[view] + extra)
 
 
+def _text_with_example(gr, example: str, **kwargs):
+    """A Textbox whose example in the API's schema (`view_api()`, the API page) is `example`:
+    Gradio's own, "Hello!!", is no valid input where a [MASK] is needed. (Set on the
+    instance: a subclass of a Gradio component makes Gradio write a .pyi stub beside this
+    file.)"""
+    box = gr.Textbox(**kwargs)
+    box.example_payload = box.example_value = lambda: example
+    return box
+
+
 def _fill_mask_view(gr, slot, limits):
     _header(gr, slot)
-    text = gr.Textbox(label="Text with one or more [MASK]", lines=2, elem_id="fill_mask-text")
+    text = _text_with_example(
+        gr,
+        "The cat sat on the [MASK].",
+        label="Text with one or more [MASK]",
+        lines=2,
+        elem_id="fill_mask-text",
+    )
     # A bundle stores only its top_k predictions per mask.
     most = min(limits.max_top_k, (slot.info or {}).get("top_k") or limits.max_top_k)
     with gr.Row():
         top_k = gr.Slider(1, most, value=min(5, most), step=1, label="Predictions per [MASK]")
         button = gr.Button("Fill the masks", variant="primary", elem_id="fill_mask-run")
-    status = gr.Markdown(elem_id="fill_mask-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="fill_mask-status")
     filled = gr.HighlightedText(label="Filled with the best guesses", elem_id="fill_mask-filled")
-    bars = gr.HTML(elem_id="fill_mask-bars")
+    bars = gr.HTML(label="bars", show_label=False, elem_id="fill_mask-bars")
     raw = _raw(gr)
     gr.Examples(EXAMPLES["fill_mask"], inputs=[text], cache_examples=False)
 
@@ -205,10 +233,17 @@ def _attention_view(gr, slot, limits):
         )
     button = gr.Button("Show attention", variant="primary", elem_id="attention-run")
     with gr.Row():
+        # String values: Gradio's API schema advertises a Radio's choices as strings
+        # (Literal['1', '2', ...]) and refuses any other type.
         layer = gr.Radio(
-            list(range(1, layers + 1)), value=1, label="Layer", elem_id="attention-layer"
+            [str(i) for i in range(1, layers + 1)],
+            value="1",
+            label="Layer",
+            elem_id="attention-layer",
         )
-        head = gr.Radio(list(range(1, heads + 1)), value=1, label="Head", elem_id="attention-head")
+        head = gr.Radio(
+            [str(i) for i in range(1, heads + 1)], value="1", label="Head", elem_id="attention-head"
+        )
         token = gr.Dropdown(
             choices=[],
             value=None,
@@ -216,17 +251,29 @@ def _attention_view(gr, slot, limits):
             allow_custom_value=True,
             elem_id="attention-token",
         )
-    status = gr.Markdown(elem_id="attention-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="attention-status")
     attends_to = gr.HighlightedText(
         label="What the chosen token attends to (click a token to choose it)",
         show_legend=False,
         elem_id="attention-attends",
     )
     with gr.Row():
-        head_map = gr.HTML(elem_id="attention-head-map", js_on_load=_CLICK_TOKEN)
-        average_map = gr.HTML(elem_id="attention-average-map", js_on_load=_CLICK_TOKEN)
+        head_map = gr.HTML(
+            label="head map",
+            show_label=False,
+            elem_id="attention-head-map",
+            js_on_load=_CLICK_TOKEN,
+        )
+        average_map = gr.HTML(
+            label="average map",
+            show_label=False,
+            elem_id="attention-average-map",
+            js_on_load=_CLICK_TOKEN,
+        )
     gr.Markdown("All heads of the layer (click one to show it above):")
-    grid = gr.HTML(elem_id="attention-grid", js_on_load=_CLICK_HEAD)
+    grid = gr.HTML(
+        label="all heads", show_label=False, elem_id="attention-grid", js_on_load=_CLICK_HEAD
+    )
     raw = _raw(gr)
     state = gr.State(None)
     gr.Examples(EXAMPLES["attention"], inputs=[text, pair], cache_examples=False)
@@ -250,7 +297,7 @@ def _attention_view(gr, slot, limits):
 
     def choose_head(st, layer, token, evt: gr.EventData):
         h = _event_value(evt, "head")
-        return (h,) + rerender(st, layer, h, token)
+        return (None if h is None else str(h),) + rerender(st, layer, h, token)
 
     gr.on(
         [button.click, text.submit, pair.submit],
@@ -296,7 +343,7 @@ def _sentiment_view(gr, slot, limits):
         elem_id="sentiment-text",
     )
     button = gr.Button("Classify", variant="primary", elem_id="sentiment-run")
-    status = gr.Markdown(elem_id="sentiment-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="sentiment-status")
     label = gr.Label(label="Confidence", elem_id="sentiment-label")
     raw = _raw(gr)
     gr.Examples(EXAMPLES["sentiment"], inputs=[text], cache_examples=False)
@@ -327,14 +374,14 @@ def _answer_view(gr, slot, limits):
             label="Answers in the n-best list",
         )
         button = gr.Button("Answer", variant="primary", elem_id="answer-run")
-    status = gr.Markdown(elem_id="answer-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="answer-status")
     spans = gr.HighlightedText(
         label="The answer in its context",
         color_map={"answer": "#22c55e"},
         elem_id="answer-context-view",
     )
     nbest = gr.Dataframe(
-        headers=["rank", "answer", "score", "probability"],
+        headers=["rank", "answer", "start + end logit", "probability"],
         datatype=["number", "str", "number", "number"],
         interactive=False,
         label="n-best",
@@ -360,7 +407,7 @@ def _entities_view(gr, slot, limits):
     _header(gr, slot)
     text = gr.Textbox(label="Text", lines=3, elem_id="entities-text")
     button = gr.Button("Find entities", variant="primary", elem_id="entities-run")
-    status = gr.Markdown(elem_id="entities-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="entities-status")
     spans = gr.HighlightedText(
         label="Entities",
         color_map=predict.ENTITY_COLORS,
@@ -379,6 +426,7 @@ def _entities_view(gr, slot, limits):
             headers=["word", "tag", "confidence"],
             datatype=["str", "str", "number"],
             interactive=False,
+            label="word tags",
             show_label=False,
             elem_id="entities-words",
         )
@@ -424,7 +472,7 @@ def _replaced_tokens_view(gr, slot, limits):
             elem_id="replaced_tokens-seed",
         )
         corrupt = gr.Button("Let the generator corrupt it", elem_id="replaced_tokens-corrupt")
-    status = gr.Markdown(elem_id="replaced_tokens-status")
+    status = gr.Markdown(label="status", show_label=False, elem_id="replaced_tokens-status")
     spans = gr.HighlightedText(
         label="Tokens the discriminator calls replaced",
         color_map=predict.REPLACED_COLORS,

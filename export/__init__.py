@@ -1,6 +1,6 @@
 """Edge export: a project model directory -> a verified, self-contained LiteRT bundle.
 
-    python -m export --model runs/ft/sst2 --quantize dynamic --out bundles/sst2
+    python -m export --model runs/ft/sst2 --quantize dynamic --output bundles/sst2
     python -m export.report --model runs/ft/sst2 --data ../shared/data/glue/SST-2/dev.tsv
 
 Modules: `convert` (Keras -> .tflite, the quantization variants), `examples`

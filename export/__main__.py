@@ -1,13 +1,13 @@
 """`python -m export`: a model directory -> a verified LiteRT bundle (`export/bundle.py`).
 
-    python -m export --model runs/ft/sst2 --quantize dynamic --out bundles/sst2
-    python -m export --model runs/ft/conll2003 --quantize int8 --out bundles/ner \\
+    python -m export --model runs/ft/sst2 --quantize dynamic --output bundles/sst2
+    python -m export --model runs/ft/conll2003 --quantize int8 --output bundles/ner \\
         --calibration-examples 200
     python -m export --model runs/mini --quantize float32 --out bundles/mlm --top-k 10 \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
-    python -m export --model runs/minilm --quantize dynamic --out bundles/encoder
+    python -m export --model runs/minilm --quantize dynamic --output bundles/encoder
     python -m export --model runs/ft/sst2 --quantize int8 --int8-float-layernorm --out b/sst2-int8
-    python -m export --model runs/electra --quantize dynamic --out bundles/electra \
+    python -m export --model runs/electra --quantize dynamic --output bundles/electra \
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
 
 Every task model works: pretraining (top-k words at each [MASK], NSP
@@ -65,7 +65,7 @@ def parse_args(argv):
         "--model", required=True, help="model directory (config.json, vocab.txt, model.weights.h5)"
     )
     p.add_argument("--quantize", default="float32", choices=QUANTIZATIONS)
-    p.add_argument("--out", required=True, help="bundle directory to write")
+    p.add_argument("--output", "--out", dest="out", required=True, help="bundle directory to write")
     p.add_argument(
         "--data",
         default=None,
@@ -119,6 +119,12 @@ def parse_args(argv):
     )
     p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
     p.add_argument(
+        "--card",
+        default=None,
+        help='one line of what the model does and where it fails (bundle.json "card"; the '
+        "app shows it under the model's name)",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="also show TensorFlow's C++ start-up log lines (as does setting "
@@ -135,9 +141,13 @@ def parse_args(argv):
     return args
 
 
-def export_bundle(model_dir: str, out: str, quantization: str = "float32", **options) -> dict:
+def export_bundle(
+    model_dir: str, out: str, quantization: str = "float32", card: str | None = None, **options
+) -> dict:
     """Converts, verifies and publishes one bundle under `out`; returns its bundle.json.
 
+    card: one line of what the model does and where it fails (bundle.json "card"; the
+        app shows it under the model's name).
     options: `build`'s keyword arguments (data, seq_len, top_k, loaded, log, ...).
     Raises `export.verify.VerificationError` (nothing written under `out`) when
     the new file does not match the Keras model.
@@ -146,6 +156,8 @@ def export_bundle(model_dir: str, out: str, quantization: str = "float32", **opt
 
     with bundle.staging(out) as tmp:
         result = build(model_dir, tmp, quantization, **options)
+        if card:
+            result["card"] = card
         bundle.write_files(tmp, os.path.join(model_dir, "vocab.txt"), result)
     return result
 
@@ -441,6 +453,7 @@ def main(argv=None) -> int:
             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),
             encoder_signature=args.encoder_signature,
             generator_signature=args.generator_signature,
+            card=args.card,
         )
     except VerificationError as e:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """`python -m export.report`: every quantization of a fine-tuned model, scored on its real dev set.
 
     python -m export.report --model runs/ft/sst2 --data ../shared/data/glue/SST-2/dev.tsv \\
-        --out runs/export-sst2.md
+        --output runs/export-sst2.md
     python -m export.report --model runs/ft/squad1 --data ../shared/data/squad/dev-v1.1.json \\
         --max-examples 500            # a quick look; the default is the whole file
     python -m export.report --model runs/electra --variants float32,dynamic,int8 \\
@@ -23,7 +23,7 @@ verified ones as bundles), then:
             over --runs (100, at least 50) timed calls; the Keras row times
             `predict_on_batch` the same way
 
-and prints a markdown table (also written to --out). Calibration (int8) and
+and prints a markdown table (also written to --output). Calibration (int8) and
 verification use the model's dev examples, as `python -m export` does.
 
 An ELECTRA model directory (either task) is scored on replaced-token
@@ -73,7 +73,9 @@ def parse_args(argv):
         default=None,
         help="task whose reader and metric to use (default: the model's finetuned_task)",
     )
-    p.add_argument("--out", default=None, help="also write the markdown report here")
+    p.add_argument(
+        "--output", "--out", dest="out", default=None, help="also write the markdown report here"
+    )
     p.add_argument(
         "--variants",
         default=DEFAULT_VARIANTS,

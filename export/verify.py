@@ -1,6 +1,6 @@
 """Runs a new `.tflite` file on real examples and compares it with the Keras model it came from.
 
-    python -m export --model runs/ft/sst2 --quantize int8 --out bundles/sst2-int8   # runs this
+    python -m export --model runs/ft/sst2 --quantize int8 --output bundles/sst2-int8   # runs this
 
 Both run on the same inputs, twice over: in batches of consecutive real rows
 cut to their longest row (so shorter rows carry padding, as in evaluation) and

@@ -1,7 +1,7 @@
 """Pre-training data: raw text in, sharded TFRecord files of instances out.
 
     python -m model.data --input '../shared/data/pretrain/enwiki-2015/AA/*.gz' \\
-        --vocab vocab.txt --output data/wiki128 --max-seq-length 128
+        --vocab vocab.txt --output data/wiki128 --seq-len 128
 
 Documents are read, sentence-split and tokenised in a stream; instances are
 made from a bounded pool of documents at a time (`--pool-tokens`), so memory
@@ -19,14 +19,14 @@ Inputs (`--inputs`, the formats RoBERTa's section 4.2 compares):
                   sentences of one document, no label; `--short-seq-prob` as
                   above. `--no-nsp` is the older name of this choice.
   full-sentences  (RoBERTa) `[CLS] S [SEP]`: whole sentences packed in reading
-                  order while they fit in `--max-seq-length`, running on into
+                  order while they fit in `--seq-len`, running on into
                   the next document with a `[SEP]` between the two; a sentence
                   that does not fit starts the next input, so every input but
                   the very last is full to within a sentence.
   doc-sentences   (RoBERTa) the same packing, but an input ends where its
                   document ends, however short.
 In the packed formats a sentence longer than a whole input keeps its first
-`--max-seq-length` - 2 tokens and loses the rest; nothing is shortened on
+`--seq-len` - 2 tokens and loses the rest; nothing is shortened on
 purpose. Records of the packed formats have no `next_sentence_labels`
 (`segments` records keep the all-zero one `--no-nsp` always wrote); segment
 ids are all 0 outside sentence-pairs. `dataset.json` records the choice as
@@ -54,6 +54,7 @@ import argparse
 import os
 import sys
 
+from model.io.cpus import usable_cpus
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
@@ -90,7 +91,7 @@ def parse_args(argv):
         help="write the tokenised documents (WordPiece ids) to --output instead of records",
     )
     p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format")
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
     p.add_argument(
         "--inputs",
         choices=INPUT_FORMATS,
@@ -132,7 +133,7 @@ def parse_args(argv):
     p.add_argument(
         "--workers",
         type=int,
-        default=os.cpu_count() or 1,
+        default=usable_cpus(),
         help="processes making the records of the pools (default: one per core, %(default)s "
         "here); any number gives the same bytes",
     )
@@ -170,7 +171,7 @@ def resolve_inputs(
         if short_seq_prob:
             raise ValueError(
                 f"--short-seq-prob does not apply to --inputs {inputs}: its inputs are packed "
-                "with whole sentences up to --max-seq-length, never shortened on purpose"
+                "with whole sentences up to --seq-len, never shortened on purpose"
             )
         return inputs, 0.0
     return inputs, SHORT_SEQ_PROB if short_seq_prob is None else short_seq_prob

@@ -1,4 +1,4 @@
-"""Evaluation: `python -m model.evaluate --task TASK --model DIR --data FILE [--out metrics.json]`.
+"""Evaluation: `python -m model.evaluate --task TASK --model DIR --data FILE [--output metrics.json]`.
 
 Prints the task's metrics as JSON.
 
@@ -26,7 +26,7 @@ Tasks:
           a model directory written by `python -m model.train finetune`,
           scored on any labelled file in the task's standard format with the
           task's official metric (`model/tasks/`). The sequence length is the
-          one the model was fine-tuned with unless --max-seq-length says.
+          one the model was fine-tuned with unless --seq-len says.
 
 --model may also be a LiteRT bundle written by `python -m export` (a
 directory with bundle.json): it is scored by the same task code through
@@ -93,11 +93,15 @@ def parse_args(argv):
         help="model directory, or a LiteRT bundle directory (python -m export)",
     )
     p.add_argument("--data", required=True, help="evaluation file")
-    p.add_argument("--out", default=None, help="also write the metrics JSON here")
+    p.add_argument(
+        "--output", "--out", dest="out", default=None, help="also write the metrics JSON here"
+    )
     p.add_argument("--batch-size", type=int, default=32)
     g = p.add_argument_group("mlm, rtd")
     g.add_argument(
+        "--seq-len",
         "--max-seq-length",
+        dest="max_seq_length",
         type=int,
         default=None,
         help="mlm: instance length (default 128); other tasks: default the model's",
@@ -331,9 +335,9 @@ def load_mlm(directory: str, max_seq_length: int):
         )
         if max_seq_length > info["max_seq_length"]:
             raise ValueError(
-                f"{directory}: --max-seq-length {max_seq_length} is longer than "
+                f"{directory}: --seq-len {max_seq_length} is longer than "
                 f"the bundle's max_seq_length {info['max_seq_length']}; pass "
-                f"--max-seq-length {info['max_seq_length']} (and the same to its "
+                f"--seq-len {info['max_seq_length']} (and the same to its "
                 f"model directory to compare)"
             )
         lite = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
@@ -397,9 +401,7 @@ def evaluate_replaced_tokens(
         discriminate = lambda x: model.predict_on_batch(x)["rtd"]  # noqa: E731
     seq_len = seq_len or length or 128
     if length and seq_len > length:
-        raise ValueError(
-            f"{directory}: --max-seq-length {seq_len} is longer than the model's {length}"
-        )
+        raise ValueError(f"{directory}: --seq-len {seq_len} is longer than the model's {length}")
     tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     seed = examples.SEED if seed is None else seed
     held_out = examples.replaced_tokens(

@@ -1,7 +1,7 @@
 """Feature-based BERT (paper section 5.3): the hidden states of chosen layers, per token.
 
     python -m model.extract_features --model runs/base --input sentences.txt \\
-        --output features.jsonl --layers=-1,-2,-3,-4 --max-seq-length 128
+        --output features.jsonl --layers=-1,-2,-3,-4 --seq-len 128
 
 `--model` is any checkpoint `model.load` reads (our model directory, a Hugging
 Face or Google folder); only the encoder runs. The input has one text per
@@ -52,7 +52,7 @@ def parse_args(argv):
         help="comma-separated block indexes, -1 the last (default: %(default)s); "
         "write --layers=-1,-2 (with '=': the value starts with '-')",
     )
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--decimals", type=int, default=6, help="rounding of the values written")
     p.add_argument(
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         layers = parse_layers(args.layers, encoder.config.num_layers)
         if args.max_seq_length > encoder.config.max_sequence_length:
             raise ValueError(
-                f"--max-seq-length {args.max_seq_length} exceeds the model's "
+                f"--seq-len {args.max_seq_length} exceeds the model's "
                 f"{encoder.config.max_sequence_length}"
             )
         tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)

@@ -68,7 +68,7 @@ def parse_args(argv):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
     p.add_argument(
         "--max-train-examples",
         type=int,

@@ -25,12 +25,12 @@ at 512 from the first run's weights:
 
     python -m model.train pretrain --config base --data 'd128/*' --output r128 --steps 900000
     python -m model.train pretrain --config base --data 'd512/*' --output r512 --steps 100000 \\
-        --init-checkpoint r128
+        --init r128
 
 Every command also takes `--strategy` (auto, cpu, gpu, mirrored, multiworker,
-tpu), `--mixed-precision` (float32, mixed_float16, mixed_bfloat16), `--jit`
-(XLA) and `--init-checkpoint`; `python -m model.train pretrain --help` lists
-all flags.
+tpu), `--mixed-precision` (float32, mixed_float16, mixed_bfloat16) and `--jit`
+(XLA); both start from `--init` (pretrain's older `--init-checkpoint` still
+works); `python -m model.train pretrain --help` lists all flags.
 
 Several replicas: `--batch-size` is the global batch, split evenly over
 them, and the loss is the same mean over the global batch as on one replica
@@ -111,11 +111,6 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
-    p.add_argument(
-        "--init-checkpoint",
-        default=None,
-        help="start from these weights (a model directory, HF or Google checkpoint)",
-    )
 
 
 def parse_args(argv):
@@ -156,6 +151,14 @@ def parse_args(argv):
         help="record files: a glob or a directory (several joined by commas)",
     )
     pre.add_argument("--vocab", default=None, help="vocab.txt (default: the data's)")
+    pre.add_argument(
+        "--init",
+        "--init-checkpoint",
+        dest="init_checkpoint",
+        default=None,
+        help="start from these weights (a model directory, HF or Google checkpoint; "
+        "--init-checkpoint is the older spelling)",
+    )
     pre.add_argument(
         "--steps",
         type=int,
@@ -268,6 +271,8 @@ def parse_args(argv):
     )
     fine.add_argument(
         "--init",
+        "--init-checkpoint",
+        dest="init",
         required=True,
         help="pre-trained checkpoint: our model directory, HF or Google folder, or one step "
         "of a finished training run, RUN/checkpoints/ckpt-NNNNNNNN",

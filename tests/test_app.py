@@ -239,9 +239,9 @@ def test_fill_mask_fills_every_mask_and_draws_bars():
     assert "Filled 2 [MASK]s" in out["status"]
     assert out["filled"] == [
         ("The ", None),
-        ("mat", "1: 50%"),
+        ("mat", "[MASK] 1, 50% sure"),
         (" sat on the ", None),
-        ("mat", "2: 50%"),
+        ("mat", "[MASK] 2, 50% sure"),
         (".", None),
     ]
     assert out["bars"].count('class="mask-card"') == 2 and out["bars"].count("bar-row") == 6
@@ -320,7 +320,9 @@ def test_attention_views_and_token_choice():
     out = predict.attention(slot, "The cat sat.", "Where?", 2, 3, None, LIMITS)
     tokens = out["state"]["tokens"]
     assert tokens == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "where", "?", "[SEP]"]
-    assert out["status"].startswith("Layer 2, head 3: “the” (token 1) attends most to “[SEP]”")
+    assert out["status"].startswith(
+        "Layer 2, head 3: “the” (WordPiece 1 of the input) attends most to “[SEP]”"
+    )
     assert out["head_map"].count('<td class="q') == len(tokens) ** 2
     assert out["head_map"].count('class="col seg1"') == 2  # "where", "?" after [SEP]
     assert out["grid"].count("<figure") == 3 and 'data-head="3"' in out["grid"]
@@ -328,7 +330,7 @@ def test_attention_views_and_token_choice():
     assert len(shades) == len(tokens) and 0 < min(shades) and max(shades) == shades[-1] < 1
     assert np.asarray(out["raw"]["attention"]).shape == (len(tokens), len(tokens))
     again = predict.rerender_attention(out["state"], 1, 1, 6)
-    assert again["status"].startswith("Layer 1, head 1: “where” (token 6)")
+    assert again["status"].startswith("Layer 1, head 1: “where” (WordPiece 6 of the input)")
     assert 'class="r sel"><th class="row seg1" data-token="6">where' in again["head_map"]
     assert predict.token_choices(tokens)[6] == ("6: where", 6)
     # A token index past the new sentence's end falls back to the first word.
@@ -343,6 +345,26 @@ def test_attention_views_and_token_choice():
     assert "Run the model" in predict.rerender_attention(None, 1, 1, 0)["status"]
 
 
+def test_each_view_says_what_its_model_is_and_its_card_line():
+    slot = stand_in_slots()["answer"]
+    slot.info = {**slot.info, "quantization": "dynamic"}
+    line = slot.describe()
+    assert "int8 weights (dynamic-range quantised)" in line and "reads 32 WordPieces" in line
+    assert "LiteRT dynamic" not in line and "32 tokens" not in line  # the old jargon
+    slot.info = {**slot.info, "card": "Copies the answer span; never says “no answer”."}
+    assert slot.describe().endswith("\nCopies the answer span; never says “no answer”.")
+
+
+def test_every_shipped_bundle_has_a_card_line():
+    import json
+
+    for view in models.VIEWS:
+        path = os.path.join(REPO_ROOT, "assets", "models", view.folder, "bundle.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                assert len(json.load(f).get("card", "")) > 40, path
+
+
 def test_replaced_token_labels_have_distinct_colours():
     """Each label of the Replaced tokens view its own colour ("replaced" and "false alarm"
     were both red)."""
@@ -353,15 +375,17 @@ def test_replaced_token_labels_have_distinct_colours():
 def test_answer_highlights_the_span_or_says_no_answer():
     slot = stand_in_slots()["answer"]
     out = predict.answer(slot, "Where?", "The cat sat on the mat", 3, LIMITS)
-    assert out["status"].startswith("**mat** (40.0 %, score 5.000)")
+    assert out["status"].startswith("**mat** (40.0 % likely)")  # no raw score: jargon
     assert out["context"]["entities"] == [{"entity": "answer", "start": 19, "end": 22}]
     assert [r[1] for r in out["nbest"]] == ["mat", "the", "on"]
     assert [r[3] for r in out["nbest"]] == [0.4, 0.2, 0.1333]  # P(start) x P(end), rounded
     slot.info = {**slot.info, "null_threshold": 1.5}
     out = predict.answer(slot, "Nobody?", "The cat sat on the mat", 3, LIMITS)
     assert out["status"].startswith("**No answer** in the context: no answer 55.0 %")
-    assert "the best span “mat” 40.0 % (null score 6.500 against 5.000" in out["status"]
-    assert "threshold 1.500" in out["status"]
+    assert (
+        "the best span “mat” 40.0 % (the no-answer logit 6.500 beat the best span's 5.000 by "
+        "more than the tuned threshold 1.500)" in out["status"]
+    )
     assert out["context"]["entities"] == []
     long = predict.answer(slot, "Where?", "the cat sat . " * 60, 3, predict.Limits())
     assert "read in 3 overlapping windows" in long["status"]
@@ -472,9 +496,9 @@ def test_every_view_is_a_named_endpoint():
         assert [s["token"] for s in filled] == ["The cat sat on the ", "mat", "."]
         assert raw["filled"] == "The cat sat on the mat."
 
-        out = client.predict("The cat sat.", "Where?", 2, 3, 2, api_name="/attention")
+        out = client.predict("The cat sat.", "Where?", "2", "3", 2, api_name="/attention")
         status, attends, head_map, average_map, grid, raw = out
-        assert status.startswith("Layer 2, head 3: “cat” (token 2)")
+        assert status.startswith("Layer 2, head 3: “cat” (WordPiece 2 of the input)")
         assert "<table" in head_map and "average of 3 heads" in average_map
         assert grid.count("<figure") == 3 and raw["token"] == 2
         assert raw["tokens"][5] == "[SEP]" and len(attends) == len(raw["tokens"])
@@ -502,7 +526,7 @@ def test_every_view_is_a_named_endpoint():
             ("/sentiment", ("   ",)),
             ("/answer", ("", "context", 5)),
             ("/entities", ("é" * 301,)),
-            ("/attention", ("\u200b", "", 1, 1, None)),
+            ("/attention", ("\u200b", "", "1", "1", None)),
         ]:
             status = client.predict(*args, api_name=endpoint)[0]
             assert status.startswith(predict.WARNING), (endpoint, status)
@@ -520,7 +544,7 @@ def test_a_typed_file_path_is_only_text(tmp_path):
             ("/entities", (str(secret),)),
             ("/answer", (str(secret), str(secret), 3)),
             ("/fill_mask", (f"{secret} [MASK]", 3)),
-            ("/attention", (str(secret), "/etc/passwd", 1, 1, None)),
+            ("/attention", (str(secret), "/etc/passwd", "1", "1", None)),
         ]:
             out = json.dumps(client.predict(*args, api_name=endpoint), default=str)
             assert "TOP-SECRET" not in out and "root:" not in out
@@ -629,7 +653,7 @@ def test_cli_starts_offline_without_models_and_explains_share(tmp_path):
             for endpoint, args in [
                 ("/fill_mask", ("a [MASK]", 5)),
                 ("/sentiment", ("good",)),
-                ("/attention", ("a b", "", 1, 1, None)),
+                ("/attention", ("a b", "", "1", "1", None)),
                 ("/answer", ("q", "c", 5)),
                 ("/entities", ("x",)),
             ]:
@@ -716,8 +740,8 @@ LONG = "the cat sat on the mat . " * 30  # 210 WordPieces: over the tiny models'
 CALLS = [
     ("/fill_mask", ("The cat sat on the [MASK].", 5)),
     ("/fill_mask", (LONG + "a [MASK] " + LONG + "[MASK] .", 3)),
-    ("/attention", ("The cat sat on the mat.", "Where is it?", 2, 2, 3)),
-    ("/attention", (LONG, "", 1, 1, None)),
+    ("/attention", ("The cat sat on the mat.", "Where is it?", "2", "2", 3)),
+    ("/attention", (LONG, "", "1", "1", None)),
     ("/sentiment", ("A good film.",)),
     ("/sentiment", ("\U0001f600 caf\u00e9 \u202e\u0645\u0631\u062d\u0628\u0627 x\u0301",)),
     ("/sentiment", (LONG,)),
@@ -994,3 +1018,22 @@ def test_a_missing_models_folder_or_a_busy_port_stops_the_app_at_once(tmp_path, 
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "--port" in err
     assert time.perf_counter() - began < 5
+
+
+def test_the_api_schema_is_what_the_endpoints_accept():
+    """Every output has a name, the schema's example inputs are valid inputs, and the
+    attention endpoint takes the layer and head as the schema gives them (strings)."""
+    slots = stand_in_slots()
+    with served(slots) as demo:
+        client = client_for(demo.local_url)
+        api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+        for name, endpoint in api.items():
+            labels = [r.get("label") or "" for r in endpoint["returns"]]
+            assert not [x for x in labels if x.startswith("value_") or not x], (name, labels)
+        layer = api["/attention"]["parameters"][2]
+        assert layer["python_type"]["type"] == "Literal['1', '2']"
+        status, *_ = client.predict("The cat sat.", "", "2", "1", None, api_name="/attention")
+        assert status.startswith("Layer 2, head 1")
+        example = [p["example_input"] for p in api["/fill_mask"]["parameters"]]
+        status, *_ = client.predict(*example, api_name="/fill_mask")
+        assert status.startswith("Filled 1 [MASK]"), status

@@ -173,8 +173,8 @@ CALLS = {
     "/attention": st.tuples(
         texts(),
         texts(),
-        st.integers(1, 2),
-        st.integers(1, 2),
+        st.sampled_from(["1", "2"]),  # the Radios' string choices, as the schema says
+        st.sampled_from(["1", "2"]),
         st.one_of(st.none(), st.integers(0, 40)),
     ),
     "/sentiment": st.tuples(texts()),
@@ -247,7 +247,7 @@ def test_generated_inputs_get_an_answer_or_a_message(app_client, endpoint):
     for args in [(s,) for s in SPECIAL]:  # every special case once, whatever hypothesis picks
         full = {
             "/fill_mask": args + (5,),
-            "/attention": args + ("", 1, 1, None),
+            "/attention": args + ("", "1", "1", None),
             "/sentiment": args,
             "/answer": args + (args[0], 3),
             "/entities": args,
@@ -283,7 +283,7 @@ def test_16_concurrent_clients_50_requests_each(app_client):
         ("/fill_mask", ("The cat sat on the [MASK].", 3)),
         ("/entities", ("George met Anna in Paris.",)),
         ("/answer", ("Where did the cat sit?", "The cat sat on the mat.", 3)),
-        ("/attention", ("The cat sat.", "", 1, 1, None)),
+        ("/attention", ("The cat sat.", "", "1", "1", None)),
     ]
     latencies, errors = [], []
     lock = threading.Lock()

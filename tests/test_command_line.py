@@ -157,3 +157,35 @@ def test_a_finetuning_run_prints_no_tensorflow_startup_lines(tmp_path):
     for loud in (run("verbose", "--verbose"), run("user-level", TF_CPP_MIN_LOG_LEVEL="0")):
         assert loud.returncode == 0, loud.stderr
         assert any(STARTUP_LINES.search(line) for line in loud.stderr.splitlines()), loud.stderr
+
+
+# (module, the flags before the one checked, canonical, older spelling, dest)
+SPELLINGS = [
+    ("model.train", ["pretrain", "--data", "d", "--output", "o", "--steps", "1"], "--init",
+     "--init-checkpoint", "init_checkpoint"),
+    ("model.train", ["finetune", "--task", "sst2", "--data", "d", "--output", "o"], "--init",
+     "--init-checkpoint", "init"),
+    ("model.evaluate", ["--task", "mlm", "--model", "m", "--data", "d"], "--output", "--out",
+     "out"),
+    ("model.evaluate", ["--task", "mlm", "--model", "m", "--data", "d"], "--seq-len",
+     "--max-seq-length", "max_seq_length"),
+    ("export", ["--model", "m"], "--output", "--out", "out"),
+    ("export.report", ["--model", "m", "--data", "d"], "--output", "--out", "out"),
+    ("model.data", ["--input", "i", "--vocab", "v", "--output", "o"], "--seq-len",
+     "--max-seq-length", "max_seq_length"),
+    ("model.extract_features", ["--model", "m", "--input", "i", "--output", "o"], "--seq-len",
+     "--max-seq-length", "max_seq_length"),
+    ("model.feature_tagger", ["--model", "m", "--data", "d", "--output", "o"], "--seq-len",
+     "--max-seq-length", "max_seq_length"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("module, before, flag, older, dest", SPELLINGS)
+def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, flag, older, dest):
+    import importlib
+
+    parse = importlib.import_module(module if module != "export" else "export.__main__")
+    parse = parse.parse_args
+    value = "7" if "seq" in flag else "x"
+    new, old = (vars(parse([*before, f, value])) for f in (flag, older))
+    assert new[dest] == old[dest] == (int(value) if "seq" in flag else value)

@@ -385,8 +385,9 @@ def test_finetune_publishes_only_the_best_epochs_predictions(tmp_path, monkeypat
     with open(output / "predictions.json") as f:
         assert json.load(f) == {"score": 0.9}
     assert not [n for n in os.listdir(output) if n.startswith(SCRATCH_PREFIX)]
+    out = capsys.readouterr().out
+    assert out.count("saved ") == 1 and out.count("the best epoch so far") == 1  # said once
     # The saved weights are epoch 1's too (its real accuracy, not epoch 2's).
-    capsys.readouterr()
     assert (
         run_evaluate(
             [

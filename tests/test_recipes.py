@@ -98,11 +98,11 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         f"{d}/pretrain/gutenberg/books/00[0-9]*.txt.gz",
     ]
     assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
-    assert flags(records, "--max-seq-length") == "128" and flags(records, "--num-shards") == "64"
+    assert flags(records, "--seq-len") == "128" and flags(records, "--num-shards") == "64"
     keys = (
         "--config",
         "--data",
-        "--init-checkpoint",
+        "--init",
         "--steps",
         "--warmup-steps",
         "--batch-size",
@@ -124,7 +124,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--max-predictions": "26",
         "--checkpoint-every": "950",
         "--mixed-precision": "mixed_bfloat16",
-        "--init-checkpoint": f"{w}/minilm",
+        "--init": f"{w}/minilm",
         "--output": f"{w}/mlm",
         "--steps": "3800",
         "--warmup-steps": "228",
@@ -209,8 +209,8 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         "--steps": "1032",
         "--seed": "1",
     }
-    assert "--init-checkpoint" not in electra  # from scratch
-    assert (flags(card, "--model"), flags(card, "--out")) == (
+    assert "--init" not in electra  # from scratch
+    assert (flags(card, "--model"), flags(card, "--output")) == (
         f"{w}/electra",
         f"{w}/electra.card.md",
     )
@@ -228,7 +228,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
             f"{w}/{model}",
             "--quantize",
             "dynamic",
-            "--out",
+            "--output",
             f"{a}/{folder}",
             "--data",
             f"{d}/{dev}",
@@ -236,7 +236,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
         ], step
     evaluations = [(step, c) for (step, _), c in argv.items() if c[2] == "model.evaluate"]
     assert [
-        (s, flags(c, "--task"), flags(c, "--model"), flags(c, "--out")) for s, c in evaluations
+        (s, flags(c, "--task"), flags(c, "--model"), flags(c, "--output")) for s, c in evaluations
     ] == [
         ("mlm", "mlm", f"{w}/mlm", f"{w}/mlm.metrics.json"),
         ("mlm", "mlm", f"{a}/mlm", f"{w}/mlm.bundle-metrics.json"),

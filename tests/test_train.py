@@ -159,6 +159,16 @@ def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_
     )
 
 
+def test_a_run_shorter_than_a_checkpoint_interval_counts_its_own_steps(records, tmp_path, capsys):
+    """A 6-step run with --checkpoint-every 1000 showed `1000/1000` and then "5 steps"."""
+    argv = pretrain_argv(records, str(tmp_path / "run"), steps=6, checkpoint_every=1000)
+    assert train.main([*argv, "--strategy", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "6/6" in out and "1000/1000" not in out
+    assert "step 6 of 6; " in out and "over the 5 steps after the first call" in out
+    assert out.count("saved ") == 1
+
+
 def test_zero_steps_saves_the_initialised_model(records, uninterrupted, tmp_path):
     """A random-initialisation floor: the seed's initial weights, nothing trained, nothing
     compiled."""

@@ -167,7 +167,7 @@ class Work:
             argv = ["--inputs", inputs, "--vocab", self.vocab, "--output", out]
             for source in sources:
                 argv += ["--input", self.d(source)]
-            argv += ["--max-seq-length", str(self.scale.seq_len)]
+            argv += ["--seq-len", str(self.scale.seq_len)]
             argv += ["--num-shards", str(self.scale.record_shards)]
             if static:
                 argv += ["--masking", "static", "--dupe-factor", str(self.scale.static_copies)]
@@ -323,24 +323,22 @@ class Work:
             self.run_dir(p),
             "--data",
             self.d(self.scale.held_out),
-            "--max-seq-length",
+            "--seq-len",
             str(self.scale.seq_len),
-            "--out",
+            "--output",
             out,
         )
         return Command("model.evaluate", argv, out)
 
 
 def _tagger_flags(finetune_flags: list[str]) -> list[str]:
-    """The fine-tuning slice and epochs in `model.feature_tagger`'s flag names."""
-    # fine-tuning's flag -> the tagger's; other flags (learning rate, grouping) are not its
-    names = {"--max-train-examples": "--max-train-examples", "--epochs": "--epochs"}
-    names |= {"--seq-len": "--max-seq-length"}
+    """The fine-tuning flags that `model.feature_tagger` shares (the slice, the epochs, the
+    length); the others (learning rate, grouping, the device path) are not its."""
+    shared = ("--max-train-examples", "--epochs", "--seq-len")
     out, i = [], 0
     while i < len(finetune_flags):
-        flag = finetune_flags[i]
-        if flag in names and i + 1 < len(finetune_flags):
-            out += [names[flag], finetune_flags[i + 1]]
+        if finetune_flags[i] in shared and i + 1 < len(finetune_flags):
+            out += finetune_flags[i : i + 2]
             i += 2
         else:
             i += 1

@@ -66,7 +66,7 @@ QUANTIZATION = "dynamic"  # int8 weights, float activations: ~26 % of float32, ~
 # documents, 31,735,872 tokens, seed 12345), in 64 shards.
 PRETRAIN_INPUTS = ("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/00[0-9]*.txt.gz")
 RECORDS_FLAGS = (
-    "--max-seq-length",
+    "--seq-len",
     "128",
     "--num-shards",
     "64",
@@ -145,7 +145,7 @@ FINETUNE = {
 # generator's sampling there advances the seed state that training draws from.
 ELECTRA_INPUTS = ("pretrain/enwiki-2015/AA/wiki_0*.gz", "pretrain/gutenberg/books/00[0-2]*.txt.gz")
 ELECTRA_HELD_OUT = "wikitext-2-raw/wiki.valid.raw"
-ELECTRA_RECORDS_FLAGS = ("--inputs", "segments", "--max-seq-length", "128", "--num-shards", "8")
+ELECTRA_RECORDS_FLAGS = ("--inputs", "segments", "--seq-len", "128", "--num-shards", "8")
 ELECTRA_PRETRAIN_FLAGS = (
     "--objective",
     "electra",
@@ -226,12 +226,24 @@ def export_and_score(step: str, model: str, p: Paths, task: str, *flags: str) ->
     return [
         Command(
             "export",
-            ("--model", model, "--quantize", QUANTIZATION, "--out", bundle, "--data", dev, *flags),
+            (
+                "--model",
+                model,
+                "--quantize",
+                QUANTIZATION,
+                "--output",
+                bundle,
+                "--data",
+                dev,
+                *flags,
+            ),
             os.path.join(bundle, "bundle.json"),
             bundle_of=model,
         ),
         Command(
-            "model.evaluate", ("--task", task, "--model", bundle, "--data", dev, "--out", out), out
+            "model.evaluate",
+            ("--task", task, "--model", bundle, "--data", dev, "--output", out),
+            out,
         ),
     ]
 
@@ -248,7 +260,7 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
                     "pretrain",
                     "--data",
                     records,
-                    "--init-checkpoint",
+                    "--init",
                     start,
                     "--output",
                     output,
@@ -318,7 +330,7 @@ def plan(p: Paths) -> list[Step]:
                         mlm,
                         "--data",
                         p.d(DEV["mlm"]),
-                        "--out",
+                        "--output",
                         keras_metrics,
                     ),
                     keras_metrics,
@@ -395,14 +407,14 @@ def electra_step(p: Paths, vocab: str) -> Step:
             ),
             Command(
                 "export",
-                ("--model", run, "--quantize", QUANTIZATION, "--out", bundle, "--data", dev),
+                ("--model", run, "--quantize", QUANTIZATION, "--output", bundle, "--data", dev),
                 os.path.join(bundle, "bundle.json"),
                 bundle_of=run,
             ),
             Command(
                 "export.report",
                 ("--model", run, "--data", dev, "--variants", f"float32,{QUANTIZATION}")
-                + ("--out", card),
+                + ("--output", card),
                 card,
             ),
         ),

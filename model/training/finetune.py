@@ -167,8 +167,6 @@ def finetune(args) -> int:
 
 def _check(args) -> None:
     """The flags' values, before anything is read."""
-    if args.init_checkpoint:
-        raise ValueError("finetune starts from --init; --init-checkpoint is pretrain's flag")
     if args.epochs <= 0 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be positive")
     if args.seq_len < 1 or args.learning_rate <= 0:
@@ -668,7 +666,7 @@ def _score(args, run, progress, log_dev) -> None:
             progress["best"] = record
             _save(args, run, record)
             publish_predictions(scratch, args.output)
-            print(f"  best so far: saved {args.output}")
+            print("  the best epoch so far: its model is kept")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

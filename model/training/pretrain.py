@@ -300,7 +300,7 @@ def build_model(args, runtime, data, config):
 
 
 def _resume(args, runtime, model):
-    """The run's checkpoints: the newest restored, else --init-checkpoint's weights."""
+    """The run's checkpoints: the newest restored, else --init's weights."""
     from model.training.checkpointing import ResumableCheckpoint
 
     checkpoint = ResumableCheckpoint(
@@ -331,7 +331,9 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     import numpy as np
 
     dataset, eval_dataset = _datasets(args, runtime, data, model, start_step, stop)
-    every = args.checkpoint_every
+    # A run shorter than a checkpoint interval is one interval: the progress bar counts its
+    # own steps, not the interval's.
+    every = min(args.checkpoint_every, stop)
     callbacks = [checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN(), _Timer(timing)]
     if args.eval_data and runtime.chief:
         callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
@@ -508,8 +510,9 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
     write_json(os.path.join(args.output, "train_summary.json"), summary)
     if summary["tokens_per_second"]:
         print(
-            f"{timing.steps} steps in {elapsed:.0f} s: {summary['tokens_per_second']:.0f} tokens/s "
-            f"(batch x seq_len, padding included)"
+            f"step {summary['steps']} of {args.steps}; {summary['tokens_per_second']:.0f} "
+            f"tokens/s over the {timing.steps} steps after the first call (which compiles) "
+            f"in {elapsed:.0f} s (batch x seq_len, padding included)"
         )
     print(f"saved {args.output}")
 
