@@ -66,7 +66,7 @@ def parse_args(argv):
         type=float,
         metavar="SECONDS",
         help="start no command after this many seconds; the report shows what finished, "
-        "and the same command line goes on from there",
+        "the exit status is 75, and the same command line goes on from there",
     )
     p.add_argument(
         "--data", default="../shared/data", help="the data directory (default: %(default)s)"

@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-STOPPED = 3  # `run`'s status when its time limit stopped it between two commands
+# `run`'s status when its time limit stopped it between two commands: sysexits' EX_TEMPFAIL
+# ("try again later"), apart from every command's own statuses (3: a training's NaN loss)
+STOPPED = 75
 
 
 @dataclass(frozen=True)
