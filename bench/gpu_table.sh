@@ -11,7 +11,8 @@
 #
 # Settings (environment): TABLE, RUNS (a part of the table: `--runs`, the pre-training runs by
 # name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
-# report is written from what finished). SMOKE=1 rehearses the same call at the smoke scale
+# report is written from what finished), HARD (s at which a command still running is stopped,
+# default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). Comes back: TABLE.md (the report), run.log,
 # results.tar.xz (every metrics.json, train_summary.json, held-out score, timings.json, the
 # plot). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
@@ -47,11 +48,19 @@ run() {
   tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
   (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
   tail -n 2 "$OUT/env.txt"; echo "input ready at $(el) s"
-  local limit=${LIMIT:-500}
-  (cd "$REPO" && $PY -m model.experiments "${TABLE:?TABLE=...}" --scale "$SCALE" --data "$INPUT" \
-    --work "$W" --in-process --time-limit $(( limit - $(el) )) ${RUNS:+--runs "$RUNS"}) \
-    > "$OUT/run.log" 2>&1
-  echo "table exit $? at $(el) s"
+  # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
+  # report is then written by `--report` from what finished), so that packing always happens
+  # inside the call's own limit.
+  local limit=${LIMIT:-500} hard=${HARD:-565}
+  (cd "$REPO" && timeout -s INT $(( hard - $(el) )) $PY -m model.experiments "${TABLE:?TABLE=...}" \
+    --scale "$SCALE" --data "$INPUT" --work "$W" --in-process --time-limit $(( limit - $(el) )) \
+    ${RUNS:+--runs "$RUNS"}) > "$OUT/run.log" 2>&1
+  local rc=$?
+  echo "table exit $rc at $(el) s"
+  if [ ! -f "$W/$TABLE.md" ] || [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
+    (cd "$REPO" && $PY -m model.experiments "$TABLE" --scale "$SCALE" --data "$INPUT" \
+      --work "$W" --report ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
+  fi
   pack
 }
 
