@@ -291,6 +291,7 @@ def serialize_example(features: dict) -> bytes:
     """A `tf.train.Example` of `features` ({name: 1-D array}; float arrays as a FloatList,
     integer ones as an Int64List), byte for byte what TensorFlow's
     `SerializeToString(deterministic=True)` gives."""
+    # protobuf's (upb's) deterministic map order: byte order, a name before its own prefix
     names = sorted(features, key=lambda n: n.encode("utf-8") + b"\xff")
     values = [np.asarray(features[n]).reshape(-1) for n in names]
     # every integer value's varint at once, then each feature's slice of them
