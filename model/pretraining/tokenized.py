@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import io
 import lzma
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+
+from model.io.files import atomic_path
 
 SUFFIX = ".ids.npz.xz"
 FIELDS = ("ids", "sentence_ends", "document_ends", "vocab_sha256", "lowercase")
@@ -64,17 +64,8 @@ def write(path: str, documents: Iterable[list], vocab_sha256: str, lowercase: bo
     }
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(lzma.compress(buffer.getvalue(), preset=6))
-        os.chmod(tmp, 0o644)  # mkstemp made it private
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(lzma.compress(buffer.getvalue(), preset=6))
     return {"num_documents": len(document_ends), "num_tokens": int(len(ids))}
 
 
