@@ -8,7 +8,7 @@ over the seeds that have finished]}}, read from the commands' own output files.
 
 from __future__ import annotations
 
-from model.experiments.plan import Pretraining, Work
+from model.experiments.plan import Work
 from model.experiments.tables import Table
 from model.recipes.runner import Step, read_json
 
@@ -20,12 +20,9 @@ def steps(table: Table, work: Work) -> list[Step]:
         if key not in formats:
             formats.append(key)
 
-    def records_step(run) -> str:
-        return f"records-{run.inputs}" + ("-static" if run.static else "")
-
     plan = [
         Step(
-            records_step(Pretraining("", inputs=inputs, static=static)),
+            records_step(inputs, static),
             tuple(work.make_records(inputs, static)),
             summary=f"{inputs} records of the scale's corpora, and held-out ones",
         )
@@ -43,12 +40,17 @@ def steps(table: Table, work: Work) -> list[Step]:
                 commands += column_commands(column, row, work)
         run = rows[0].run
         # a static run's held-out records are its format's dynamic ones
-        needs = (records_step(run),) + (
-            (records_step(Pretraining("", inputs=run.inputs)),) if run.static else ()
+        needs = (records_step(run.inputs, run.static),) + (
+            (records_step(run.inputs),) if run.static else ()
         )
         summary = "; ".join(r.label for r in rows)
         plan.append(Step(name, tuple(commands), needs=needs, summary=summary))
     return plan
+
+
+def records_step(inputs: str, static: bool = False) -> str:
+    """The name of the step that makes the records of `inputs` (masked at creation: static)."""
+    return f"records-{inputs}" + ("-static" if static else "")
 
 
 def select_runs(plan: list[Step], runs: str | None) -> list[Step]:
