@@ -13,7 +13,9 @@ from tests.helpers import (
     REPO_ROOT,
     finetune_argv,
     make_init,
+    make_records,
     module_command,
+    pretrain_argv,
     write_sst2,
 )
 
@@ -118,6 +120,8 @@ def test_startup_pattern_knows_the_lines_tensorflow_prints():
         "your machine, GPU will not be used.",
         "E0000 00:00:1795567730.697054    4722 cuda_platform.cc:52] failed call to cuInit: "
         "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+        "E0000 00:00:1795720853.992212   14968 util.cc:131] oneDNN supports DT_INT64 only on "
+        "platforms with AVX-512. Falling back to the default Eigen-based implementation if present.",
     ]
     for line in seen:
         assert STARTUP_LINES.search(line), line
@@ -152,6 +156,21 @@ def test_a_finetuning_run_prints_no_tensorflow_startup_lines(tmp_path):
     ]
     assert startup == []
     assert "dev" in quiet.stdout  # the project's own lines are still there
+
+    # A masked-LM model's int64 transpose (Keras's take_along_axis) printed oneDNN's
+    # "supports DT_INT64 only on platforms with AVX-512" mid-run, after the import.
+    records = make_records(tmp_path, "records")
+    pretraining = subprocess.run(
+        module_command("model.train", pretrain_argv(records, tmp_path / "pretrained", steps=2)),
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert pretraining.returncode == 0, pretraining.stderr
+    assert "oneDNN supports" not in pretraining.stderr, pretraining.stderr
+    assert "saved" in pretraining.stdout
 
     # --verbose, or the user's own TF_CPP_MIN_LOG_LEVEL, brings them back.
     for loud in (run("verbose", "--verbose"), run("user-level", TF_CPP_MIN_LOG_LEVEL="0")):

@@ -14,6 +14,14 @@ pointed at a temporary file, then passes on every line that is not one of these
 start-up lines: a real error still reaches the user. Every command calls it
 once, after its flags are parsed (so `--help` never imports TensorFlow).
 
+One more comes later, mid-run, once a process: `E0000 ... util.cc:131] oneDNN
+supports DT_INT64 only on platforms with AVX-512. Falling back to the default
+Eigen-based implementation`, when oneDNN's graph pass first meets an int64
+Transpose (Keras's TensorFlow `take_along_axis` transposes int64 indices, so
+every masked-LM model has one). It is a notice, not an error, and TensorFlow
+prints it once a process (`absl::call_once`): the import spends it on a
+two-by-three int64 transpose while descriptor 2 is captured.
+
 The lines come back with the command's `--verbose`, or when the user sets
 `TF_CPP_MIN_LOG_LEVEL` themselves: the user's choice wins.
 """
@@ -31,6 +39,7 @@ STARTUP_LINES = re.compile(
     r"All log messages before absl::InitializeLog\(\) is called"
     r"|^[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|cuda_platform|cuda_executor"
     r"|cuda_dnn|cuda_fft|cuda_blas|computation_placer)\.cc:\d+\]"
+    r"|^E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports DT_\w+ only on platforms with AVX-512"
     r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate "
     r"compiler flags\.$"
 )
@@ -57,6 +66,7 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # device discovery logs the CUDA lines now
+            tf.function(tf.transpose)(tf.zeros((2, 3), tf.int64))  # the oneDNN notice, now
         except ImportError:
             pass  # a command that needs TensorFlow says so itself
         finally:
