@@ -47,6 +47,7 @@ import sys
 import time
 
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
@@ -430,11 +431,11 @@ def bundle_info(
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # The paths first, before TensorFlow: a mistyped one fails in well under a second.
-    for path in filter(None, (args.model, args.data)):
-        if not os.path.exists(path):
-            print(f"error: {path}: no such file or directory", file=sys.stderr)
-            return 1
+    try:
+        check_paths(args.model, args.data)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     from export.verify import VerificationError
 

@@ -55,6 +55,7 @@ import os
 import sys
 
 from model.io.cpus import usable_cpus
+from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
@@ -181,8 +182,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:  # the paths first, before TensorFlow: a mistyped one fails in well under a second
         files = expand_inputs(args.input)
-        if not os.path.isfile(args.vocab):
-            raise FileNotFoundError(f"{args.vocab}: vocabulary file not found")
+        check_paths(files=(args.vocab,))
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

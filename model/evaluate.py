@@ -72,6 +72,7 @@ import os
 import sys
 import time
 
+from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES
 from model.tasks import TASKS as FINETUNE_TASKS
@@ -544,11 +545,11 @@ def _bundle_as_info(info: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # The paths first, before TensorFlow: a mistyped one fails in well under a second.
-    for path, exists in ((args.data, os.path.isfile), (args.model, os.path.exists)):
-        if not exists(path):
-            print(f"error: {path}: no such file", file=sys.stderr)
-            return 1
+    try:
+        check_paths(args.model, files=(args.data,))
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     start = time.time()
     try:

@@ -331,6 +331,7 @@ def check_inputs(args) -> None:
     before TensorFlow is imported: a mistyped path fails in well under a second."""
     import os
 
+    from model.io.files import check_paths
     from model.pretraining.records import record_files
 
     if args.command == "pretrain":
@@ -339,13 +340,12 @@ def check_inputs(args) -> None:
         paths = (args.init_checkpoint, args.vocab)
     else:
         paths = (args.data, args.init)
-    for path in filter(None, paths):
-        if os.path.exists(path):
-            continue
-        run_step = os.path.basename(path.rstrip("/")).startswith("ckpt-")
-        if run_step and os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            continue  # one step of a run: its loader names the steps the run has
-        raise FileNotFoundError(f"{path}: no such file or directory")
+
+    def run_step(path):  # one step of a run: its loader names the steps the run has
+        parent = os.path.dirname(os.path.abspath(path))
+        return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
+
+    check_paths(*(p for p in paths if p and not run_step(p)))
 
 
 def main(argv=None) -> int:

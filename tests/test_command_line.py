@@ -86,11 +86,13 @@ MISSING_PATHS = [  # (command and arguments, what the one error line says)
     (["model.train", "finetune", "--task", "sst2", "--data", ".", "--init", MISSING,
       "--output", "o"], f"{MISSING}: no such file or directory"),
     (["model.evaluate", "--task", "sst2", "--model", ".", "--data", MISSING],
-     f"{MISSING}: no such file"),
+     f"{MISSING}: no such file or directory"),
+    (["model.evaluate", "--task", "sst2", "--model", ".", "--data", "tests"],
+     "tests: a directory, where a file is expected"),
     (["model.data", "--input", MISSING, "--vocab", "v", "--output", "o"],
      f"{MISSING}: no such file"),
     (["model.data", "--input", "README.md", "--vocab", MISSING, "--output", "o"],
-     f"{MISSING}: vocabulary file not found"),
+     f"{MISSING}: no such file or directory"),
     (["export", "--model", MISSING, "--out", "o"], f"{MISSING}: no such file or directory"),
 ]  # fmt: skip
 

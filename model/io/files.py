@@ -89,6 +89,19 @@ def limited_lines(f, path: str, limit: int = MAX_LINE_CHARS):
         yield line
 
 
+def check_paths(*paths: str | None, files: tuple = ()) -> None:
+    """Each of `paths` exists and each of `files` is a file (None is skipped), else
+    FileNotFoundError naming the first that is not. Commands call it before they import
+    TensorFlow, so that a mistyped path fails in well under a second."""
+    for path, file in [*((p, False) for p in paths), *((p, True) for p in files)]:
+        if path is None:
+            continue
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file or directory")
+        if file and not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: a directory, where a file is expected")
+
+
 def check_size(path: str, limit: int = MAX_JSON_BYTES) -> None:
     """Refuses a file too big to be what it should (before reading it into memory)."""
     size = os.path.getsize(path)
