@@ -213,7 +213,7 @@ def _bad_inputs(d, files):
             ":1: not UTF-8",
         ),
         "vocab without [MASK]": ({"--vocab": no_mask}, no_mask, "no [MASK] token"),
-        "missing vocab": ({"--vocab": str(d / "nope.txt")}, d / "nope.txt", "no such file or directory"),
+        "missing vocab": ({"--vocab": str(d / "nope.txt")}, d / "nope.txt", "no such file"),
     }
 
 
