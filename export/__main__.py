@@ -414,6 +414,8 @@ def bundle_info(
         "id2label": info.get("id2label"),
         "null_threshold": info.get("null_threshold"),
     }
+    if info.get("document_context"):
+        result["document_context"] = True  # a CoNLL-2003 model fine-tuned on documents
     if task == "pretraining":
         result["top_k"] = top_k
     result.update(

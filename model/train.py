@@ -305,6 +305,12 @@ def parse_args(argv):
         help="batch training examples of similar length together (less "
         "padding, faster on short texts; batches stay in random order)",
     )
+    fine.add_argument(
+        "--document-context",
+        action="store_true",
+        help="conll2003: read each sentence with the words around it in its document, up to "
+        "--seq-len (the paper's section 5.3); recorded in config.json",
+    )
     g = fine.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
     g.add_argument(
         "--device-data",

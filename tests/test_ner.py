@@ -19,6 +19,7 @@ from tests.helpers import (
     make_init,
     run_evaluate,
     run_train,
+    write_sst2,
     write_task_vocab,
 )
 
@@ -240,6 +241,78 @@ def test_alignment_round_trips_words_and_tags(tokenizer, tmp_path, seq_len):
     assert task.evaluate(replay(y, x), examples, tokenizer, seq_len)["f1"] == 1.0
 
 
+# === The paper's document context (section 5.3) ===
+
+
+def write_documents(path, documents: list[list[tuple[list[str], list[str]]]]) -> str:
+    """Documents of sentences, each document after a -DOCSTART- line."""
+    lines = []
+    for sentences in documents:
+        lines += ["-DOCSTART- -X- -X- O", ""]
+        for words, tags in sentences:
+            lines += [f"{w} NN I-NP {t}" for w, t in zip(words, tags)] + [""]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return str(path)
+
+
+def test_reader_numbers_the_documents(tmp_path):
+    documents = [random_sentences(2, seed=1), random_sentences(1, seed=2)]
+    sentences = tasks.get("ner").read(write_documents(tmp_path / "d.txt", documents))
+    assert [s.document for s in sentences] == [1, 1, 2]
+
+
+@pytest.mark.parametrize("seq_len", [9, 24, 64])
+def test_document_context_fills_each_feature_from_its_own_document(tokenizer, tmp_path, seq_len):
+    rng = random.Random(seq_len)
+    vocabulary = WORDS + ["stones", "rivers", "songbirds"]  # several pieces
+
+    def sentence():
+        words = [rng.choice(vocabulary) for _ in range(rng.randint(1, 12))]
+        return words, random_tags(rng, len(words))
+
+    documents = [[sentence() for _ in range(rng.randint(1, 6))] for _ in range(5)]
+    task = tasks.get("ner")
+    examples = task.read(write_documents(tmp_path / "docs.txt", documents))
+    plain = task.encode(examples, tokenizer, seq_len)
+    task.document_context = True
+    read = task.encode(examples, tokenizer, seq_len)
+    # The same features, each with the same words at its first pieces.
+    assert (read.meta.sentence, read.meta.start) == (plain.meta.sentence, plain.meta.start)
+    budget, doc_of = seq_len - 2, [examples[s].document for s in plain.meta.sentence]
+    own = [
+        ids[1 : mask.sum() - 1].tolist()
+        for ids, mask in zip(plain.x["token_ids"], plain.x["padding_mask"])
+    ]
+    streams = {}  # a document's pieces, its features' in order
+    for f, pieces in enumerate(own):
+        streams.setdefault(doc_of[f], []).extend(pieces)
+    at = {d: 0 for d in streams}
+    for f, pieces in enumerate(own):
+        stream, length = streams[doc_of[f]], read.x["padding_mask"][f].sum() - 2
+        ids = read.x["token_ids"][f, 1 : length + 1].tolist()
+        before = read.meta.positions[f][0] - plain.meta.positions[f][0]
+        after = length - before - len(pieces)
+        start = at[doc_of[f]]
+        # Its own pieces in the middle, the document's next to them, as many as fit.
+        assert ids == stream[start - before : start + len(pieces) + after]
+        assert length == min(budget, len(stream))
+        # Half on each side, unless a side has run out.
+        if before > after + 1:
+            assert start + len(pieces) + after == len(stream)
+        if after > before + 1:
+            assert before == start
+        assert [read.x["token_ids"][f, p] for p in read.meta.positions[f]] == [
+            plain.x["token_ids"][f, p] for p in plain.meta.positions[f]
+        ]
+        labelled = np.flatnonzero(read.y[f] != IGNORE).tolist()
+        assert labelled == read.meta.positions[f]  # the context is never labelled
+        at[doc_of[f]] += len(pieces)
+    # Every word is predicted once, from its own feature.
+    tags = [t for sentences in documents for _, t in sentences]
+    assert task.predict_tags(replay(read.y, read.x), examples, tokenizer, seq_len) == tags
+
+
 # === A few training steps, then model.evaluate on a file ===
 
 
@@ -277,6 +350,24 @@ def test_ner_trains_and_evaluates(tmp_path, tmp_path_factory, capsys):
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(metrics["dev"]["f1"])
     assert run_evaluate(["--task", "ner", "--model", str(output), "--data", other]) == 0
     assert json.loads(capsys.readouterr().out)["sentences"] == 5
+
+    # --document-context: recorded in config.json, and model.evaluate reads as it was trained.
+    output = tmp_path / "documents"
+    argv = finetune_argv("ner", data, init, output, seq_len=16, extra=["--document-context"])
+    assert run_train(argv) == 0
+    with open(os.path.join(output, "config.json")) as f:
+        assert json.load(f)["document_context"] is True
+    with open(os.path.join(output, "metrics.json")) as f:
+        dev_f1 = json.load(f)["dev"]["f1"]
+    capsys.readouterr()
+    valid = os.path.join(data, "valid.txt")
+    assert run_evaluate(["--task", "ner", "--model", str(output), "--data", valid]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["document_context"] is True and scored["f1"] == pytest.approx(dev_f1)
+    sst2 = write_sst2(tmp_path / "sst2", train=4, dev=2)
+    argv = finetune_argv("sst2", sst2, init, tmp_path / "no", extra=["--document-context"])
+    assert run_train(argv) == 1
+    assert "--document-context: task sst2 has no documents" in capsys.readouterr().err
 
 
 # === The real files (skipped where shared/data is absent) ===

@@ -17,11 +17,19 @@ several consecutive features, so every word gets a prediction. The metric is
 conlleval's: entity-level precision, recall and F1 over exact (start, end,
 type) matches, chunks read by conlleval's own start/end rules (so IOB1 and
 stray `I-` tags are scored as conlleval scores them).
+
+`document_context` (finetune's `--document-context`, kept in config.json) reads
+each sentence as the paper's section 5.3 does, "with the maximal document
+context provided by the data": the feature's room beyond the sentence is filled
+with the WordPieces before and after it in its document (between `-DOCSTART-`
+lines), half on each side where both have enough. Only the sentence's own words
+are labelled and predicted, so every word is still scored once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -39,6 +47,7 @@ class Sentence:
     words: list[str]
     tags: list[str] | None
     source: str  # "path:line" of the first word
+    document: int = 0  # how many -DOCSTART- lines come before it in its file
 
 
 # === conlleval ===
@@ -182,41 +191,70 @@ class FeatureMap:
         return out
 
 
+def in_context(features: list[tuple], documents: list[int], budget: int) -> list[tuple]:
+    """Each feature `(ids, firsts, labels)` with the pieces around it in its document (the
+    ids of the document's other features, in order) up to `budget` pieces: half before and
+    half after where both sides have enough. The context is unlabelled (IGNORE) and the
+    first pieces' positions move past the context before."""
+    out = []
+    for _, group in itertools.groupby(zip(features, documents), key=lambda pair: pair[1]):
+        group = [feature for feature, _ in group]
+        stream = [i for ids, _, _ in group for i in ids]
+        at = 0
+        for ids, firsts, labels in group:
+            end = at + len(ids)
+            room = budget - len(ids)
+            before = min(at, max(room // 2, room - (len(stream) - end)))
+            after = min(len(stream) - end, room - before)
+            out.append(
+                (
+                    stream[at - before : at] + ids + stream[end : end + after],
+                    [p + before for p in firsts],
+                    [IGNORE] * before + labels + [IGNORE] * after,
+                )
+            )
+            at = end
+    return out
+
+
 def encode_sentences(
-    sentences: list[list[str]], tags: list[list[int]] | None, tokenizer, seq_len: int
+    sentences: list[list[str]],
+    tags: list[list[int]] | None,
+    tokenizer,
+    seq_len: int,
+    documents: list[int] | None = None,
 ):
     """(x, y, FeatureMap): features of `[CLS] pieces [SEP]`, y (num_features,
-    seq_len) int32 with IGNORE off the first pieces (None without tags)."""
+    seq_len) int32 with IGNORE off the first pieces (None without tags).
+    `documents` (each sentence's): the features read their document around them
+    (`in_context`)."""
     budget = seq_len - 2
     if budget < 1:
         raise ValueError(f"seq_len={seq_len} leaves no room for words")
     all_pieces = word_pieces(tokenizer, sentences, tokenizer.unk_id)
-    rows, ys = [], []
-    fmap = FeatureMap([], [], [])
+    features, fmap = [], FeatureMap([], [], [])
     for s, pieces in enumerate(all_pieces):
         for start, end in split_features(pieces, budget):
-            ids, firsts, labels = align(
-                pieces[start:end], tags[s][start:end] if tags is not None else None, budget
+            features.append(
+                align(pieces[start:end], tags[s][start:end] if tags is not None else None, budget)
             )
-            token_ids = np.full(seq_len, tokenizer.pad_id, np.int32)
-            token_ids[: len(ids) + 2] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
-            mask = np.zeros(seq_len, np.int32)
-            mask[: len(ids) + 2] = 1
-            y = np.full(seq_len, IGNORE, np.int32)
-            y[1 : len(ids) + 1] = labels
-            rows.append((token_ids, mask))
-            ys.append(y)
             fmap.sentence.append(s)
             fmap.start.append(start)
-            fmap.positions.append(firsts)
-    n = len(rows)
+    if documents is not None:
+        features = in_context(features, [documents[s] for s in fmap.sentence], budget)
+    n = len(features)
     x = {
-        "token_ids": np.stack([r[0] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
+        "token_ids": np.full((n, seq_len), tokenizer.pad_id, np.int32),
         "segment_ids": np.zeros((n, seq_len), np.int32),
-        "padding_mask": np.stack([r[1] for r in rows]) if n else np.zeros((0, seq_len), np.int32),
+        "padding_mask": np.zeros((n, seq_len), np.int32),
     }
-    y = (np.stack(ys) if n else np.zeros((0, seq_len), np.int32)) if tags is not None else None
-    return x, y, fmap
+    y = np.full((n, seq_len), IGNORE, np.int32)
+    for f, (ids, firsts, labels) in enumerate(features):
+        x["token_ids"][f, : len(ids) + 2] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+        x["padding_mask"][f, : len(ids) + 2] = 1
+        y[f, 1 : len(ids) + 1] = labels
+        fmap.positions.append(firsts)
+    return x, (y if tags is not None else None), fmap
 
 
 # === The task ===
@@ -233,6 +271,7 @@ class Conll2003(Task):
     train_file = "train.txt"
     dev_file = "valid.txt"
     label_names = CONLL2003_LABELS
+    document_context = False  # see the module's docstring
 
     def labels(self) -> list[str]:
         return list(self.label_names)
@@ -241,14 +280,14 @@ class Conll2003(Task):
 
     def read(self, path: str) -> list[Sentence]:
         sentences, words, tags, first_line = [], [], [], None
-        columns = None
+        columns, document = None, 0
         allowed = set(self.label_names)
 
         def flush():
             nonlocal words, tags, first_line
             if words:
                 sentences.append(
-                    Sentence(words, tags if columns > 1 else None, f"{path}:{first_line}")
+                    Sentence(words, tags if columns > 1 else None, f"{path}:{first_line}", document)
                 )
             words, tags, first_line = [], [], None
 
@@ -261,6 +300,7 @@ class Conll2003(Task):
                         continue
                     if parts[0] == "-DOCSTART-":
                         flush()
+                        document += 1
                         continue
                     if columns is None:
                         columns = len(parts)
@@ -289,7 +329,10 @@ class Conll2003(Task):
         labelled = bool(examples) and all(e.tags is not None for e in examples)
         index = {t: i for i, t in enumerate(self.label_names)}
         tags = [[index[t] for t in e.tags] for e in examples] if labelled else None
-        x, y, fmap = encode_sentences([e.words for e in examples], tags, tokenizer, seq_len)
+        documents = [e.document for e in examples] if self.document_context else None
+        x, y, fmap = encode_sentences(
+            [e.words for e in examples], tags, tokenizer, seq_len, documents
+        )
         return Encoded(x=x, y=y, meta=fmap)
 
     # === Model ===

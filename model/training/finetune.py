@@ -136,9 +136,7 @@ def finetune(args) -> int:
     """
     import keras
 
-    from model import tasks
-
-    task = tasks.get(args.task)
+    task = _task(args)
     args = resolve_defaults(args, task)
     _check(args)
     data = _data(args, task)  # first: a malformed row stops the run before a checkpoint loads
@@ -163,6 +161,20 @@ def finetune(args) -> int:
     _summarise(args, run, progress, best, pooler_frozen, len(encoded))
     checkpoint.remove_all()  # the model directory is complete without them
     return 0
+
+
+def _task(args):
+    """--task, with the reading --document-context asks for (CoNLL-2003's only)."""
+    from model import tasks
+
+    task = tasks.get(args.task)
+    if getattr(args, "document_context", False):
+        if not hasattr(task, "document_context"):
+            raise ValueError(
+                f"--document-context: task {task.name} has no documents; conll2003 has"
+            )
+        task.document_context = True
+    return task
 
 
 def _check(args) -> None:
@@ -678,6 +690,8 @@ def _save(args, run, record: dict) -> None:
     from model.io.files import write_json
 
     extra = {"finetuned_task": run.task.name, "max_seq_length": args.seq_len}
+    if getattr(run.task, "document_context", False):
+        extra["document_context"] = True  # model.evaluate and export read it
     if "best_f1_thresh" in record:
         extra["null_threshold"] = record["best_f1_thresh"]
     model_dir.save(run.model, args.output, run.init.vocab_path, extra=extra)
