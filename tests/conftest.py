@@ -6,6 +6,8 @@ PYTHONPATH=. python -m pytest tests --runslow  # everything
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -29,3 +31,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory):
+    """JAX's persistent compilation cache, one for the session's JAX processes (the
+    KERAS_BACKEND=jax children, the JAX-only environment's commands; both workers): a
+    program compiled once is read back by the next process that builds it (another
+    table's row of the same size, a resumed run). Programs are keyed by what they compute,
+    so the results are the same; only the compile is skipped. A cache the user set is kept."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(shared / "jax-compilation-cache")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny models compile fast
+    yield
+    for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        os.environ.pop(name, None)

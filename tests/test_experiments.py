@@ -48,13 +48,23 @@ def small_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, small_data):
-    """Every table at the smoke scale in one work directory."""
+    """Every table at the smoke scale in one work directory, its TensorFlow functions run
+    eagerly: tracing a graph is most of a smoke command's time (6 min for the six tables
+    traced, under 4 eagerly, on a 2-core CPU). The same commands run traced in their own tests
+    (test_objectives, test_finetune, ...), and the six tables run compiled under JAX in
+    test_jax_only.py."""
+    import tensorflow as tf
+
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"{SHARED_DATA} (the real data) is not here")
     work = tmp_path_factory.mktemp("experiments")
-    for table in TABLES:
-        argv = [table, "--scale", "smoke", "--work", str(work), "--data", small_data]
-        assert main([*argv, "--in-process"]) == 0, table
+    tf.config.run_functions_eagerly(True)
+    try:
+        for table in TABLES:
+            argv = [table, "--scale", "smoke", "--work", str(work), "--data", small_data]
+            assert main([*argv, "--in-process"]) == 0, table
+    finally:
+        tf.config.run_functions_eagerly(False)
     return work
 
 
