@@ -187,7 +187,7 @@ class Work:
             "--eval-data",
             self.records(p.inputs, split="valid"),
             "--eval-steps",
-            "20",
+            str(s.eval_steps),
             "--output",
             output,
             "--steps",

@@ -43,6 +43,7 @@ class Scale:
     budget_seconds: the wall-clock each pre-training of a table gets; the steps
         come from a calibration run of `calibration_steps` (its s/step).
     checkpoints: pre-training checkpoints kept per run (the `training-steps` points).
+    eval_steps: held-out batches each pre-training checkpoint is scored on (its curve).
     tasks: fine-tuning tasks by name.
     seeds: fine-tuning seeds (median and spread over them).
     strategy_flags: extra pre-training flags (devices, precision, dropout).
@@ -70,6 +71,7 @@ class Scale:
     seeds: tuple[int, ...]
     calibration_steps: int = 30
     checkpoints: int = 6
+    eval_steps: int = 20
     strategy_flags: tuple[str, ...] = ()
     finetune_flags: tuple[str, ...] = ()
     steps_per_call: int | None = None
@@ -150,6 +152,7 @@ SCALES = {
         tasks=SMOKE_TASKS,
         seeds=(1,),
         checkpoints=2,
+        eval_steps=2,
         # The paper's 2 x 768-unit BiLSTM is most of a smoke table's time, on 16-wide features.
         tagger_flags=("--lstm-units", "16"),
     ),
