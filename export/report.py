@@ -174,8 +174,7 @@ def run(args, log=None) -> str:
     if not task_name:
         raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
     task = tasks.get(task_name)
-    if info.get("document_context") and hasattr(task, "document_context"):
-        task.document_context = True  # read as it was fine-tuned
+    task.read_as(info)  # as it was fine-tuned
     if info.get("task") != task.head:
         raise ValueError(
             f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "

@@ -485,8 +485,7 @@ def evaluate_task(
             f"{directory}: the model's labels {list(stored.values())} are not "
             f"task {task.name}'s {labels}"
         )
-    if info.get("document_context") and hasattr(task, "document_context"):
-        task.document_context = True  # read as it was fine-tuned (config.json)
+    task.read_as(info)
     trained_on = info.get("finetuned_task")
     if trained_on and trained_on != task.name:
         print(
@@ -543,8 +542,10 @@ def _bundle_info(directory: str, task: str, needs: str) -> dict:
 
 def _bundle_as_info(info: dict) -> dict:
     """A bundle.json read as the config.json fields evaluate_task uses."""
-    keys = ("task", "finetuned_task", "max_seq_length", "id2label", "null_threshold")
-    keys += ("document_context",)
+    keys = (
+        "task", "finetuned_task", "max_seq_length", "id2label", "null_threshold",
+        "document_context",
+    )  # fmt: skip
     return {**{k: info.get(k) for k in keys}, "encoder": {"lowercase": info["lowercase"]}}
 
 

@@ -96,6 +96,11 @@ class Task(abc.ABC):
         """Label names in output order; None for regression or span tasks."""
         return None
 
+    def read_as(self, info: dict) -> None:
+        """Reads files as the model of `info` (its config.json or bundle.json fields) was
+        fine-tuned to; most tasks have one way of reading (CoNLL-2003's has two)."""
+        return None
+
     @abc.abstractmethod
     def encode(self, examples: list, tokenizer, seq_len: int, training: bool = False) -> Encoded:
         """Model inputs (and labels) for `examples`."""

@@ -276,6 +276,9 @@ class Conll2003(Task):
     def labels(self) -> list[str]:
         return list(self.label_names)
 
+    def read_as(self, info: dict) -> None:
+        self.document_context = bool(info.get("document_context"))
+
     # === Data ===
 
     def read(self, path: str) -> list[Sentence]:
