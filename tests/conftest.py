@@ -22,6 +22,12 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a slow test, run only with --runslow")
+    # XLA's CPU code generated without LLVM's optimisation passes, in this session's
+    # processes (both backends, children included; set before either reads it): the tests'
+    # models are tiny, so their programs spend far longer compiling than running (the JAX
+    # smoke tables ~20 % faster in all). The programs compute the same, only run slower.
+    # The user's own XLA_FLAGS are kept.
+    os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,10 +5,10 @@
 A GPU machine rented by the minute has JAX and nothing of TensorFlow; an import that
 fails there costs minutes. This environment is built from model/requirements-jax.txt
 alone (`pip install --no-deps`): numpy, CPU jax, keras, keras-hub and their pinned
-dependencies. In it, at smoke scale: pre-training on the device path for every objective
-and on the host pipeline for BERT, fine-tuning SST-2 from that run, and
-evaluating the fine-tuned model and the masked LM; and every table of `model.experiments`
-at the smoke scale from its prepared input (`--prepare`, made here), records included.
+dependencies. In it, at smoke scale: pre-training on the device path for every objective,
+fine-tuning SST-2 from that run, and evaluating the fine-tuned model and the masked LM; and
+every table of `model.experiments` at the smoke scale from its prepared input (`--prepare`,
+made here), records included, its pre-trainings on the host pipeline.
 
 The environment is $BERT_JAX_VENV when that names a non-empty directory (used as it is,
 never modified; .ci/run builds it), else one is built in pytest's temporary directory
@@ -66,8 +66,7 @@ RUNS = {  # objective: (records, flags)
     "electra": ("segments", ["--device-data"]),
     "ltr": ("segments", ["--device-data"]),
     "spanbert": ("segments", ["--device-data"]),
-    "bert-host": ("pairs", []),  # the host pipeline (a PyDataset)
-}
+}  # the host pipeline (a PyDataset): every table's pre-trainings, below
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +75,7 @@ def runs(jax_python, records, tmp_path_factory):
     out = {}
     for objective, (kind, flags) in RUNS.items():
         output = root / objective
-        extra = ["--objective", objective.split("-")[0], *flags]
-        if flags:
-            extra += ["--steps-per-call", "5"]
+        extra = ["--objective", objective, *flags, "--steps-per-call", "5"]
         run(jax_python, "model.train", pretrain_argv(records[kind], output, steps=10, extra=extra))
         with open(output / "train_summary.json", encoding="utf-8") as f:
             out[objective] = (str(output), json.load(f))
@@ -88,11 +85,10 @@ def runs(jax_python, records, tmp_path_factory):
 @pytest.mark.parametrize("objective", RUNS)
 def test_every_objective_pretrains_without_tensorflow(runs, objective):
     output, summary = runs[objective]
-    assert summary["backend"] == "jax" and summary["steps"] == 10
-    assert summary["device_data"] == (objective != "bert-host")
-    if summary["device_data"]:  # 5 steps a call; the first call (compiling) is not timed
-        assert (summary["steps_per_call"], summary["steps_this_run"]) == (5, 5)
-        assert summary["config"]["dropout"] == 0.0  # the device path's default
+    assert summary["backend"] == "jax" and summary["steps"] == 10 and summary["device_data"]
+    # 5 steps a call; the first call (compiling) is not timed
+    assert (summary["steps_per_call"], summary["steps_this_run"]) == (5, 5)
+    assert summary["config"]["dropout"] == 0.0  # the device path's default
     assert os.path.isfile(os.path.join(output, "model.weights.h5"))
     assert not os.path.isdir(os.path.join(output, "logs"))  # TensorBoard needs TensorFlow
 
@@ -137,22 +133,45 @@ def prepared(tmp_path_factory):
     return out
 
 
-def test_every_table_runs_from_its_prepared_input_without_tensorflow(
-    jax_python, prepared, tmp_path
-):
+@pytest.fixture(scope="module")
+def tables(jax_python, prepared, tmp_path_factory):
+    """Every table at the smoke scale from its prepared input, in one work directory."""
+    from model.experiments.tables import TABLES
+
+    work = tmp_path_factory.mktemp("tables") / "work"
+    for table in TABLES:
+        argv = [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
+        run(jax_python, "model.experiments", argv, timeout=900)
+    return work
+
+
+def test_every_table_runs_from_its_prepared_input_without_tensorflow(prepared, tables):
     """The records are made there from the corpus's ids (no tokenising, no TensorFlow), the
     vocabulary is the prepared one, and nothing outside the prepared directory is read."""
     from model.experiments.tables import TABLES
 
-    work = tmp_path / "work"
     for table in TABLES:
-        argv = [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
-        run(jax_python, "model.experiments", argv, timeout=900)
-        with open(work / f"{table}.md", encoding="utf-8") as f:
+        with open(tables / f"{table}.md", encoding="utf-8") as f:
             text = f.read()
         cells = measured_cells(text)
         assert len(cells) >= 2 and all(c != "—" for row in cells for c in row), text
-    with open(work / "data" / "train-segments" / "dataset.json", encoding="utf-8") as f:
+        assert "## Commands" in text and "python -m model.train pretrain" in text
+    with open(tables / "data" / "train-segments" / "dataset.json", encoding="utf-8") as f:
         info = json.load(f)
     assert info["inputs"] == [os.path.join(prepared, "corpus", "train.ids.npz.xz")]
     assert "AMD" in text or "Intel" in text or "CPUs" in text  # the hardware line
+    run = tables / "runs" / "bert-4x16-seed1"  # the host pipeline (a PyDataset)
+    with open(run / "train_summary.json", encoding="utf-8") as f:
+        summary = json.load(f)
+    assert summary["backend"] == "jax" and not summary["device_data"]
+    assert os.path.isfile(run / "model.weights.h5")
+    assert not os.path.isdir(run / "logs")  # TensorBoard needs TensorFlow
+
+
+def test_one_pretraining_serves_every_table_that_needs_it(tables):
+    runs = sorted(os.listdir(tables / "runs"))
+    # bert: pretraining-tasks, feature-based, masking's 80/10/10, beyond-bert, training-steps
+    assert runs.count("bert-4x16-seed1") == 1
+    assert "mask-100-0-0-4x16-seed1" in runs and "electra-4x16-seed1" in runs
+    features = sorted(os.listdir(tables / "features" / "bert-4x16-seed1"))
+    assert {"embeddings-seed1", "-1,-2,-3,-4-sum-seed1", "all-sum-seed1"} <= set(features)

@@ -333,8 +333,8 @@ class Work:
 
 def _tagger_flags(finetune_flags: list[str]) -> list[str]:
     """The fine-tuning flags that `model.feature_tagger` shares (the slice, the epochs, the
-    length); the others (learning rate, grouping, the device path) are not its."""
-    shared = ("--max-train-examples", "--epochs", "--seq-len")
+    length, the batch); the others (learning rate, grouping, the device path) are not its."""
+    shared = ("--max-train-examples", "--epochs", "--seq-len", "--batch-size")
     out, i = [], 0
     while i < len(finetune_flags):
         if finetune_flags[i] in shared and i + 1 < len(finetune_flags):
