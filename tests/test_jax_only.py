@@ -160,12 +160,12 @@ def test_every_table_runs_from_its_prepared_input_without_tensorflow(prepared, t
         info = json.load(f)
     assert info["inputs"] == [os.path.join(prepared, "corpus", "train.ids.npz.xz")]
     assert "AMD" in text or "Intel" in text or "CPUs" in text  # the hardware line
-    run = tables / "runs" / "bert-4x16-seed1"  # the host pipeline (a PyDataset)
-    with open(run / "train_summary.json", encoding="utf-8") as f:
+    bert = tables / "runs" / "bert-4x16-seed1"  # the host pipeline (a PyDataset)
+    with open(bert / "train_summary.json", encoding="utf-8") as f:
         summary = json.load(f)
     assert summary["backend"] == "jax" and not summary["device_data"]
-    assert os.path.isfile(run / "model.weights.h5")
-    assert not os.path.isdir(run / "logs")  # TensorBoard needs TensorFlow
+    assert os.path.isfile(bert / "model.weights.h5")
+    assert not os.path.isdir(bert / "logs")  # TensorBoard needs TensorFlow
 
 
 def test_one_pretraining_serves_every_table_that_needs_it(tables):
