@@ -39,7 +39,8 @@ VOCAB = os.path.join(REPO_ROOT, "tests", "fixtures", "bert-base-uncased-vocab.tx
 
 
 def module(args, name: str, argv: list[str]) -> str:
-    """`python -m name argv` under the JAX backend; its stdout (the failure's tail raised)."""
+    """`python -m name argv` under the JAX backend (the runs, their scoring, the records);
+    its stdout (the failure's tail raised)."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
         [args.python, "-m", name, *map(str, argv)],
@@ -60,9 +61,7 @@ def make_records(args, root: str) -> str:
     if not os.path.isdir(records):
         argv = ["--input", args.input, "--vocab", VOCAB, "--output", records]
         argv += ["--seq-len", args.seq_len, "--num-shards", 4, "--seed", 12345]
-        subprocess.run(
-            [args.python, "-m", "model.data", *map(str, argv)], cwd=REPO_ROOT, check=True
-        )
+        module(args, "model.data", argv)
     return records
 
 
@@ -132,10 +131,8 @@ def main(argv=None) -> int:
         args.config, args.steps, args.steps_per_call, args.seq_len = "tiny", 6, 3, 64
         args.input = WIKI.replace("wiki_0*", "wiki_00")
     if args.results is None:
-        quick = args.quick
-        args.results = common.results_path(
-            directory=common.QUICK_RESULTS_DIR if quick else common.RESULTS_DIR
-        )
+        directory = common.QUICK_RESULTS_DIR if args.quick else common.RESULTS_DIR
+        args.results = common.results_path(directory=directory)
     args.threads = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="bench-paths-") as tmp:
         root = args.work or tmp
