@@ -228,6 +228,31 @@ def test_the_sampling_error_is_that_of_a_difference_on_the_dev_set(tmp_path):
     assert sampling_error(work, row, column) == pytest.approx(1.9157, abs=1e-3)
 
 
+def test_squad_f1_in_percent_and_glue_fractions_meet_in_the_same_cells(tmp_path):
+    """The official SQuAD script writes F1 in percent, GLUE and seqeval as fractions: the
+    table reads both as percent (a gpu-scale report once showed SQuAD F1 13.49 as 1270.77)."""
+    from model.experiments.experiment import results
+    from model.experiments.plan import Work
+    from model.experiments.report import sampling_error
+    from model.experiments.tables import TABLES
+
+    work = Work(str(tmp_path), "data", SCALES["gpu"])
+    table = TABLES["pretraining-tasks"](work)
+    row = table.rows[0]
+    for seed, (f1, accuracy) in enumerate(((13.49, 0.8154), (12.71, 0.8119), (11.61, 0.81)), 1):
+        for task, dev in (("squad1", {"f1": f1}), ("sst2", {"accuracy": accuracy})):
+            out = work.finetune_dir(row.run, task, seed)
+            os.makedirs(out)
+            with open(os.path.join(out, "metrics.json"), "w") as f:
+                json.dump({"dev": dev, "dev_examples": {"": 10570}}, f)
+    cells = results(table, work)[row.label]
+    assert cells["squad1"] == pytest.approx([13.49, 12.71, 11.61])
+    assert cells["sst2"] == pytest.approx([81.54, 81.19, 81.0])
+    squad = next(c for c in table.columns if c.arg == "squad1")
+    # p = 0.1271 on 10,570 questions: 100 x sqrt(2 x 0.1271 x 0.8729 / 10570) = 0.458 points
+    assert sampling_error(work, row, squad) == pytest.approx(0.4582, abs=1e-3)
+
+
 def test_left_to_right_rows_are_read_against_the_causal_floor(tmp_path):
     from model.experiments.plan import Work
     from model.experiments.report import floor_of

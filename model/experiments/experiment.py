@@ -9,8 +9,12 @@ over the seeds that have finished]}}, read from the commands' own output files.
 from __future__ import annotations
 
 from model.experiments.plan import Work
+from model.experiments.scales import Task
 from model.experiments.tables import Table
 from model.recipes.runner import Step, read_json
+
+# The feature-based tagger's metrics.json: seqeval's entity F1, a fraction.
+FEATURE_TAGGER = Task("conll2003", "f1")
 
 
 def steps(table: Table, work: Work) -> list[Step]:
@@ -105,13 +109,13 @@ def results(table: Table, work: Work) -> dict[str, dict[str, list[float]]]:
                         path = work.finetune_dir(
                             row.run, column.arg, seed, row.checkpoint, row.bilstm
                         )
-                        metric = work.scale.tasks[column.arg].metric
+                        task = work.scale.tasks[column.arg]
                     else:
                         path = work.features_dir(row.run, column.arg, seed, column.combine)
-                        metric = "f1"
-                    dev = read_json(f"{path}/metrics.json").get("dev", {})
-                    if isinstance(dev.get(metric), (int, float)):
-                        found.append(100.0 * dev[metric])
+                        task = FEATURE_TAGGER
+                    score = task.dev_percent(read_json(f"{path}/metrics.json"))
+                    if score is not None:
+                        found.append(score)
             values[column.name] = found
         out[row.label] = values
     return out

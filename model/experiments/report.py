@@ -225,9 +225,9 @@ def sampling_error(work: Work, row, column) -> float | None:
         path = work.finetune_dir(row.run, column.arg, seed, row.checkpoint, row.bilstm)
         metrics = read_json(os.path.join(path, "metrics.json"))
         n = n or (metrics.get("dev_examples") or {}).get("")
-        value = metrics.get("dev", {}).get(work.scale.tasks[column.arg].metric)
-        if isinstance(value, (int, float)):
-            scores.append(value)
+        value = work.scale.tasks[column.arg].dev_percent(metrics)
+        if value is not None:
+            scores.append(value / 100.0)
     if not (n and scores):
         return None
     p = min(max(statistics.median(scores), 0.0), 1.0)

@@ -22,11 +22,21 @@ class Task:
         data: the task's data, relative to `--data`.
         metric: the key of its dev metric in the run's metrics.json.
         flags: `python -m model.train finetune` flags (epochs, slices, lengths).
+        percent: whether the metric is written in percent (the official SQuAD script's)
+            rather than as a fraction (GLUE's, seqeval's).
     """
 
     data: str
     metric: str
     flags: tuple[str, ...] = ()
+    percent: bool = False
+
+    def dev_percent(self, metrics: dict) -> float | None:
+        """The dev score of a fine-tuning run's metrics.json in percent; None if absent."""
+        value = metrics.get("dev", {}).get(self.metric)
+        if not isinstance(value, (int, float)):
+            return None
+        return float(value) if self.percent else 100.0 * value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +125,7 @@ CPU_TASKS = {
         "squad/train-v1.1.reconstructed.json",
         "f1",
         ("--max-train-examples", "8000", "--epochs", "1", "--seq-len", "256", *CPU_LR),
+        percent=True,
     ),
 }
 # One GPU: whole training sets (SQuAD's first 30,000 questions), full-length batches
@@ -127,13 +138,14 @@ GPU_TASKS = {
         "squad/train-v1.1.reconstructed.json",
         "f1",
         ("--max-train-examples", "30000", "--epochs", "1", "--seq-len", "256", *CPU_LR),
+        percent=True,
     ),
 }
 PAPER_TASKS = {
     "sst2": Task("glue/SST-2", "accuracy", ("--epochs", "3")),
     "mrpc": Task("glue/MRPC", "f1", ("--epochs", "3")),
     "conll2003": Task("conll2003", "f1", ("--epochs", "3")),
-    "squad1": Task("squad/train-v1.1.reconstructed.json", "f1", ("--epochs", "2")),
+    "squad1": Task("squad/train-v1.1.reconstructed.json", "f1", ("--epochs", "2"), percent=True),
 }
 
 SCALES = {
