@@ -13,7 +13,9 @@
 # name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
 # report is written from what finished), HARD (s at which a command still running is stopped,
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
-# (`prepare` then writes the smoke input). Comes back: TABLE.md (the report), run.log,
+# (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
+# brought back, merged into WORK, travel too, and the call skips those commands (a
+# pre-training whose row is not complete runs again: weights do not come back). Comes back: TABLE.md (the report), run.log,
 # results.tar.xz (every metrics.json, train_summary.json, held-out score, timings.json, the
 # plot). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
 # `python -m model.experiments TABLE --scale gpu --work WORK --data INPUT --report`.
@@ -37,6 +39,13 @@ prepare() {
   # The corpus is xz already; the rest (tasks, vocabulary) travels as one xz archive.
   mv "$input/corpus" "$JOB/corpus"
   tar -C "$input" -cJf "$JOB/input.tar.xz" . && rm -rf "$input"
+  # DONE=WORK: what earlier calls measured (merged into WORK) goes along, so that the call
+  # skips those commands (their metrics.json exists) and starts on what is left.
+  if [ -n "${DONE:-}" ]; then
+    (cd "$DONE" && { find finetune features -name metrics.json; find mlm -name '*.json'; } \
+      2>/dev/null | tar -cJf "$JOB/done.tar.xz" -T -) || return 1
+    echo "done.tar.xz: $(tar -tJf "$JOB/done.tar.xz" | wc -l) finished results of $DONE"
+  fi
   du -sh "$JOB"/*; du -sh "$JOB"
 }
 
@@ -46,6 +55,7 @@ run() {
   W=${W:-/tmp/w}; INPUT=/tmp/input
   mkdir -p "$W" "$OUT" && rm -rf "$INPUT" && mkdir -p "$INPUT"
   tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
+  if [ -f "$JOB/done.tar.xz" ]; then tar -C "$W" -xJf "$JOB/done.tar.xz" || exit 1; fi
   (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
   tail -n 2 "$OUT/env.txt"; echo "input ready at $(el) s"
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the

@@ -196,6 +196,29 @@ def test_the_gpu_budget_is_whole_compiled_calls_a_checkpoint(tmp_path):
     assert work.budgeted_steps(str(calibration)) % 120 == 0
 
 
+def test_a_measured_step_time_replaces_the_calibration_run_on_its_device(tmp_path):
+    """On an H200 the gpu scale's BERT run takes its steps from the measured 8.99 ms a step
+    (60 s: 6,674, rounded up to 6 x 20: 6,720), with no calibration run; a run without a
+    measured step time, or another device, is calibrated as before."""
+    from model.experiments.experiment import steps
+    from model.experiments.plan import Work
+
+    def pretrainings(device):
+        work = Work(str(tmp_path), "data", SCALES["gpu"], device=device)
+        plan = steps(TABLES["pretraining-tasks"](work), work)
+        return {
+            step.name: [c.argv for c in step.commands if c.argv[0] == "pretrain"] for step in plan
+        }
+
+    h200 = pretrainings("NVIDIA H200")
+    [bert] = h200["bert-mini-seed1"]
+    assert bert[bert.index("--steps") + 1] == "6720"
+    assert bert[bert.index("--checkpoint-every") + 1] == "1120"
+    assert len(h200["no-nsp-mini-seed1"]) == 2  # not measured: calibration, then the run
+    for device in ("NVIDIA H100 80GB HBM3", None):
+        assert len(pretrainings(device)["bert-mini-seed1"]) == 2
+
+
 def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error():
     from model.experiments.report import effect
 

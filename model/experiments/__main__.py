@@ -10,14 +10,16 @@ SpanBERT and ELECTRA against BERT at equal pre-training time).
 Scales: smoke (tiny models, a few steps: every table end to end in a minute or
 two, run by the test suite), cpu (a 2-core CPU, a few hours a table: `mini`
 models, ~21 min of pre-training each, fine-tuning slices, 3 seeds), gpu (one
-GPU, ~30 min a model), paper (the papers' sizes and steps; --dry-run here).
+GPU, TensorFlow-free: a minute of pre-training a model, whole training sets; a
+call of 8 minutes runs a part of a table), paper (the papers' sizes and steps; --dry-run here).
 
 The experiment is a list of `python -m model.*` commands, printed with
 --dry-run. Each is skipped when its output exists, so the same command line
 started again after a stop goes on where it was (and the training commands
 resume from their checkpoints); one pre-training run serves every table that
-needs it. Where the scale gives each pre-training a wall-clock budget, a short
-calibration run of the same command times a step first. The end is
+needs it. Where the scale gives each pre-training a wall-clock budget, its steps
+come from the scale's measured step time on this device or, where there is none,
+from a short calibration run of the same command. The end is
 DIR/TABLE.md: the measured table (median and range over the seeds) beside the
 paper's figures, whether each effect exceeded the seed spread, the hardware,
 the commands and their wall times.
@@ -26,6 +28,7 @@ the commands and their wall times.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     from model.experiments.experiment import select_runs, steps
     from model.experiments.plan import Work
     from model.experiments.prepare import prepared_work
-    from model.experiments.report import record_hardware, write
+    from model.experiments.report import accelerators, record_hardware, write
     from model.recipes.runner import STOPPED, run
 
     args = parse_args(argv)
@@ -106,6 +109,9 @@ def main(argv=None) -> int:
     table = TABLES[args.table](work)
     if args.prepare:
         return prepare_input(table, work, args.prepare)
+    if not (args.dry_run or args.report):
+        # A budgeted run takes its steps from the scale's measured step time on this device.
+        work = dataclasses.replace(work, device=next(iter(accelerators()), None))
     try:
         work = prepared_work(table, work)
         table = TABLES[args.table](work)

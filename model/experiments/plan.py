@@ -57,12 +57,14 @@ class Pretraining:
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """The work directory, the data directory and the scale of one experiment."""
+    """The work directory, the data directory and the scale of one experiment; `device`: the
+    accelerator's kind where the commands run ("NVIDIA H200"; None: not known, or a CPU)."""
 
     work: str
     data: str
     scale: Scale
     vocab: str = DEFAULT_VOCAB
+    device: str | None = None
 
     def w(self, *parts) -> str:
         return os.path.join(self.work, *parts)
@@ -209,8 +211,17 @@ class Work:
             argv += ["--steps-per-call", str(s.steps_per_call)]
         return tuple(argv)
 
+    def known_step_seconds(self, p: Pretraining) -> float | None:
+        """The scale's measured seconds a step of `p`'s run on this device, if it has them."""
+        run = f"{p.name}-{self.size_of(p)}"
+        for device, name, seconds in self.scale.step_seconds:
+            if device == self.device and name == run:
+                return seconds
+        return None
+
     def pretrain(self, p: Pretraining) -> list[Command]:
-        """The run of `p` (after a calibration run when the scale has a time budget)."""
+        """The run of `p` (after a calibration run when the scale has a time budget and no
+        measured step time for this device)."""
         run = self.run_dir(p)
         done = os.path.join(run, "train_summary.json")
         s = self.scale
@@ -219,6 +230,11 @@ class Work:
         if not s.budget_seconds:
             every = str(max(1, s.steps // s.checkpoints))
             return [Command("model.train", self.pretrain_argv(p, run, str(s.steps), every), done)]
+        known = self.known_step_seconds(p)
+        if known is not None:
+            steps = self.steps_for(known)
+            every = str(steps // s.checkpoints)
+            return [Command("model.train", self.pretrain_argv(p, run, str(steps), every), done)]
         calibration = self.w("calibration", self.run_name(p))
         n = s.calibration_steps
         calibrate = Command(
@@ -238,17 +254,19 @@ class Work:
         return [calibrate, Command("model.train", self.pretrain_argv(p, run, steps, every), done)]
 
     def budgeted_steps(self, calibration: str) -> int:
-        """The scale's budget over the calibration run's seconds per step, rounded up to a
-        whole number of checkpoint intervals (each a whole number of compiled calls when the
-        scale sets `steps_per_call`). The seconds are those inside the training steps
-        (`seconds_in_steps`): a 30-step run's one held-out evaluation and saves would count
-        several times more per step than in the long run (the wall time of a run written before
-        that field existed is used as it is)."""
+        """The scale's budget over the calibration run's seconds per step (`steps_for`). The
+        seconds are those inside the training steps (`seconds_in_steps`): a 30-step run's one
+        held-out evaluation and saves would count several times more per step than in the long
+        run (the wall time of a run written before that field existed is used as it is)."""
         summary = read_json(os.path.join(calibration, "train_summary.json"))
         seconds = summary.get("seconds_in_steps") or summary.get("seconds_this_run")
         if not summary.get("steps_this_run") or not seconds:
             raise ValueError(f"{calibration}: no timed steps in train_summary.json")
-        per_step = seconds / summary["steps_this_run"]
+        return self.steps_for(seconds / summary["steps_this_run"])
+
+    def steps_for(self, per_step: float) -> int:
+        """The scale's budget at `per_step` seconds a step, rounded up to a whole number of
+        checkpoint intervals (of whole compiled calls, with `steps_per_call`)."""
         multiple = self.scale.checkpoints * (self.scale.steps_per_call or 1)
         return multiple * math.ceil(self.scale.budget_seconds / per_step / multiple)
 

@@ -80,14 +80,20 @@ def hardware_text(work: Work) -> str:
     return "; ".join(machines)
 
 
-def accelerator() -> str:
-    """ "N x DEVICE KIND, " of the JAX backend's accelerators (the commands ran there), or ""."""
+def accelerators() -> list[str]:
+    """The device kinds of the JAX backend's accelerators ("NVIDIA H200"), where the commands
+    run; [] on a CPU or under another backend."""
     if os.environ.get("KERAS_BACKEND") != "jax":
-        return ""
+        return []
     import jax
 
-    devices = [d for d in jax.devices() if d.platform != "cpu"]
-    return f"{len(devices)} x {devices[0].device_kind}, " if devices else ""
+    return [d.device_kind for d in jax.devices() if d.platform != "cpu"]
+
+
+def accelerator() -> str:
+    """ "N x DEVICE KIND, " of the JAX backend's accelerators, or ""."""
+    devices = accelerators()
+    return f"{len(devices)} x {devices[0]}, " if devices else ""
 
 
 def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]:

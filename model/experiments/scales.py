@@ -64,6 +64,9 @@ class Scale:
     static_copies: the static-masking row's copies of each sequence (`--dupe-factor`).
     table_sizes: a table's own model size where it is not `size`: (table, preset) pairs.
     tagger_flags: extra `model.feature_tagger` flags (default: the paper's tagger).
+    step_seconds: measured seconds a pre-training step, (device kind, run, s) triples with
+        the run as "NAME-SIZE" ("bert-mini"): a budgeted run on such a device takes its steps
+        from here, not from a calibration run.
     executable: whether this scale is meant to run here (paper: --dry-run only).
     """
 
@@ -89,6 +92,7 @@ class Scale:
     static_copies: int = 10
     table_sizes: tuple[tuple[str, str], ...] = ()
     tagger_flags: tuple[str, ...] = ()
+    step_seconds: tuple[tuple[str, str, float], ...] = ()
     executable: bool = True
 
     def budget_text(self) -> str:
@@ -212,6 +216,11 @@ SCALES = {
         # 10 copies were over its 40 epochs (10 copies would each be seen once or not at all).
         static_copies=1,
         table_sizes=(("beyond-bert", "electra-small"),),
+        # The steps of whole 60-s runs (seconds_in_steps / steps_this_run of train_summary.json;
+        # docs/experiments.md#the-gpu-scale-one-table-on-one-rented-gpu). A 100-step
+        # calibration run measured 15 ms for the step that takes 9.0 ms in the run itself: the
+        # first calls after the compiled one are slower, and the run got 36 s of steps.
+        step_seconds=(("NVIDIA H200", "bert-mini", 0.00899),),
     ),
     # The papers' BERT-Base schedule (1M steps of 256 x 128; the paper's last 10 % at 512 is
     # the documented second phase, docs/pretraining.md): for GPUs and TPUs, printed here.
