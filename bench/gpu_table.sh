@@ -41,9 +41,15 @@ prepare() {
   tar -C "$input" -cJf "$JOB/input.tar.xz" . && rm -rf "$input"
   # DONE=WORK: what earlier calls measured (merged into WORK) goes along, so that the call
   # skips those commands (their metrics.json exists) and starts on what is left.
+  # Only RUNS' results (all, without RUNS): a call needs no others.
   if [ -n "${DONE:-}" ]; then
-    (cd "$DONE" && { find finetune features -name metrics.json; find mlm -name '*.json'; } \
-      2>/dev/null | tar -cJf "$JOB/done.tar.xz" -T -) || return 1
+    (cd "$DONE" && if [ -n "${RUNS:-}" ]; then
+      for r in ${RUNS//,/ }; do
+        find "finetune/$r" "features/$r" -name metrics.json; find mlm -name "$r.json"
+      done
+    else
+      find finetune features -name metrics.json; find mlm -name '*.json'
+    fi 2>/dev/null | tar -cJf "$JOB/done.tar.xz" -T -) || return 1
     echo "done.tar.xz: $(tar -tJf "$JOB/done.tar.xz" | wc -l) finished results of $DONE"
   fi
   du -sh "$JOB"/*; du -sh "$JOB"
