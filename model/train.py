@@ -80,6 +80,15 @@ from model.training.strategy import STRATEGIES
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
+def seed_list(text: str) -> list[int]:
+    """`--seeds 1,2,3`."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated whole numbers, got {text!r}") from None
+    return seeds
+
+
 def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, help="run directory (resumes if it has checkpoints)")
     p.add_argument(
@@ -325,6 +334,15 @@ def parse_args(argv):
         metavar="K",
         help="with --device-data: training steps in one compiled call (default 50: "
         "model/training/finetune.py's DEVICE_STEPS_PER_CALL)",
+    )
+    g.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        metavar="S,S,...",
+        help="with --device-data: these seeds (in place of --seed) trained together in one "
+        "compiled program, each its own run; --output names each seed's directory with "
+        "{seed} (runs/sst2-seed{seed})",
     )
     add_common_flags(fine)
     # None: the task's own default (model/tasks/*), else the paper's.

@@ -219,6 +219,30 @@ def test_a_measured_step_time_replaces_the_calibration_run_on_its_device(tmp_pat
         assert len(pretrainings(device)["bert-mini-seed1"]) == 2
 
 
+def test_the_gpu_scale_fine_tunes_the_three_seeds_in_one_command(tmp_path):
+    """`finetune --seeds 1,2,3` (one compiled program): one command a task and row, each
+    seed's own directory, done when the last seed's metrics.json exists; the cpu scale runs
+    a command a seed."""
+    from model.experiments.experiment import steps
+    from model.experiments.plan import Work
+
+    def fine_tunings(scale):
+        work = Work(str(tmp_path), "data", SCALES[scale])
+        plan = steps(TABLES["pretraining-tasks"](work), work)
+        step = next(s for s in plan if s.name == "bert-mini-seed1")
+        return [c for c in step.commands if c.argv[0] == "finetune"]
+
+    gpu = fine_tunings("gpu")
+    assert len(gpu) == 4  # sst2, mrpc, conll2003, squad1
+    sst2 = next(c for c in gpu if "sst2" in c.argv)
+    argv = list(sst2.argv)
+    assert argv[argv.index("--seeds") + 1] == "1,2,3" and "--seed" not in argv
+    output = argv[argv.index("--output") + 1]
+    assert output.endswith(os.path.join("bert-mini-seed1", "sst2-seed{seed}"))
+    assert sst2.output == output.replace("{seed}", "3") + os.sep + "metrics.json"
+    assert len(fine_tunings("cpu")) == 12
+
+
 def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error():
     from model.experiments.report import effect
 

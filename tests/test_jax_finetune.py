@@ -436,6 +436,48 @@ def test_device_data_finetune_rounds_to_calls_resumes_and_scores(tmp_path, monke
     assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
 
 
+@pytest.mark.slow
+def test_seeds_trained_together_end_where_each_run_alone_does(tmp_path, monkeypatch):
+    """`--seeds 3,4` (one compiled program for both) writes each seed's own run, whose
+    weights and dev history are those of `--seed 3` and `--seed 4` run alone (dropout on:
+    each seed keeps its own head, example order and dropout masks)."""
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    data = write_sst2(tmp_path / "SST-2", train=32, dev=8, seed=3)
+    init = make_init(tmp_path)
+    extra = ["--device-data", "--steps-per-call", "4", "--checkpoint-every", "4"]
+
+    def argv(output, *seed):
+        return finetune_argv("sst2", data, init, output, epochs="2", extra=[*extra, *seed])
+
+    stdout = run_module_ok("model.train", argv(tmp_path / "together-{seed}", "--seeds", "3,4"))
+    assert "loss " in stdout and "/" in stdout.split("loss ")[1].split(",")[0]  # both seeds
+    for seed in (3, 4):
+        alone = tmp_path / f"alone-{seed}"
+        run_module_ok("model.train", argv(alone, "--seed", str(seed)))
+        together = tmp_path / f"together-{seed}"
+        assert_same_weights(alone / "model.weights.h5", together / "model.weights.h5", 1e-5)
+        a, b = (json.loads((d / "metrics.json").read_text()) for d in (alone, together))
+        assert [r["accuracy"] for r in b["history"]] == [r["accuracy"] for r in a["history"]]
+        assert b["seed"] == seed and "--seeds" not in b["command"]
+        assert not (together / "checkpoints").exists()
+    weights = [weights_of(tmp_path / f"together-{s}" / "model.weights.h5") for s in (3, 4)]
+    assert any(not np.allclose(weights[0][k], weights[1][k]) for k in weights[0])  # apart
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--seeds", "1,2"], "--seeds trains its seeds together: it needs --device-data"),
+        (["--seeds", "1,1", "--device-data"], "a seed is given twice"),
+        (["--seeds", "1,2", "--device-data"], "--output names each seed's directory"),
+    ],
+)
+def test_seeds_flags_are_checked_before_anything_is_read(tmp_path, capsys, extra, message):
+    argv = finetune_argv("sst2", tmp_path, tmp_path, tmp_path / "out")  # no data, no model
+    assert run_train([*argv, *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
 def jax_tree_leaves(out):
     return [out[k] for k in sorted(out)] if isinstance(out, dict) else [out]
 

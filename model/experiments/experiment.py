@@ -76,9 +76,9 @@ def select_runs(plan: list[Step], runs: str | None) -> list[Step]:
 
 def column_commands(column, row, work: Work) -> list:
     if column.kind == "finetune":
+        seeds = [None] if work.scale.seeds_together else work.scale.seeds
         return [
-            work.finetune(row.run, column.arg, seed, row.checkpoint, row.bilstm)
-            for seed in work.scale.seeds
+            work.finetune(row.run, column.arg, seed, row.checkpoint, row.bilstm) for seed in seeds
         ]
     if row.checkpoint is not None or row.bilstm:
         raise ValueError(f"{row.label}: only fine-tuning starts from a checkpoint or a BiLSTM")

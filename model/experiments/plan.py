@@ -90,7 +90,7 @@ class Work:
         self,
         p: Pretraining,
         task: str,
-        seed: int,
+        seed: int | str,
         checkpoint: int | None = None,
         bilstm: bool = False,
     ) -> str:
@@ -274,14 +274,22 @@ class Work:
         self,
         p: Pretraining,
         task: str,
-        seed: int,
+        seed: int | None,
         checkpoint: int | None = None,
         bilstm: bool = False,
     ) -> Command:
         """Fine-tuning `task` from the run of `p` (from its checkpoint `checkpoint` of the
-        scale's, when given; with a BiLSTM on the encoder, when `bilstm`)."""
+        scale's, when given; with a BiLSTM on the encoder, when `bilstm`). `seed` None: every
+        seed of the scale in one command (`--seeds`, trained together), done when the last
+        seed's metrics.json is written (the seeds' are written in order)."""
         t = self.scale.tasks[task]
-        out = self.finetune_dir(p, task, seed, checkpoint, bilstm)
+        if seed is None:
+            out = self.finetune_dir(p, task, "{seed}", checkpoint, bilstm)
+            seeds = ("--seeds", ",".join(map(str, self.scale.seeds)))
+            last = self.finetune_dir(p, task, self.scale.seeds[-1], checkpoint, bilstm)
+        else:
+            out = self.finetune_dir(p, task, seed, checkpoint, bilstm)
+            seeds, last = ("--seed", str(seed)), out
         init = self.run_dir(p)
         if checkpoint is not None and checkpoint != self.scale.checkpoints:
             k, n = checkpoint, self.scale.checkpoints
@@ -302,13 +310,12 @@ class Work:
             init,
             "--output",
             out,
-            "--seed",
-            str(seed),
+            *seeds,
             *t.flags,
             *(("--bilstm", str(self.bilstm_units(p))) if bilstm else ()),
             *self.scale.finetune_flags,
         )
-        return Command("model.train", argv, os.path.join(out, "metrics.json"))
+        return Command("model.train", argv, os.path.join(last, "metrics.json"))
 
     def feature_tagger(
         self, p: Pretraining, layers: str, seed: int, combine: str = "concat"

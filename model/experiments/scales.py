@@ -67,6 +67,8 @@ class Scale:
     step_seconds: measured seconds a pre-training step, (device kind, run, s) triples with
         the run as "NAME-SIZE" ("bert-mini"): a budgeted run on such a device takes its steps
         from here, not from a calibration run.
+    seeds_together: each fine-tuning's seeds in one command (`finetune --seeds`, one
+        compiled program for all of them; needs `--device-data` in `finetune_flags`).
     executable: whether this scale is meant to run here (paper: --dry-run only).
     """
 
@@ -93,6 +95,7 @@ class Scale:
     table_sizes: tuple[tuple[str, str], ...] = ()
     tagger_flags: tuple[str, ...] = ()
     step_seconds: tuple[tuple[str, str, float], ...] = ()
+    seeds_together: bool = False
     executable: bool = True
 
     def budget_text(self) -> str:
@@ -221,6 +224,7 @@ SCALES = {
         # calibration run measured 15 ms for the step that takes 9.0 ms in the run itself: the
         # first calls after the compiled one are slower, and the run got 36 s of steps.
         step_seconds=(("NVIDIA H200", "bert-mini", 0.00899),),
+        seeds_together=True,
     ),
     # The papers' BERT-Base schedule (1M steps of 256 x 128; the paper's last 10 % at 512 is
     # the documented second phase, docs/pretraining.md): for GPUs and TPUs, printed here.

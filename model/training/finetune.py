@@ -75,6 +75,10 @@ steps) and the dev metrics go to OUTPUT/logs/scalars.csv (`tag,step,value`).
 `--steps-per-call` full-length steps in one compiled call (`model/training/seeds.py`), in
 its own example order; an epoch is rounded up to whole calls, and the dev evaluation pads
 every batch to one shape (`fixed_shape`), so a GPU compiles one program for it.
+`--seeds 1,2,3` with it trains those seeds together, one compiled program for all (a small
+model's steps leave an accelerator mostly idle, so three cost about one): each seed is its
+own run, in `--output` with {seed} filled in (`runs/sst2-seed{seed}`), with its own head,
+example order, dropout, checkpoints and metrics.json, ending where `--seed S` alone would.
 """
 
 from __future__ import annotations
@@ -132,35 +136,84 @@ def finetune(args) -> int:
 
     The stages, in the order they run. The backends differ in `_runtime` (the
     strategy and the batches), `_callbacks` (TensorBoard or a CSV) and
-    `_build`'s compile flag, nowhere else.
+    `_build`'s compile flag, nowhere else. `--seeds` (with --device-data) makes one
+    run of these stages per seed, trained together in one compiled program.
     """
-    import keras
-
     task = _task(args)
     args = resolve_defaults(args, task)
     _check(args)
+    runs, runtime = [], None
+    for seed_args in per_seed(args):
+        runs.append(_run(seed_args, task, runtime))
+        runtime = runs[0].runtime  # the seeds share the features on the device and a trainer
+    if len({run.done for run in runs}) > 1:
+        raise ValueError(
+            "--seeds: the seeds' checkpoints are at different steps ("
+            + ", ".join(f"{run.args.output}: {run.done}" for run in runs)
+            + "); remove their checkpoints/ folders to start again"
+        )
+    if not _loop(args, runs):
+        return 3
+    for run in runs:
+        _finish(run)
+    return 0
+
+
+def per_seed(args) -> list:
+    """`args` for each seed of --seeds (its --output with {seed} filled in), or [args]."""
+    if not getattr(args, "seeds", None):
+        return [args]
+    out = []
+    for seed in args.seeds:
+        one = copy.copy(args)
+        # its metrics.json's command is this seed's run alone: the same result
+        one.seed, one.seeds = seed, None
+        one.output = args.output.replace("{seed}", str(seed))
+        out.append(one)
+    return out
+
+
+def _run(args, task, runtime=None):
+    """One seed's run: its data, --init, model, callbacks and resumed progress."""
+    import keras
+
     data = _data(args, task)  # first: a malformed row stops the run before a checkpoint loads
     init = _init(args)
     encoded = _encoded(task, data, init.tokenizer, args)
     keras.utils.set_random_seed(args.seed)
     keras.mixed_precision.set_global_policy(args.mixed_precision)
-    runtime = _runtime(args, encoded)
+    runtime = runtime or _runtime(args, encoded)
     schedule = _schedule(args, task, data, runtime, len(encoded))
     model, pooler_frozen = _build(args, task, init, runtime, schedule)
     callbacks, log_dev = _callbacks(args, runtime, schedule.total_steps)
     checkpoint, progress, done = _resume(args, runtime, model)
-    run = types.SimpleNamespace(
-        task=task, data=data, init=init, runtime=runtime, schedule=schedule, model=model, done=done
+    return types.SimpleNamespace(
+        args=args,
+        task=task,
+        data=data,
+        init=init,
+        runtime=runtime,
+        schedule=schedule,
+        model=model,
+        done=done,
+        pooler_frozen=pooler_frozen,
+        num_train=len(encoded),
+        callbacks=[checkpoint, *callbacks],
+        log_dev=log_dev,
+        checkpoint=checkpoint,
+        progress=progress,
     )
-    if not _loop(args, run, [checkpoint, *callbacks], checkpoint, progress, log_dev):
-        return 3
-    best = progress["best"]
-    if not data.dev_sets:
-        best = progress["history"][-1] if progress["history"] else None
-        _save(args, run, best or {})
-    _summarise(args, run, progress, best, pooler_frozen, len(encoded))
-    checkpoint.remove_all()  # the model directory is complete without them
-    return 0
+
+
+def _finish(run) -> None:
+    """metrics.json of the best epoch (the last without a dev set, its model saved then);
+    the resumable checkpoints removed: the model directory is complete without them."""
+    best = run.progress["best"]
+    if not run.data.dev_sets:
+        best = run.progress["history"][-1] if run.progress["history"] else None
+        _save(run.args, run, best or {})
+    _summarise(run.args, run, run.progress, best, run.pooler_frozen, run.num_train)
+    run.checkpoint.remove_all()
 
 
 def _task(args):
@@ -192,6 +245,16 @@ def _check(args) -> None:
     steps_per_call = getattr(args, "steps_per_call", None)
     if steps_per_call is not None and (not device_data or steps_per_call < 1):
         raise ValueError("--steps-per-call takes a positive number, with --device-data")
+    seeds = getattr(args, "seeds", None)
+    if seeds:
+        if not device_data:
+            raise ValueError("--seeds trains its seeds together: it needs --device-data")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"--seeds: a seed is given twice ({seeds})")
+        if len(seeds) > 1 and "{seed}" not in args.output:
+            raise ValueError(
+                "--seeds: --output names each seed's directory with {seed} (runs/sst2-seed{seed})"
+            )
     if device_data:
         import keras
 
@@ -542,71 +605,78 @@ def _resume(args, runtime, model):
     return checkpoint, progress, done
 
 
-def _loop(args, run, callbacks, checkpoint, progress, log_dev) -> bool:
-    """Every epoch: train it (from where a restart left off), then score it on the
-    dev sets and keep the best. False when the loss stopped being finite."""
-    steps_per_epoch = run.schedule.steps_per_epoch
-    run.start = time.time() - progress["wall_seconds"]
+def _loop(args, runs) -> bool:
+    """Every epoch: train it (from where a restart left off; the seeds of --seeds together),
+    then score each run on the dev sets and keep its best. False when the loss stopped
+    being finite."""
+    lead = runs[0]
+    steps_per_epoch = lead.schedule.steps_per_epoch
+    for run in runs:
+        run.start = time.time() - run.progress["wall_seconds"]
     for epoch in range(math.ceil(args.epochs)):
-        epoch_end = min((epoch + 1) * steps_per_epoch, run.schedule.total_steps)
-        if any(record["step"] == epoch_end for record in progress["history"]):
+        epoch_end = min((epoch + 1) * steps_per_epoch, lead.schedule.total_steps)
+        if any(record["step"] == epoch_end for record in lead.progress["history"]):
             continue  # trained and scored before a restart
-        done = run.done
-        if epoch_end > done and getattr(run.runtime, "steps_per_call", None):
-            if not _device_fit(args, run, checkpoint, epoch_end):
+        done = lead.done
+        if epoch_end > done and getattr(lead.runtime, "steps_per_call", None):
+            if not _device_fit(args, runs, epoch_end):
                 return False
         elif epoch_end > done:
-            run.model.fit(
-                run.runtime.dataset(epoch, done - epoch * steps_per_epoch),  # > 0: resumed inside
+            lead.model.fit(
+                lead.runtime.dataset(epoch, done - epoch * steps_per_epoch),  # > 0: resumed inside
                 initial_epoch=epoch,
                 epochs=epoch + 1,
                 steps_per_epoch=epoch_end - done,
-                callbacks=callbacks,
+                callbacks=lead.callbacks,
                 shuffle=False,
                 verbose=1 if sys.stdout.isatty() else 2,
             )
-            if run.model.stop_training:
+            if lead.model.stop_training:
                 print(
                     f"error: training stopped in epoch {epoch + 1}: the loss is not finite; "
-                    f"the last good checkpoint is kept in {checkpoint.directory}",
+                    f"the last good checkpoint is kept in {lead.checkpoint.directory}",
                     file=sys.stderr,
                 )
                 return False
-            run.done = epoch_end
-        _score(args, run, progress, log_dev)
-        checkpoint.update_state()  # this epoch is scored: a restart skips it
+            lead.done = epoch_end
+        for run in runs:
+            _score(run.args, run, run.progress, run.log_dev)
+            run.checkpoint.update_state()  # this epoch is scored: a restart skips it
     return True
 
 
-def _device_fit(args, run, checkpoint, epoch_end: int) -> bool:
-    """--device-data: trains from `run.done` to `epoch_end` in whole calls, the weights
-    written back and checkpointed every --checkpoint-every steps (rounded up to a call)
-    and at the end; False, with the last good checkpoint kept, when the loss is not finite."""
+def _device_fit(args, runs, epoch_end: int) -> bool:
+    """--device-data: trains every run from `done` to `epoch_end` in whole calls (the seeds
+    of --seeds in one program), the weights written back and checkpointed every
+    --checkpoint-every steps (rounded up to a call) and at the end; False, with the last
+    good checkpoints kept, when a seed's loss is not finite."""
     import numpy as np
 
     from model.training.seeds import SeedTrainer
 
-    runtime, k = run.runtime, run.runtime.steps_per_call
+    lead = runs[0]
+    runtime, k = lead.runtime, lead.runtime.steps_per_call
     if runtime.trainer is None:
         x, y = runtime.encoded.x, runtime.encoded.y
-        runtime.trainer = SeedTrainer([run.model], x, y, args.batch_size, k, seeds=[args.seed])
-        runtime.trainer.step = run.done  # a resumed run goes on in the same example order
+        models, seeds = [r.model for r in runs], [r.args.seed for r in runs]
+        runtime.trainer = SeedTrainer(models, x, y, args.batch_size, k, seeds=seeds)
+        runtime.trainer.step = lead.done  # a resumed run goes on in the same example order
     chunk = max(k, args.checkpoint_every // k * k)
-    while run.done < epoch_end:
-        began, steps = time.time(), min(chunk, epoch_end - run.done)
+    while lead.done < epoch_end:
+        began, steps = time.time(), min(chunk, epoch_end - lead.done)
         logs = runtime.trainer.run(steps)
-        loss = float(np.asarray(logs.get("loss", np.zeros(1)))[0])
+        losses = np.asarray(logs.get("loss", np.zeros(len(runs))), dtype=float).reshape(-1)
         runtime.trainer.reset_metrics()
-        if not np.isfinite(loss):
-            print(f"error: the loss is not finite at step {run.done + steps}", file=sys.stderr)
+        if not np.all(np.isfinite(losses)):
+            print(f"error: the loss is not finite at step {lead.done + steps}", file=sys.stderr)
             return False
-        run.done += steps
         runtime.trainer.write_back()
-        checkpoint.save(run.done)
-        rate = steps * args.batch_size / (time.time() - began)
-        print(
-            f"step {run.done}/{run.schedule.total_steps}: loss {loss:.4f}, {rate:,.0f} examples/s"
-        )
+        for run in runs:
+            run.done += steps
+            run.checkpoint.save(run.done)
+        rate = steps * args.batch_size * len(runs) / (time.time() - began)
+        loss = "/".join(f"{v:.4f}" for v in losses)
+        print(f"step {lead.done}/{lead.schedule.total_steps}: loss {loss}, {rate:,.0f} examples/s")
     return True
 
 
