@@ -505,6 +505,7 @@ def test_device_data_flags_are_checked_before_anything_is_read(tmp_path, capsys,
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_multiple_choice_model_builds_and_runs_under_jax():
     """JAX builds functional models by shape inference: the SWAG head's reshape
     layer must say its output shape (it did not, and JAX runs of SWAG failed)."""

@@ -30,6 +30,7 @@ from tests.helpers import (
     measured_cells,
     pretrain_argv,
     run_module,
+    subprocess_env,
 )
 
 REQUIREMENTS = os.path.join(REPO_ROOT, "model", "requirements-jax.txt")
@@ -69,16 +70,40 @@ RUNS = {  # objective: (records, flags)
 }  # the host pipeline (a PyDataset): every table's pre-trainings, below
 
 
+# The commands of `runs`, one after the other in one process (as `model.experiments
+# --in-process` runs them on a GPU): the imports are paid once.
+IN_ONE_PROCESS = """
+import json, sys
+from model.train import main
+for argv in json.loads(sys.argv[1]):
+    if main(argv) != 0:
+        sys.exit(f"failed: python -m model.train {' '.join(argv)}")
+"""
+
+
 @pytest.fixture(scope="module")
 def runs(jax_python, records, tmp_path_factory):
+    import subprocess
+
     root = tmp_path_factory.mktemp("runs")
-    out = {}
+    argvs = []
     for objective, (kind, flags) in RUNS.items():
-        output = root / objective
         extra = ["--objective", objective, *flags, "--steps-per-call", "5"]
-        run(jax_python, "model.train", pretrain_argv(records[kind], output, steps=10, extra=extra))
-        with open(output / "train_summary.json", encoding="utf-8") as f:
-            out[objective] = (str(output), json.load(f))
+        argv = pretrain_argv(records[kind], root / objective, steps=10, extra=extra)
+        argvs.append([str(a) for a in argv])
+    done = subprocess.run(
+        [jax_python, "-c", IN_ONE_PROCESS, json.dumps(argvs)],
+        cwd=REPO_ROOT,
+        env={**subprocess_env(), "KERAS_BACKEND": "jax"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = {}
+    for objective in RUNS:
+        with open(root / objective / "train_summary.json", encoding="utf-8") as f:
+            out[objective] = (str(root / objective), json.load(f))
     return out
 
 
@@ -94,17 +119,20 @@ def test_every_objective_pretrains_without_tensorflow(runs, objective):
 
 
 def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
+    """As a GPU call fine-tunes: the features on the device, two seeds in one program."""
     encoder = runs["bert"][0]
-    classifier = tmp_path / "sst2"
     run(
         jax_python,
         "model.train",
         [
             "finetune", "--task", "sst2", "--data", SST2, "--init", encoder, "--output",
-            classifier, "--epochs", "1", "--max-train-examples", "32", "--batch-size", "8",
-            "--seq-len", "32",
+            tmp_path / "sst2-{seed}", "--epochs", "1", "--max-train-examples", "32",
+            "--batch-size", "8", "--seq-len", "32", "--device-data", "--steps-per-call", "2",
+            "--seeds", "1,2",
         ],
     )  # fmt: skip
+    classifier = tmp_path / "sst2-2"
+    assert json.loads((classifier / "metrics.json").read_text())["seed"] == 2
     done = run(
         jax_python,
         "model.evaluate",

@@ -100,6 +100,7 @@ def test_every_objective_overfits_one_batch(name, records):
         loss=objective.losses(),
         loss_weights=objective.loss_weights(),
         weighted_metrics=objective.metrics(),
+        jit_compile=False,  # XLA's compile of a tiny model takes longer than its 60 steps
     )
     first = model.evaluate(x, y, sample_weight=sw, verbose=0, return_dict=True)["loss"]
     for _ in range(60):
