@@ -70,36 +70,41 @@ RUNS = {  # objective: (records, flags)
 }  # the host pipeline (a PyDataset): every table's pre-trainings, below
 
 
-# The commands of `runs`, one after the other in one process (as `model.experiments
-# --in-process` runs them on a GPU): the imports are paid once.
+# Commands one after the other in one process (as `model.experiments --in-process` runs them
+# on a GPU): the imports are paid once, and a program compiled for one is reused by the next.
 IN_ONE_PROCESS = """
-import json, sys
-from model.train import main
-for argv in json.loads(sys.argv[1]):
-    if main(argv) != 0:
-        sys.exit(f"failed: python -m model.train {' '.join(argv)}")
+import importlib, json, sys
+main = importlib.import_module(sys.argv[1]).main
+for argv in json.loads(sys.argv[2]):
+    if main(argv) not in (0, None):
+        sys.exit(f"failed: python -m {sys.argv[1]} {' '.join(argv)}")
 """
 
 
-@pytest.fixture(scope="module")
-def runs(jax_python, records, tmp_path_factory):
+def run_in_one_process(python, module, argvs, timeout=900):
     import subprocess
 
-    root = tmp_path_factory.mktemp("runs")
-    argvs = []
-    for objective, (kind, flags) in RUNS.items():
-        extra = ["--objective", objective, *flags, "--steps-per-call", "5"]
-        argv = pretrain_argv(records[kind], root / objective, steps=10, extra=extra)
-        argvs.append([str(a) for a in argv])
+    argvs = [[str(a) for a in argv] for argv in argvs]
     done = subprocess.run(
-        [jax_python, "-c", IN_ONE_PROCESS, json.dumps(argvs)],
+        [python, "-c", IN_ONE_PROCESS, module, json.dumps(argvs)],
         cwd=REPO_ROOT,
         env={**subprocess_env(), "KERAS_BACKEND": "jax"},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def runs(jax_python, records, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    argvs = []
+    for objective, (kind, flags) in RUNS.items():
+        extra = ["--objective", objective, *flags, "--steps-per-call", "5"]
+        argvs.append(pretrain_argv(records[kind], root / objective, steps=10, extra=extra))
+    run_in_one_process(jax_python, "model.train", argvs, timeout=600)
     out = {}
     for objective in RUNS:
         with open(root / objective / "train_summary.json", encoding="utf-8") as f:
@@ -167,9 +172,11 @@ def tables(jax_python, prepared, tmp_path_factory):
     from model.experiments.tables import TABLES
 
     work = tmp_path_factory.mktemp("tables") / "work"
-    for table in TABLES:
-        argv = [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
-        run(jax_python, "model.experiments", argv, timeout=900)
+    argvs = [
+        [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
+        for table in TABLES
+    ]
+    run_in_one_process(jax_python, "model.experiments.__main__", argvs, timeout=1500)
     return work
 
 
