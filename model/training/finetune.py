@@ -211,8 +211,8 @@ def _finish(run) -> None:
     best = run.progress["best"]
     if not run.data.dev_sets:
         best = run.progress["history"][-1] if run.progress["history"] else None
-        _save(run.args, run, best or {})
-    _summarise(run.args, run, run.progress, best, run.pooler_frozen, run.num_train)
+        _save(run, best or {})
+    _summarise(run, best)
     run.checkpoint.remove_all()
 
 
@@ -640,7 +640,7 @@ def _loop(args, runs) -> bool:
                 return False
             lead.done = epoch_end
         for run in runs:
-            _score(run.args, run, run.progress, run.log_dev)
+            _score(run)
             run.checkpoint.update_state()  # this epoch is scored: a restart skips it
     return True
 
@@ -706,10 +706,10 @@ def fixed_shape(predict, rows: int, seq_len: int):
     return run
 
 
-def _score(args, run, progress, log_dev) -> None:
+def _score(run) -> None:
     """Scores the model on the dev sets, logs it, and saves it (with this epoch's
     predictions) when it is the best so far by the task's main metric."""
-    task, done = run.task, run.done
+    args, task, done, progress = run.args, run.task, run.done, run.progress
     # This epoch's predictions (SQuAD's) wait here until it proves the best.
     scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=args.output)
     try:
@@ -730,7 +730,7 @@ def _score(args, run, progress, log_dev) -> None:
         record = {"epoch": round(done / run.schedule.steps_per_epoch, 4), "step": done, **metrics}
         progress["history"].append(record)
         progress["wall_seconds"] = time.time() - run.start
-        log_dev(done, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        run.log_dev(done, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         if not metrics:
             return
         score = metrics.get(task.main_metric)
@@ -746,19 +746,20 @@ def _score(args, run, progress, log_dev) -> None:
         best = progress["best"]
         if best is None or score > best[task.main_metric]:
             progress["best"] = record
-            _save(args, run, record)
+            _save(run, record)
             publish_predictions(scratch, args.output)
             print("  the best epoch so far: its model is kept")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _save(args, run, record: dict) -> None:
+def _save(run, record: dict) -> None:
     """The model directory of `record`'s epoch (with SQuAD v2.0's dev-tuned null
     threshold), and the label map of a task with named labels."""
     from model.checkpoints import model_dir
     from model.io.files import write_json
 
+    args = run.args
     extra = {"finetuned_task": run.task.name, "max_seq_length": args.seq_len}
     if getattr(run.task, "document_context", False):
         extra["document_context"] = True  # model.evaluate and export read it
@@ -772,13 +773,14 @@ def _save(args, run, record: dict) -> None:
         )
 
 
-def _summarise(args, run, progress, best, pooler_frozen: bool, num_train: int) -> None:
+def _summarise(run, best) -> None:
     """OUTPUT/metrics.json: the best dev metrics, every epoch's, and how the run went."""
     import keras
 
     from model.io.files import write_json
 
-    bilstm, done = getattr(args, "bilstm", None), run.done
+    args, progress, done = run.args, run.progress, run.done
+    bilstm = getattr(args, "bilstm", None)
     threshold = (best or {}).get("best_f1_thresh")
     steps_per_epoch = run.schedule.steps_per_epoch
     summary = {
@@ -796,8 +798,8 @@ def _summarise(args, run, progress, best, pooler_frozen: bool, num_train: int) -
         **({"init_step": run.init.step} if run.init.step is not None else {}),
         **({"bilstm_units": bilstm} if bilstm else {}),
         "train_examples": len(run.data.train),
-        "train_features": num_train,
-        "examples_seen": examples_seen(done, steps_per_epoch, args.batch_size, num_train),
+        "train_features": run.num_train,
+        "examples_seen": examples_seen(done, steps_per_epoch, args.batch_size, run.num_train),
         "steps": done,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -811,7 +813,7 @@ def _summarise(args, run, progress, best, pooler_frozen: bool, num_train: int) -
         "backend": keras.backend.backend(),
         "mixed_precision": args.mixed_precision,
         **({"null_threshold": threshold} if threshold is not None else {}),
-        "pooler_frozen": pooler_frozen,
+        "pooler_frozen": run.pooler_frozen,
         "wall_seconds": round(time.time() - run.start, 1),
         "command": command_line(args),
         "argv": sys.argv,
