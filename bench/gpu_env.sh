@@ -19,5 +19,5 @@ python_env() {  # python_env WHEEL_DIR REPO: PY and PYTHONPATH for the commands;
   else
     export PYTHONPATH=$2; PY=${PY:-python3}
   fi
-  export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jc PY
+  export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jc} PY
 }

@@ -15,9 +15,14 @@
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
 # brought back, merged into WORK, travel too, and the call skips those commands (a
-# pre-training whose row is not complete runs again: weights do not come back). Comes back: TABLE.md (the report), run.log,
-# results.tar.xz (every metrics.json, train_summary.json, held-out score, timings.json, the
-# plot). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
+# pre-training whose row is not complete runs again: weights do not come back). JAXCACHE=FILE
+# (prepare): an earlier call's jaxcache.tar.xz, JAX's persistent compilation cache, so that the
+# call loads the programs that one compiled (40-45 s each) instead of compiling them again
+# (JAX's cache key includes the cache's own path: every call uses /tmp/jc, as gpu_env.sh sets);
+# left out, with a note, where .job would pass CAP MiB (default 59). Comes back: TABLE.md (the
+# report), run.log, results.tar.xz (every metrics.json, train_summary.json, held-out score,
+# timings.json, the plot), jaxcache.tar.xz (the compilation cache after the call, where it
+# fits in 16 MiB). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
 # `python -m model.experiments TABLE --scale gpu --work WORK --data INPUT --report`.
 # Measured with it: docs/experiments.md.
 set -u
@@ -52,6 +57,11 @@ prepare() {
     fi 2>/dev/null | tar -cJf "$JOB/done.tar.xz" -T -) || return 1
     echo "done.tar.xz: $(tar -tJf "$JOB/done.tar.xz" | wc -l) finished results of $DONE"
   fi
+  if [ -n "${JAXCACHE:-}" ]; then  # programs an earlier call compiled, where .job has room
+    local mib=$(( ($(du -sb "$JOB" | cut -f1) + $(stat -c %s "$JAXCACHE")) >> 20 ))
+    if [ "$mib" -le "${CAP:-59}" ]; then cp "$JAXCACHE" "$JOB/jaxcache.tar.xz"
+    else echo "note: $JAXCACHE left out: .job would be $mib MiB, over CAP=${CAP:-59}"; fi
+  fi
   du -sh "$JOB"/*; du -sh "$JOB"
 }
 
@@ -62,6 +72,11 @@ run() {
   mkdir -p "$W" "$OUT" && rm -rf "$INPUT" && mkdir -p "$INPUT"
   tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
   if [ -f "$JOB/done.tar.xz" ]; then tar -C "$W" -xJf "$JOB/done.tar.xz" || exit 1; fi
+  mkdir -p "$JAX_COMPILATION_CACHE_DIR"
+  if [ -f "$JOB/jaxcache.tar.xz" ]; then
+    tar -C "$JAX_COMPILATION_CACHE_DIR" -xJf "$JOB/jaxcache.tar.xz" || exit 1
+  fi
+  echo "compilation cache: $(ls "$JAX_COMPILATION_CACHE_DIR" | wc -l) entries at the start"
   (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
   tail -n 2 "$OUT/env.txt"; echo "input ready at $(el) s"
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
@@ -87,6 +102,13 @@ pack() {  # every small result file in one archive; the report beside it
     -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
     > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
+  # The compiled programs, for the next call's JAXCACHE (a file comes back up to 16 MiB).
+  tar -C "$JAX_COMPILATION_CACHE_DIR" -cJf "$OUT/jaxcache.tar.xz" . &&
+    echo "compilation cache: $(ls "$JAX_COMPILATION_CACHE_DIR" | wc -l) entries," \
+      "$(du -sh "$JAX_COMPILATION_CACHE_DIR" | cut -f1), $(du -h "$OUT/jaxcache.tar.xz" | cut -f1) as xz"
+  if [ "$(stat -c %s "$OUT/jaxcache.tar.xz")" -gt $(( 16 << 20 )) ]; then
+    rm "$OUT/jaxcache.tar.xz"; echo "jaxcache.tar.xz over 16 MiB: not brought back"
+  fi
   echo "packed at $(el) s"; ls -la "$OUT"
   grep -E "^\[|^#" "$OUT/run.log" | grep -v "^\[.*\] python" | tail -n 12
 }
