@@ -258,6 +258,81 @@ def test_final_char_span(words, pred, expected):
     assert context[begin:end] == expected.replace(" ", "  ")
 
 
+def google_final_char_span(pred_text, paragraph, first_word, last_word, lowercase):
+    """google's `get_final_text` as run_squad.py writes it (character maps built for each
+    call), on a Paragraph's words: the reference `final_char_span` is held equal to."""
+    from model.text.wordpiece import basic_tokenize
+
+    def strip_spaces(text):
+        ns_chars, ns_to_s_map = [], {}
+        for i, c in enumerate(text):
+            if c != " ":
+                ns_to_s_map[len(ns_chars)] = i
+                ns_chars.append(c)
+        return "".join(ns_chars), ns_to_s_map
+
+    words = paragraph.words[first_word : last_word + 1]
+    whole = (paragraph.starts[first_word], paragraph.word_end(last_word))
+    orig_text = " ".join(words)
+    to_context = []
+    for k, word in enumerate(words):
+        if k:
+            to_context.append(-1)
+        begin = paragraph.starts[first_word + k]
+        to_context.extend(range(begin, begin + len(word)))
+    tok_text = " ".join(basic_tokenize(orig_text, lowercase))
+    start_position = tok_text.find(pred_text)
+    if start_position == -1 or not pred_text:
+        return whole
+    end_position = start_position + len(pred_text) - 1
+    orig_ns_text, orig_ns_to_s_map = strip_spaces(orig_text)
+    tok_ns_text, tok_ns_to_s_map = strip_spaces(tok_text)
+    if len(orig_ns_text) != len(tok_ns_text):
+        return whole
+    tok_s_to_ns_map = {v: k for k, v in tok_ns_to_s_map.items()}
+    orig_start = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start_position, -1))
+    orig_end = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end_position, -1))
+    if orig_start is None or orig_end is None:
+        return whole
+    return to_context[orig_start], to_context[orig_end] + 1
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        "Said: Steve  Smith's (1895-1943). the U.S. yes",
+        "na\u0131\u0308ve cafe\u0301 Caf\u00e9, ok",  # decomposed accents: fewer characters
+        "Tokyo \u6771\u4eac\u90fd\u5e81 is big",  # CJK: a word each
+        "a\u00a0b c\x0bd e\u200bf -- g",  # spaces the tokenizer splits on, dropped characters
+        "\u00bd \ufb01ne \u2163 x",  # NFKC would change these; BERT's normalisation does not
+    ],
+)
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_final_char_span_is_googles(context, lowercase):
+    """Every span of words, with every run of tokens of their basic tokenization (and one
+    that is not there) as the prediction: the same characters as google's maps give."""
+    from model.text.wordpiece import basic_tokenize
+
+    p = Paragraph(context)
+    memo = {}
+    for first in range(len(p.words)):
+        for last in range(first, len(p.words)):
+            tokens = basic_tokenize(" ".join(p.words[first : last + 1]), lowercase)
+            preds = {"[UNK]", ""} | {
+                " ".join(tokens[i:j])
+                for i in range(len(tokens))
+                for j in range(i + 1, len(tokens) + 1)
+            }
+            for pred in preds:
+                expected = google_final_char_span(pred, p, first, last, lowercase)
+                assert final_char_span(pred, p, first, last, lowercase, memo) == expected, (
+                    context,
+                    first,
+                    last,
+                    pred,
+                )
+
+
 def border_paragraph(tokenizer):
     """A context of 40 one-token words (every 7th with a comma, every 5th
     capitalised, some double spaces and newlines), and an answer for every
@@ -747,6 +822,24 @@ def test_real_dev_v1(tokenizer):
                 answer in predicted or len(tokenizer.encode([answer])[0]) > squad.MAX_ANSWER_LENGTH
             ), e.qas_id
     assert misses <= 10
+
+    # Random logits for 1,000 questions: every n-best answer's characters are google's.
+    calls = []
+
+    def both(pred_text, paragraph, first, last, lowercase, memo=None):
+        found = final_char_span(pred_text, paragraph, first, last, lowercase, memo)
+        calls.append(found == google_final_char_span(pred_text, paragraph, first, last, lowercase))
+        return found
+
+    some = examples[:1000]
+    dev = task.encode(some, tokenizer, 384)
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, *dev.x["token_ids"].shape)).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(squad, "final_char_span", both)
+        postprocess(some, dev.meta, dev.x["token_ids"], *logits, tokenizer.vocabulary)
+    assert len(calls) > 5_000
+    assert all(calls)
 
 
 # === Fine-tuning and `python -m model.evaluate` on a tiny SQuAD v2.0 ===

@@ -476,18 +476,13 @@ def encode_squad(
 # === Answers back to the text (google's get_final_text) ===
 
 
-def _strip_spaces(text: str):
-    ns_chars, ns_to_s_map = [], {}
-    for i, c in enumerate(text):
-        if c == " ":
-            continue
-        ns_to_s_map[len(ns_chars)] = i
-        ns_chars.append(c)
-    return "".join(ns_chars), ns_to_s_map
-
-
 def final_char_span(
-    pred_text: str, paragraph: Paragraph, first_word: int, last_word: int, lowercase: bool
+    pred_text: str,
+    paragraph: Paragraph,
+    first_word: int,
+    last_word: int,
+    lowercase: bool,
+    memo: dict | None = None,
 ) -> tuple[int, int]:
     """[start, end) characters of the context that the tokens `pred_text`
     (WordPieces glued back, e.g. "steve smith") cover, inside the words
@@ -498,33 +493,42 @@ def final_char_span(
     characters that are not spaces, which line up one to one unless
     normalisation changed their number; when the lookup or the alignment fails,
     the whole words are the answer.
-    """
-    words = paragraph.words[first_word : last_word + 1]
-    whole = (paragraph.starts[first_word], paragraph.word_end(last_word))
-    orig_text = " ".join(words)
-    # Character of orig_text -> character of the context (-1 for the joining spaces).
-    to_context = []
-    for k, word in enumerate(words):
-        if k:
-            to_context.append(-1)
-        begin = paragraph.starts[first_word + k]
-        to_context.extend(range(begin, begin + len(word)))
 
-    tok_text = " ".join(basic_tokenize(orig_text, lowercase))
-    start_position = tok_text.find(pred_text)
-    if start_position == -1 or not pred_text:
+    The same answer without google's character maps (an n-best list asks this 20 times a
+    question): a word holds no space, so the k-th non-space character is found by counting,
+    and each word is basic-tokenized on its own, which gives what the joined words give (no
+    word of the tokenizer spans a space), once per `memo` (one postprocess call's).
+    """
+    words = range(first_word, last_word + 1)
+    whole = (paragraph.starts[first_word], paragraph.word_end(last_word))
+    memo = {} if memo is None else memo
+    pieces = []
+    for w in words:
+        key = (id(paragraph), w, lowercase)
+        if key not in memo:
+            memo[key] = " ".join(basic_tokenize(paragraph.words[w], lowercase))
+        if memo[key]:
+            pieces.append(memo[key])
+    tok_text = " ".join(pieces)
+    start = tok_text.find(pred_text)
+    if start == -1 or not pred_text:
         return whole
-    end_position = start_position + len(pred_text) - 1
-    orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
-    tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
-    if len(orig_ns_text) != len(tok_ns_text):
-        return whole
-    tok_s_to_ns_map = {v: k for k, v in tok_ns_to_s_map.items()}
-    orig_start = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start_position, -1))
-    orig_end = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end_position, -1))
-    if orig_start is None or orig_end is None:
-        return whole
-    return to_context[orig_start], to_context[orig_end] + 1
+    end = start + len(pred_text) - 1
+    lengths = [len(paragraph.words[w]) for w in words]
+    if sum(lengths) != len(tok_text) - tok_text.count(" "):
+        return whole  # normalisation changed the number of characters
+    if " " in (tok_text[start], tok_text[end]):
+        return whole  # google's maps have no entry for a space
+
+    def context_char(k: int) -> int:  # the k-th non-space character of the words
+        for w, n in zip(words, lengths):
+            if k < n:
+                return paragraph.starts[w] + k
+            k -= n
+        raise AssertionError("counted past the words")
+
+    begin = context_char(start - tok_text.count(" ", 0, start))
+    return begin, context_char(end - tok_text.count(" ", 0, end)) + 1
 
 
 def wordpiece_text(tokens: list[str]) -> str:
@@ -542,6 +546,7 @@ def window_char_span(
     end: int,
     vocabulary: list[str],
     lowercase: bool,
+    memo: dict | None = None,
 ) -> tuple[int, int]:
     """[start, end) characters of the context for tokens `start..end` of window `feature`."""
     first_word = int(windows.token_to_word[feature, start])
@@ -550,7 +555,7 @@ def window_char_span(
         raise ValueError(f"tokens {start}..{end} of window {feature} are not all context")
     tokens = [vocabulary[int(t)] for t in token_ids[feature, start : end + 1]]
     return final_char_span(
-        wordpiece_text(tokens), example.paragraph, first_word, last_word, lowercase
+        wordpiece_text(tokens), example.paragraph, first_word, last_word, lowercase, memo
     )
 
 
@@ -605,6 +610,7 @@ def postprocess(
     for f, i in enumerate(windows.example_index):
         by_example[int(i)].append(f)
     out = SquadPredictions({}, {}, {}, {})
+    memo = {}  # each context word basic-tokenized once (final_char_span)
     for i, example in enumerate(examples):
         prelim = []  # (score, feature, start, end, start_logit, end_logit)
         score_null = math.inf
@@ -654,7 +660,7 @@ def postprocess(
                 break
             if s > 0:  # a span, not the null answer
                 begin, stop = window_char_span(
-                    example, windows, token_ids, f, s, e, vocabulary, lowercase
+                    example, windows, token_ids, f, s, e, vocabulary, lowercase, memo
                 )
                 text = example.context[begin:stop]
                 if text in seen:
