@@ -129,6 +129,7 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         cells += [str(row.paper.get(c, "—")) for c in table.paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## What this scale can show", ""]
+    lines += baselines(table, work, measured)
     lines += judgements(table, work, measured, lower)
     if table.note:
         lines += ["", table.note]
@@ -148,6 +149,37 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         lines.append(f"    {command}{took}")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+    return lines
+
+
+def baselines(table: Table, work: Work, measured: dict) -> list[str]:
+    """A line per classification column: the dev score of answering the training set's most
+    frequent label, and the rows whose every seed scores no more (they learned nothing from
+    the text). None for a task without classes, or whose files are not in `--data`."""
+    from model import tasks
+
+    lines = []
+    for column in table.columns:
+        if column.kind != "finetune":
+            continue
+        task, spec = tasks.get(column.arg), work.scale.tasks[column.arg]
+        if not hasattr(task, "majority_metrics"):
+            continue
+        try:
+            train, dev = task.files(work.d(spec.data))
+            majority = task.majority_metrics(task.read(train), task.read(dev)) if dev else None
+        except (OSError, ValueError):
+            continue
+        score = spec.dev_percent({"dev": majority or {}})
+        if score is None:
+            continue
+        line = f"- {column.name}: the majority class (the training set's most frequent label "
+        line += f"for every dev example) scores {score:.2f}"
+        scores = {r.label: measured[r.label][column.name] for r in table.rows}
+        empty = [label for label, v in scores.items() if v and max(v) <= score + 0.005]
+        if empty:
+            line += f"; no better: {', '.join(empty)} (nothing learned from the text)"
+        lines.append(line + ".")
     return lines
 
 

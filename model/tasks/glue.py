@@ -264,6 +264,18 @@ class GlueTask(Task):
         their argmax: long texts' combined probabilities) against label ids."""
         return {"accuracy": accuracy(y, logits.argmax(-1))}
 
+    def majority_metrics(self, train: list[PairExample], dev: list[PairExample]) -> dict | None:
+        """The metrics of answering the training set's most frequent label for every dev
+        example: what a model that learned nothing from the text scores (MRPC's F1 81.22,
+        every pair a paraphrase). None for a regression."""
+        if self.label_names is None:
+            return None
+        labels = [e.label for e in train]
+        most = max(self.label_names, key=labels.count)  # ties to the first label
+        logits = np.zeros((len(dev), len(self.label_names)))
+        logits[:, self.label_names.index(most)] = 1.0
+        return self.metrics(self._label_ids(dev), logits)
+
 
 # === Long texts: windows ===
 
