@@ -1,7 +1,9 @@
 #!/bin/bash
 # One GPU call, prepared here and run there: bench/gpu.py's pre-training rows, then the SQuAD
-# fine-tunings of the default QA model side by side on the device path, each result written to
-# $OUT as it comes (a call cut off at its limit still returns what is there).
+# fine-tunings of the default QA model side by side on the device path, and beside them the
+# default NER model's recipe on CoNLL-2003 with and without --document-context (seeds 1-3
+# each), each result written to $OUT as it comes (a call cut off at its limit still returns
+# what is there).
 #
 #   bash bench/gpu_call.sh prepare MINILM_MODEL_DIR   # here, the project's environment active:
 #                                                     # .job/ (wheels, float16 start weights,
@@ -12,8 +14,8 @@
 #
 # MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
 # Settings (environment): LIMIT (s, default 555: the QA runs are stopped then and the results
-# packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 (epochs of the
-# full runs / of the per-kind runs). Comes back: gpu.jsonl, gpu.md (if the bench finished),
+# packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN (epochs of the
+# full runs / of the per-kind runs / of the NER runs, default 4). Comes back: gpu.jsonl, gpu.md (if the bench finished),
 # results.tar.xz (every log, metrics, predictions), v2all.f16.h5.partNN (the three-kinds
 # SQuAD v2.0 model's weights as float16, 15 MiB parts: cat them, then
 # `bash bench/gpu_call.sh fp16 up PARTS.h5 model.weights.h5` restores float32). E1 < E2 makes the
@@ -57,6 +59,8 @@ prepare() {
   cp "$minilm/config.json" "$minilm/vocab.txt" "$JOB/minilm/"
   fp16 down "$minilm/model.weights.h5" "$JOB/minilm/model.weights.f16.h5" || return 1
   cp "$squad/train-v1.1.reconstructed.json" "$squad/dev-v1.1.json" "$JOB/data/"
+  mkdir -p "$JOB/data/conll2003" && cp "$REPO/../shared/data/conll2003/"{train,valid}.txt "$JOB/data/conll2003/"
+  xz -T2 -6 -f "$JOB"/data/conll2003/*.txt
   (cd "$REPO" && $py -m model.tasks.squad split-dev --input "$squad/dev-v2.0.reconstructed.json" \
     --tune "$JOB/data/dev-v2.0.A.json" --report "$JOB/data/dev-v2.0.B.json") || return 1
   xz -T2 -6 -f "$JOB"/data/*.json
@@ -84,6 +88,7 @@ run() {
 squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negatives) under $W
   cd "$W" || return 1
   for f in "$JOB"/data/*.xz; do xz -dc "$f" > "$(basename "$f" .xz)"; done
+  mkdir -p conll2003 && for f in "$JOB"/data/conll2003/*.xz; do xz -dc "$f" > "conll2003/$(basename "$f" .xz)"; done
   mkdir -p minilm v1 v2all v2op v2opar
   cp "$JOB/minilm/config.json" "$JOB/minilm/vocab.txt" minilm/
   fp16 up "$JOB/minilm/model.weights.f16.h5" minilm/model.weights.h5
@@ -95,10 +100,11 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
   done
   wait
   for d in v2all v2op v2opar; do cp dev-v2.0.A.json $d/dev-v2.0.json; done  # tuned on A
-  if [ -n "${SMOKE:-}" ]; then  # one article of each file
+  if [ -n "${SMOKE:-}" ]; then  # one article of each file, CoNLL-2003's first documents
     for f in v1/*.json v2*/*.json; do $PY -c "
 import json, sys; j = json.load(open(sys.argv[1])); j['data'] = j['data'][:1]
 json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
+    for f in conll2003/*.txt; do head -n 400 "$f" > "$f.head" && mv "$f.head" "$f"; done
   fi
   echo "prep done at $(el) s"
 }
@@ -106,12 +112,18 @@ json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
 squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best epoch as it goes
   local ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
   [ -n "${SMOKE:-}" ] && ft="$ft --seq-len 128 --steps-per-call 5 --max-train-examples 96"
-  export XLA_PYTHON_CLIENT_MEM_FRACTION=.2
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=.13  # six processes on the one GPU
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
   $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
   $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
-  echo "QA runs started at $(el) s"
+  # The NER default's recipe (model/recipes/defaults.py, less --group-by-length, which the
+  # device path's fixed shapes do not use), the paper's document context against the sentence.
+  local ner="$PY -m model.train finetune --task conll2003 --data $W/conll2003 --init $W/minilm --device-data --seeds 1,2,3 --learning-rate 8e-5 --epochs ${EN:-4}"
+  [ -n "${SMOKE:-}" ] && ner="$ner --seq-len 64 --steps-per-call 5 --max-train-examples 16"
+  $ner --output "$W/r_ner-sentence-seed{seed}" > "$W/logs/ner-sentence.log" 2>&1 &
+  $ner --document-context --output "$W/r_ner-document-seed{seed}" > "$W/logs/ner-document.log" 2>&1 &
+  echo "QA and NER runs started at $(el) s"
   while [ -n "$(jobs -rp)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
   for p in $(jobs -rp); do echo "stopping $p at $(el) s"; kill "$p"; done; wait
   unset XLA_PYTHON_CLIENT_MEM_FRACTION
