@@ -9,8 +9,9 @@
 #   device run:  OUT=$OUT TABLE=pretraining-tasks bash bench/gpu_table.sh run   with carry [".job"]
 #   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python TABLE=... bash bench/gpu_table.sh run  # CPU rehearsal
 #
-# Settings (environment): TABLE, RUNS (a part of the table: `--runs`, the pre-training runs by
-# name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
+# Settings (environment): TABLE (or several, comma-separated: run one after another in one WORK,
+# so that a pre-training serves each, as its weights do not come back), RUNS (a part of the
+# table, of each table: `--runs`, the pre-training runs by name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
 # report is written from what finished), HARD (s at which a command still running is stopped,
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
@@ -66,6 +67,7 @@ prepare() {
 }
 
 run() {
+  : "${TABLE:?TABLE=... (a table, or several comma-separated)}"
   T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
   python_env "$JOB/whl" "$REPO" || exit 1
   W=${W:-/tmp/w}; INPUT=/tmp/input
@@ -82,22 +84,27 @@ run() {
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
   # report is then written by `--report` from what finished), so that packing always happens
   # inside the call's own limit.
-  local limit=${LIMIT:-500} hard=${HARD:-565}
-  (cd "$REPO" && timeout -s INT $(( hard - $(el) )) $PY -m model.experiments "${TABLE:?TABLE=...}" \
-    --scale "$SCALE" --data "$INPUT" --work "$W" --in-process --time-limit $(( limit - $(el) )) \
-    ${RUNS:+--runs "$RUNS"}) > "$OUT/run.log" 2>&1
-  local rc=$?
-  echo "table exit $rc at $(el) s"
-  if [ ! -f "$W/$TABLE.md" ] || [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
-    (cd "$REPO" && $PY -m model.experiments "$TABLE" --scale "$SCALE" --data "$INPUT" \
-      --work "$W" --report ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
-  fi
+  local limit=${LIMIT:-500} hard=${HARD:-565} table rc
+  for table in ${TABLE//,/ }; do  # one after another in one WORK: a run serves them all
+    rc=late
+    if [ "$(el)" -lt "$limit" ]; then
+      (cd "$REPO" && timeout -s INT $(( hard - $(el) )) $PY -m model.experiments "$table" \
+        --scale "$SCALE" --data "$INPUT" --work "$W" --in-process \
+        --time-limit $(( limit - $(el) )) ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
+      rc=$?
+    fi
+    echo "$table exit $rc at $(el) s"
+    if [ ! -f "$W/$table.md" ] || [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = late ]; then
+      (cd "$REPO" && $PY -m model.experiments "$table" --scale "$SCALE" --data "$INPUT" \
+        --work "$W" --report ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
+    fi
+  done
   pack
 }
 
 pack() {  # every small result file in one archive; the report beside it
   cd "$W" || return 1
-  [ -f "$TABLE.md" ] && cp "$TABLE.md" "$OUT/"
+  for table in ${TABLE//,/ }; do [ -f "$table.md" ] && cp "$table.md" "$OUT/"; done
   find . -name metrics.json -o -name train_summary.json -o -name timings.json \
     -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
     > files.txt
