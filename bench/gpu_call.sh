@@ -13,9 +13,10 @@
 #   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python bash bench/gpu_call.sh run   # CPU rehearsal
 #
 # MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
-# Settings (environment): LIMIT (s, default 555: the QA runs are stopped then and the results
-# packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN (epochs of the
-# full runs / of the per-kind runs / of the NER runs, default 4). Comes back: gpu.jsonl, gpu.md (if the bench finished),
+# Settings (environment): LIMIT (s, default 555: the QA and NER runs are stopped then and the
+# results packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN
+# (epochs of the full QA runs, default 2 / of the per-kind runs, default 1 / of the NER runs,
+# default 4). Comes back: gpu.jsonl, gpu.md (if the bench finished),
 # results.tar.xz (every log, metrics, predictions), v2all.f16.h5.partNN (the three-kinds
 # SQuAD v2.0 model's weights as float16, 15 MiB parts: cat them, then
 # `bash bench/gpu_call.sh fp16 up PARTS.h5 model.weights.h5` restores float32). E1 < E2 makes the
@@ -59,7 +60,8 @@ prepare() {
   cp "$minilm/config.json" "$minilm/vocab.txt" "$JOB/minilm/"
   fp16 down "$minilm/model.weights.h5" "$JOB/minilm/model.weights.f16.h5" || return 1
   cp "$squad/train-v1.1.reconstructed.json" "$squad/dev-v1.1.json" "$JOB/data/"
-  mkdir -p "$JOB/data/conll2003" && cp "$REPO/../shared/data/conll2003/"{train,valid}.txt "$JOB/data/conll2003/"
+  mkdir -p "$JOB/data/conll2003" &&
+    cp "$REPO/../shared/data/conll2003/"{train,valid}.txt "$JOB/data/conll2003/" || return 1
   xz -T2 -6 -f "$JOB"/data/conll2003/*.txt
   (cd "$REPO" && $py -m model.tasks.squad split-dev --input "$squad/dev-v2.0.reconstructed.json" \
     --tune "$JOB/data/dev-v2.0.A.json" --report "$JOB/data/dev-v2.0.B.json") || return 1
@@ -112,13 +114,14 @@ json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
 squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best epoch as it goes
   local ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
   [ -n "${SMOKE:-}" ] && ft="$ft --seq-len 128 --steps-per-call 5 --max-train-examples 96"
-  export XLA_PYTHON_CLIENT_MEM_FRACTION=.13  # six processes on the one GPU
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
   $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
   $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
   # The NER default's recipe (model/recipes/defaults.py, less --group-by-length, which the
   # device path's fixed shapes do not use), the paper's document context against the sentence.
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=.07  # three seeds of 32 x 128: less than one 48 x 384
   local ner="$PY -m model.train finetune --task conll2003 --data $W/conll2003 --init $W/minilm --device-data --seeds 1,2,3 --learning-rate 8e-5 --epochs ${EN:-4}"
   [ -n "${SMOKE:-}" ] && ner="$ner --seq-len 64 --steps-per-call 5 --max-train-examples 16"
   $ner --output "$W/r_ner-sentence-seed{seed}" > "$W/logs/ner-sentence.log" 2>&1 &

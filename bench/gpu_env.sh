@@ -19,5 +19,7 @@ python_env() {  # python_env WHEEL_DIR REPO: PY and PYTHONPATH for the commands;
   else
     export PYTHONPATH=$2; PY=${PY:-python3}
   fi
+  # The compilation cache's path is part of JAX's cache key: a cache carried from one call to
+  # the next is read only at the same path (/tmp/jc; a CPU rehearsal may choose its own).
   export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jc} PY
 }

@@ -19,7 +19,8 @@
 # pre-training whose row is not complete runs again: weights do not come back). JAXCACHE=FILE
 # (prepare): an earlier call's jaxcache.tar.xz, JAX's persistent compilation cache, so that the
 # call loads the programs that one compiled (40-45 s each) instead of compiling them again
-# (JAX's cache key includes the cache's own path: every call uses /tmp/jc, as gpu_env.sh sets);
+# (JAX's cache key includes the cache's own path and the GPU's model: every call keeps it at
+# /tmp/jc, as gpu_env.sh sets, and names the device kind the cache was made on);
 # left out, with a note, where .job would pass CAP MiB (default 59). Comes back: TABLE.md (the
 # report), run.log, results.tar.xz (every metrics.json, train_summary.json, held-out score,
 # timings.json, the plot), jaxcache.tar.xz (the compilation cache after the call, where it
@@ -59,9 +60,10 @@ prepare() {
     echo "done.tar.xz: $(tar -tJf "$JOB/done.tar.xz" | wc -l) finished results of $DONE"
   fi
   if [ -n "${JAXCACHE:-}" ]; then  # programs an earlier call compiled, where .job has room
-    local mib=$(( ($(du -sb "$JOB" | cut -f1) + $(stat -c %s "$JAXCACHE")) >> 20 ))
-    if [ "$mib" -le "${CAP:-59}" ]; then cp "$JAXCACHE" "$JOB/jaxcache.tar.xz"
-    else echo "note: $JAXCACHE left out: .job would be $mib MiB, over CAP=${CAP:-59}"; fi
+    xz -t "$JAXCACHE" || { echo "JAXCACHE=$JAXCACHE: not a whole .tar.xz" >&2; return 1; }
+    local bytes=$(( $(du -sb "$JOB" | cut -f1) + $(stat -c %s "$JAXCACHE") ))
+    if [ "$bytes" -le $(( ${CAP:-59} << 20 )) ]; then cp "$JAXCACHE" "$JOB/jaxcache.tar.xz"
+    else echo "note: $JAXCACHE left out: .job would be $(( bytes >> 20 )) MiB, over CAP=${CAP:-59}"; fi
   fi
   du -sh "$JOB"/*; du -sh "$JOB"
 }
@@ -75,8 +77,9 @@ run() {
   tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
   if [ -f "$JOB/done.tar.xz" ]; then tar -C "$W" -xJf "$JOB/done.tar.xz" || exit 1; fi
   mkdir -p "$JAX_COMPILATION_CACHE_DIR"
-  if [ -f "$JOB/jaxcache.tar.xz" ]; then
-    tar -C "$JAX_COMPILATION_CACHE_DIR" -xJf "$JOB/jaxcache.tar.xz" || exit 1
+  if [ -f "$JOB/jaxcache.tar.xz" ]; then  # an optimisation: without it, programs compile
+    tar -C "$JAX_COMPILATION_CACHE_DIR" -xJf "$JOB/jaxcache.tar.xz" ||
+      echo "warning: jaxcache.tar.xz not unpacked; compiling afresh"
   fi
   echo "compilation cache: $(ls "$JAX_COMPILATION_CACHE_DIR" | wc -l) entries at the start"
   (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
@@ -88,13 +91,13 @@ run() {
   for table in ${TABLE//,/ }; do  # one after another in one WORK: a run serves them all
     rc=late
     if [ "$(el)" -lt "$limit" ]; then
-      (cd "$REPO" && timeout -s INT $(( hard - $(el) )) $PY -m model.experiments "$table" \
+      (cd "$REPO" && timeout -k 20 -s INT $(( hard - $(el) )) $PY -m model.experiments "$table" \
         --scale "$SCALE" --data "$INPUT" --work "$W" --in-process \
         --time-limit $(( limit - $(el) )) ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
       rc=$?
     fi
     echo "$table exit $rc at $(el) s"
-    if [ ! -f "$W/$table.md" ] || [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = late ]; then
+    if [ "$rc" != 0 ] && [ "$rc" != 75 ] || [ ! -f "$W/$table.md" ]; then  # 75: --time-limit
       (cd "$REPO" && $PY -m model.experiments "$table" --scale "$SCALE" --data "$INPUT" \
         --work "$W" --report ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
     fi
@@ -109,13 +112,17 @@ pack() {  # every small result file in one archive; the report beside it
     -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
     > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
-  # The compiled programs, for the next call's JAXCACHE (a file comes back up to 16 MiB).
-  tar -C "$JAX_COMPILATION_CACHE_DIR" -cJf "$OUT/jaxcache.tar.xz" . &&
+  # The compiled programs, for the next call's JAXCACHE (a file comes back up to 16 MiB),
+  # written under another name and renamed whole: a call cut off here brings back none.
+  XZ_OPT=-T0 tar -C "$JAX_COMPILATION_CACHE_DIR" -cJf "$W/jaxcache.tmp" . &&
     echo "compilation cache: $(ls "$JAX_COMPILATION_CACHE_DIR" | wc -l) entries," \
-      "$(du -sh "$JAX_COMPILATION_CACHE_DIR" | cut -f1), $(du -h "$OUT/jaxcache.tar.xz" | cut -f1) as xz"
-  if [ "$(stat -c %s "$OUT/jaxcache.tar.xz")" -gt $(( 16 << 20 )) ]; then
-    rm "$OUT/jaxcache.tar.xz"; echo "jaxcache.tar.xz over 16 MiB: not brought back"
+      "$(du -sh "$JAX_COMPILATION_CACHE_DIR" | cut -f1), $(du -h "$W/jaxcache.tmp" | cut -f1) as xz"
+  if [ "$(stat -c %s "$W/jaxcache.tmp" 2>/dev/null || echo 0)" -gt $(( 16 << 20 )) ]; then
+    echo "jaxcache.tar.xz over 16 MiB: not brought back"
+  elif [ -s "$W/jaxcache.tmp" ]; then
+    mv "$W/jaxcache.tmp" "$OUT/jaxcache.tar.xz"
   fi
+  rm -f "$W/jaxcache.tmp"
   echo "packed at $(el) s"; ls -la "$OUT"
   grep -E "^\[|^#" "$OUT/run.log" | grep -v "^\[.*\] python" | tail -n 12
 }

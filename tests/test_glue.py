@@ -234,6 +234,7 @@ def test_the_majority_class_baseline_answers_the_training_sets_most_frequent_lab
     # Training mostly "0": nothing answered positive, F1 0; accuracy the dev share of "0".
     assert mrpc.majority_metrics(pairs("0001"), pairs("1011")) == {"f1": 0.0, "accuracy": 0.25}
     assert tasks.get("stsb").majority_metrics([], []) is None  # a regression has no classes
+    assert mrpc.majority_metrics(pairs("11"), pairs([None, None])) is None  # a test file
 
 
 def test_the_majority_class_baseline_of_real_mrpc_and_sst2():

@@ -165,12 +165,15 @@ def baselines(table: Table, work: Work, measured: dict) -> list[str]:
         task, spec = tasks.get(column.arg), work.scale.tasks[column.arg]
         if not hasattr(task, "majority_metrics"):
             continue
+        majority = {}  # by dev set: MNLI's metrics are "matched_accuracy", ...
         try:
-            train, dev = task.files(work.d(spec.data))
-            majority = task.majority_metrics(task.read(train), task.read(dev)) if dev else None
+            train = task.read(task.files(work.d(spec.data))[0])
+            for prefix, dev in task.dev_files(work.d(spec.data)).items():
+                metrics = task.majority_metrics(train, task.read(dev)) or {}
+                majority.update({prefix + k: v for k, v in metrics.items()})
         except (OSError, ValueError):
             continue
-        score = spec.dev_percent({"dev": majority or {}})
+        score = spec.dev_percent({"dev": majority})
         if score is None:
             continue
         line = f"- {column.name}: the majority class (the training set's most frequent label "

@@ -267,8 +267,8 @@ class GlueTask(Task):
     def majority_metrics(self, train: list[PairExample], dev: list[PairExample]) -> dict | None:
         """The metrics of answering the training set's most frequent label for every dev
         example: what a model that learned nothing from the text scores (MRPC's F1 81.22,
-        every pair a paraphrase). None for a regression."""
-        if self.label_names is None:
+        every pair a paraphrase). None for a regression, or a dev set without labels."""
+        if self.label_names is None or self._label_ids(dev) is None:
             return None
         labels = [e.label for e in train]
         most = max(self.label_names, key=labels.count)  # ties to the first label

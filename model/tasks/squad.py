@@ -504,7 +504,7 @@ def final_char_span(
     memo = {} if memo is None else memo
     pieces = []
     for w in words:
-        key = (id(paragraph), w, lowercase)
+        key = (paragraph, w, lowercase)
         if key not in memo:
             memo[key] = " ".join(basic_tokenize(paragraph.words[w], lowercase))
         if memo[key]:
