@@ -155,7 +155,7 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
 def baselines(table: Table, work: Work, measured: dict) -> list[str]:
     """A line per classification column: the dev score of answering the training set's most
     frequent label, and the rows whose every seed scores no more (they learned nothing from
-    the text). None for a task without classes, or whose files are not in `--data`."""
+    the text). No line for a task without classes, or whose files are not in `--data`."""
     from model import tasks
 
     lines = []
