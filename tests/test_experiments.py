@@ -195,6 +195,29 @@ def test_the_report_gives_the_majority_class_and_the_rows_no_better(tmp_path):
     ]
 
 
+def test_the_report_flags_a_pretraining_that_missed_the_time_budget(tmp_path):
+    """The gpu table's No-NSP run got 4,080 steps, 36.6 s of its 60 s (a calibration that
+    counted a save): its row is not at BERT's budget, and the report says so."""
+    from model.experiments.plan import Work
+    from model.experiments.report import write
+    from model.experiments.tables import pretraining_tasks
+
+    work = Work(str(tmp_path / "work"), str(tmp_path / "data"), SCALES["gpu"])
+    table = pretraining_tasks(work)
+    runs = {r.run.name: r.run for r in table.rows}
+    for name, steps, seconds in (("bert", 6720, 59.5), ("no-nsp", 4080, 36.6)):
+        os.makedirs(work.run_dir(runs[name]))
+        summary = {"steps": steps, "steps_this_run": steps - 20, "seconds_in_steps": seconds}
+        with open(os.path.join(work.run_dir(runs[name]), "train_summary.json"), "w") as f:
+            json.dump(summary, f)
+    lines = write(table, work, [], str(tmp_path / "report.md"))
+    said = [line for line in lines if line.startswith("- pre-training")]
+    assert said[0] == "- pre-training bert-mini-seed1: 6,720 steps, 59.7 s of steps."
+    assert said[1].startswith("- pre-training no-nsp-mini-seed1: 4,080 steps, 36.8 s of steps")
+    assert "**61% of the 60 s budget**" in said[1]
+    assert len(said) == 2  # the floors trained nothing; the rows not run have no summary
+
+
 def test_the_budget_counts_the_calibration_runs_steps_not_its_evaluation_and_saves(tmp_path):
     """A 30-step calibration run spends a large share of its wall time on the one held-out
     evaluation and the saves; the steps come from the seconds inside the training steps."""
@@ -248,7 +271,9 @@ def test_a_measured_step_time_replaces_the_calibration_run_on_its_device(tmp_pat
     [bert] = h200["bert-mini-seed1"]
     assert bert[bert.index("--steps") + 1] == "6720"
     assert bert[bert.index("--checkpoint-every") + 1] == "1120"
-    assert len(h200["no-nsp-mini-seed1"]) == 2  # not measured: calibration, then the run
+    [no_nsp] = h200["no-nsp-mini-seed1"]  # measured too, at 9.02 ms: the same steps
+    assert no_nsp[no_nsp.index("--steps") + 1] == "6720"
+    assert len(h200["ltr-mini-seed1"]) == 2  # not measured: calibration, then the run
     for device in ("NVIDIA H100 80GB HBM3", None):
         assert len(pretrainings(device)["bert-mini-seed1"]) == 2
 

@@ -129,6 +129,7 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         cells += [str(row.paper.get(c, "—")) for c in table.paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## What this scale can show", ""]
+    lines += budgets(table, work)
     lines += baselines(table, work, measured)
     lines += judgements(table, work, measured, lower)
     if table.note:
@@ -149,6 +150,40 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         lines.append(f"    {command}{took}")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+    return lines
+
+
+# A budgeted run whose steps took under this share of the budget (or over its inverse) is
+# not at the others' budget: a calibration run misjudged its step.
+BUDGET_TOLERANCE = 0.9
+
+
+def budgets(table: Table, work: Work) -> list[str]:
+    """With a time budget: a line per finished pre-training of the table, its steps and the
+    seconds they took (`seconds_in_steps`), flagged where that is not the budget (the rows
+    then compare different amounts of pre-training, not the objectives alone)."""
+    budget = work.scale.budget_seconds
+    if not budget:
+        return []
+    lines, seen = [], set()
+    for row in table.rows:
+        p = row.run
+        if p.random or p in seen:
+            continue
+        seen.add(p)
+        summary = read_json(os.path.join(work.run_dir(p), "train_summary.json"))
+        steps, seconds = summary.get("steps"), summary.get("seconds_in_steps")
+        timed = summary.get("steps_this_run")
+        if not isinstance(steps, int) or not seconds or not timed:
+            continue
+        spent = seconds * steps / timed  # the steps after the first call are timed
+        line = f"- pre-training {work.run_name(p)}: {steps:,} steps, {spent:.1f} s of steps"
+        if not BUDGET_TOLERANCE <= spent / budget <= 1 / BUDGET_TOLERANCE:
+            line += (
+                f", **{spent / budget:.0%} of the {budget:.0f} s budget**: not at the "
+                "others' budget (its step time was misjudged); compare its row with care"
+            )
+        lines.append(line + ".")
     return lines
 
 

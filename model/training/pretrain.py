@@ -334,7 +334,9 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     # A run shorter than a checkpoint interval is one interval: the progress bar counts its
     # own steps, not the interval's.
     every = min(args.checkpoint_every, stop)
-    callbacks = [checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN(), _Timer(timing)]
+    # The timer first: a checkpoint's save and held-out evaluation, which run at the end of
+    # their step, are then not counted as the step's time (a calibration run's one save was).
+    callbacks = [_Timer(timing), checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN()]
     if args.eval_data and runtime.chief:
         callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
     if runtime.chief and (runtime.tf or _tensorflow_installed()):
@@ -552,7 +554,9 @@ class _StopAt(_callbacks_base()):
 
 class _Timer(_callbacks_base()):
     """Times the steps after the first (tracing and compilation excluded): the wall time
-    since the first step ended, and the time inside the steps alone."""
+    since the first step ended, and the time inside the steps alone, up to the moment their
+    results are there (it waits for the step count: the steps may run after their call
+    returns)."""
 
     def __init__(self, timing: Throughput):
         super().__init__()
@@ -564,6 +568,7 @@ class _Timer(_callbacks_base()):
 
     def on_train_batch_end(self, batch, logs=None):
         # One call may run several steps (steps_per_execution): batch - first + 1 of them.
+        _step(self.model)  # the device has finished them
         now = time.time()
         if self.timing.start is None:
             self.timing.start = now
