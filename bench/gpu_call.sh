@@ -11,16 +11,20 @@
 #   mv assets/models /somewhere                       # the call carries 64 MiB at most
 #   device run:  OUT=$OUT bash bench/gpu_call.sh run  with carry [".job"]
 #   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python bash bench/gpu_call.sh run   # CPU rehearsal
+#   bash bench/gpu_call.sh unpack FILES_AT runs/defaults-gpu  # back here: r_v1, r_v2all as model
+#                                                     # directories (python -m model.evaluate, export)
 #
 # MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
 # Settings (environment): LIMIT (s, default 555: the QA and NER runs are stopped then and the
 # results packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN
 # (epochs of the full QA runs, default 2 / of the per-kind runs, default 1 / of the NER runs,
 # default 4). Comes back: gpu.jsonl, gpu.md (if the bench finished),
-# results.tar.xz (every log, metrics, predictions), v2all.f16.h5.partNN (the three-kinds
-# SQuAD v2.0 model's weights as float16, 15 MiB parts: cat them, then
-# `bash bench/gpu_call.sh fp16 up PARTS.h5 model.weights.h5` restores float32). E1 < E2 makes the
-# per-kind runs cheaper, not comparable with the full run's own epoch E1 (another schedule).
+# results.tar.xz (every log, metrics, predictions, gpu.md), weights.tar.partNN (the SQuAD
+# v1.1 and three-kinds v2.0 models' weights as float16, v1.f16.h5 and v2all.f16.h5, in 15 MiB
+# parts: `cat weights.tar.part* | tar -x`, then `bash bench/gpu_call.sh fp16 up v1.f16.h5
+# model.weights.h5` restores float32). PER_KIND=1 adds the per-kind SQuAD v2.0 runs
+# (other-paragraph alone, and with answer-removed), measured once on 2026-11-26; E1 < E2 makes
+# them cheaper, not comparable with the full run's own epoch E1 (another schedule).
 # Measured with it: bench/results/2026-11-26-nvidia-h200.md, docs/finetuning.md.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,7 +82,7 @@ run() {
   tail -n 2 "$W/logs/env.txt"
   squad_data > "$W/logs/prep.log" 2>&1 &  # the CPU's work, while the bench has the GPU
   local prep=$!
-  BENCH="$PY $REPO/bench/gpu.py --json $OUT/gpu.jsonl --results $OUT/gpu.md"
+  BENCH="$PY $REPO/bench/gpu.py --json $OUT/gpu.jsonl --results $W/logs/gpu.md"
   [ -n "${SMOKE:-}" ] && BENCH="$BENCH --quick"
   echo "bench at $(el) s"
   timeout "${BENCH_S:-150}" $BENCH ${BENCH_ARGS:---dropouts 0 --presets mini electra-small base small --sections pretrain} > "$W/logs/bench.log" 2>&1
@@ -92,16 +96,18 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
   for f in "$JOB"/data/*.xz; do xz -dc "$f" > "$(basename "$f" .xz)"; done
   mkdir -p conll2003 && for f in "$JOB"/data/conll2003/*.xz; do xz -dc "$f" > "conll2003/$(basename "$f" .xz)"; done
   mkdir -p minilm v1 v2all v2op v2opar
+  local mixes=v2all:other-paragraph,answer-removed,entity-swap
+  [ -n "${PER_KIND:-}" ] && mixes="$mixes v2op:other-paragraph v2opar:other-paragraph,answer-removed"
   cp "$JOB/minilm/config.json" "$JOB/minilm/vocab.txt" minilm/
   fp16 up "$JOB/minilm/model.weights.f16.h5" minilm/model.weights.h5
   mv train-v1.1.reconstructed.json v1/train-v1.1.json; mv dev-v1.1.json v1/
-  for r in v2all:other-paragraph,answer-removed,entity-swap v2op:other-paragraph \
-           v2opar:other-paragraph,answer-removed; do
+  for r in $mixes; do
     $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${r#*:}" \
       --input v1/train-v1.1.json --output "${r%%:*}/train-v2.0.json" &
   done
   wait
   for d in v2all v2op v2opar; do cp dev-v2.0.A.json $d/dev-v2.0.json; done  # tuned on A
+  [ -n "${PER_KIND:-}" ] || rm -rf v2op v2opar
   if [ -n "${SMOKE:-}" ]; then  # one article of each file, CoNLL-2003's first documents
     for f in v1/*.json v2*/*.json; do $PY -c "
 import json, sys; j = json.load(open(sys.argv[1])); j['data'] = j['data'][:1]
@@ -117,8 +123,10 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
-  $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
-  $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
+  if [ -n "${PER_KIND:-}" ]; then
+    $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
+    $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
+  fi
   # The NER default's recipe (model/recipes/defaults.py, less --group-by-length, which the
   # device path's fixed shapes do not use), the paper's document context against the sentence.
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.07  # three seeds of 32 x 128: less than one 48 x 384
@@ -133,23 +141,39 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   echo "QA done at $(el) s"
 }
 
-pack() {  # the three-kinds model as float16 parts; every small file in one archive
+pack() {  # the v1.1 and three-kinds models as float16 parts; every small file in one archive
   cd "$W" || return 1
-  local weights=r_v2all/model.weights.h5
-  [ -f "$weights" ] || weights=$(ls -d r_v2all/checkpoints/ckpt-*/model.weights.h5 2>/dev/null | tail -n 1)
-  if [ -n "$weights" ]; then
+  local r weights packed=()
+  for r in v1 v2all; do  # the best epoch's weights, or the last checkpoint's of a run cut off
+    weights=r_$r/model.weights.h5
+    [ -f "$weights" ] || weights=$(ls -d r_$r/checkpoints/ckpt-*/model.weights.h5 2>/dev/null | tail -n 1)
+    [ -n "$weights" ] || continue
     echo "packing $weights"
-    fp16 down "$weights" v2all.f16.h5 && split -b 15M -d v2all.f16.h5 "$OUT/v2all.f16.h5.part"
-  fi
+    fp16 down "$weights" $r.f16.h5 && packed+=("$r.f16.h5")
+  done
+  [ ${#packed[@]} -gt 0 ] && tar -cf - "${packed[@]}" | split -b 15M -d - "$OUT/weights.tar.part"
   { for r in r_*; do find "$r" -maxdepth 1 -type f ! -name 'model.weights.h5'; find "$r/logs" "$r/checkpoints" -name '*.csv' -o -name state.json 2>/dev/null; done; find logs -type f; } > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
   echo "packed at $(el) s"; ls -la "$OUT"
   for f in logs/*.log; do echo "== $f"; grep -v "Warning\|^\s*$" "$f" | tail -n 4; done
 }
 
+unpack() {  # unpack FILES DEST: a call's files back here as model directories DEST/r_v1, ...
+  local files=$1 dest=$2 r
+  mkdir -p "$dest" && tar -C "$dest" -xJf "$files/results.tar.xz" || return 1
+  ls "$files"/weights.tar.part* > /dev/null 2>&1 || { echo "no weights came back"; return 0; }
+  cat "$files"/weights.tar.part* | tar -C "$dest" -xf - || return 1
+  for r in v1 v2all; do
+    [ -f "$dest/$r.f16.h5" ] || continue
+    fp16 up "$dest/$r.f16.h5" "$dest/r_$r/model.weights.h5" && rm "$dest/$r.f16.h5" || return 1
+    echo "$dest/r_$r: a model directory (float32 weights from the float16 that travelled)"
+  done
+}
+
 case "${1:-}" in
   prepare) prepare "${2:?the MiniLM model directory}" ;;
   run) run ;;
+  unpack) unpack "${2:?FILES: where the call returned its files}" "${3:?a destination folder}" ;;
   fp16) shift; fp16 "$@" ;;
-  *) echo "usage: $0 prepare MINILM_DIR | run | fp16 down|up SRC DST" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare MINILM_DIR | run | unpack FILES DEST | fp16 down|up SRC DST" >&2; exit 2 ;;
 esac

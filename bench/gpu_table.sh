@@ -11,7 +11,9 @@
 #
 # Settings (environment): TABLE (or several, comma-separated: run one after another in one WORK,
 # so that a pre-training serves each, as its weights do not come back), RUNS (a part of the
-# table, of each table: `--runs`, the pre-training runs by name as `--dry-run` prints them), LIMIT (s after which no command starts, default 500; the
+# table, of each table: `--runs`, the pre-training runs by name as `--dry-run` prints them),
+# JOBS (fine-tunings at once, `--jobs`, default 4; MEM_FRACTION each process's share of the
+# GPU's memory then, default .15), LIMIT (s after which no command starts, default 500; the
 # report is written from what finished), HARD (s at which a command still running is stopped,
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
@@ -87,13 +89,16 @@ run() {
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
   # report is then written by `--report` from what finished), so that packing always happens
   # inside the call's own limit.
-  local limit=${LIMIT:-500} hard=${HARD:-565} table rc
+  local limit=${LIMIT:-500} hard=${HARD:-565} jobs=${JOBS:-4} table rc
+  # JOBS: fine-tunings at once (`--jobs`), child processes beside this one, which pre-trains
+  # alone; each JAX process then takes a share of the GPU's memory instead of 75 % of it.
+  [ "$jobs" -gt 1 ] && export XLA_PYTHON_CLIENT_MEM_FRACTION=${MEM_FRACTION:-.15}
   for table in ${TABLE//,/ }; do  # one after another in one WORK: a run serves them all
     rc=late
     if [ "$(el)" -lt "$limit" ]; then
       (cd "$REPO" && timeout -k 20 -s INT $(( hard - $(el) )) $PY -m model.experiments "$table" \
         --scale "$SCALE" --data "$INPUT" --work "$W" --in-process \
-        --time-limit $(( limit - $(el) )) ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
+        --time-limit $(( limit - $(el) )) --jobs "$jobs" ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
       rc=$?
     fi
     echo "$table exit $rc at $(el) s"

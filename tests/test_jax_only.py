@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -172,7 +173,11 @@ def tables(jax_python, prepared, tmp_path_factory):
     from model.experiments.tables import TABLES
 
     work = tmp_path_factory.mktemp("tables") / "work"
-    argvs = [
+    # First the LTR run's two fine-tunings (with and without the BiLSTM) side by side, as
+    # child processes (`--jobs`, as on a GPU); the tables then skip them.
+    ltr = ["--runs", "ltr-4x16-seed1", "--jobs", "2"]
+    argvs = [["pretraining-tasks", "--scale", "smoke", "--data", prepared, "--work", work, *ltr]]
+    argvs += [
         [table, "--scale", "smoke", "--data", prepared, "--work", work, "--in-process"]
         for table in TABLES
     ]
@@ -201,6 +206,19 @@ def test_every_table_runs_from_its_prepared_input_without_tensorflow(prepared, t
     assert summary["backend"] == "jax" and not summary["device_data"]
     assert os.path.isfile(bert / "model.weights.h5")
     assert not os.path.isdir(bert / "logs")  # TensorBoard needs TensorFlow
+
+
+def test_jobs_runs_the_fine_tunings_as_child_processes_with_their_logs_kept(tables):
+    logs = sorted(os.listdir(tables / "logs"))
+    assert len(logs) == 2 and all(name.endswith("ltr-4x16-seed1.log") for name in logs), logs
+    outputs = set()
+    for name in logs:
+        with open(tables / "logs" / name, encoding="utf-8") as f:
+            text = f.read()
+        assert "dev f1" in text, text  # each child's own output, its dev score
+        outputs.add(re.search(r"go to (\S+)/logs/scalars.csv", text).group(1))
+    runs = tables / "finetune" / "ltr-4x16-seed1"
+    assert outputs == {str(runs / "conll2003-seed1"), str(runs / "conll2003-bilstm-seed1")}
 
 
 def test_one_pretraining_serves_every_table_that_needs_it(tables):

@@ -402,6 +402,75 @@ def test_a_time_limit_stops_the_run_between_two_commands(tmp_path):
     assert os.path.isfile(first) and os.path.isfile(second)
 
 
+MEET = """
+import os, sys, time
+mine, other, out, patience = sys.argv[1:5]
+open(mine, "w").close()
+deadline = time.time() + float(patience)
+while not os.path.exists(other):
+    if time.time() > deadline:
+        sys.exit(4)
+    time.sleep(0.05)
+print("met", other)
+open(out, "w").write("{}")
+"""
+
+
+def test_concurrent_commands_run_side_by_side_and_the_next_one_waits_for_them(
+    tmp_path, monkeypatch
+):
+    """`jobs=2`: two concurrent commands that each wait for the other to start both finish
+    (one after the other, the first would wait in vain and fail); the command after them,
+    not concurrent, reads both outputs; each one's output is printed whole and kept."""
+    (tmp_path / "meet.py").write_text(MEET)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    a, b, c = (str(tmp_path / f"{x}.json") for x in "abc")
+    marks = [str(tmp_path / f"{x}.mark") for x in "ab"]
+    meet = [
+        defaults.Command("meet", (marks[0], marks[1], a, "60"), a, concurrent=True),
+        defaults.Command("meet", (marks[1], marks[0], b, "60"), b, concurrent=True),
+    ]
+    after = defaults.Command("json.tool", (b, c), c)  # reads what the second one wrote
+    lines = []
+    logs = str(tmp_path / "logs")
+    timings = str(tmp_path / "timings.json")
+    step = defaults.Step("demo", (*meet, after))
+    assert defaults.run([step], log=lines.append, jobs=2, log_dir=logs, timings=timings) == 0
+    assert os.path.isfile(c)
+    text = "\n".join(lines)
+    assert "[2/3 demo] started beside 1 other(s)" in text
+    assert f"met {marks[1]}" in text and f"met {marks[0]}" in text
+    assert text.index("[1/3 demo] done in") < text.index("[3/3 demo] python -m json.tool")
+    assert text.index("[2/3 demo] done in") < text.index("[3/3 demo] python -m json.tool")
+    assert sorted(os.listdir(logs)) == ["1-3-demo.log", "2-3-demo.log"]
+    assert set(json.load(open(timings))) == {a, b, c}
+
+
+def test_a_failed_concurrent_command_stops_the_run_once_the_others_end(tmp_path, monkeypatch):
+    (tmp_path / "meet.py").write_text(MEET)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    a, b, never = (str(tmp_path / f"{x}.json") for x in ("a", "b", "never"))
+    step = defaults.Step(
+        "demo",
+        (
+            # waits 0.5 s for a mark nobody writes: exit status 4
+            defaults.Command(
+                "meet", ("x.mark", str(tmp_path / "nobody"), a, "0.5"), a, concurrent=True
+            ),
+            defaults.Command("json.tool", (str(tmp_path / "missing.json"), b), b, concurrent=True),
+            defaults.Command("json.tool", (str(tmp_path / "missing.json"), never), never),
+        ),
+    )
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    rc = defaults.run([step], log=lines.append, jobs=2, log_dir=str(tmp_path / "logs"))
+    assert rc != 0
+    text = "\n".join(lines)
+    assert "[1/3 demo] failed with exit status 4" in text  # both ended and were reported
+    assert "[2/3 demo] failed with exit status" in text
+    assert "[3/3" not in text and not os.path.exists(never)
+
+
 def test_bundle_folders_are_the_ones_the_app_looks_for():
     """Every view gets a bundle: its own folder's, or (Attention) the mlm bundle's encoder
     signature through the view's fallback."""

@@ -80,6 +80,16 @@ def parse_args(argv):
         help="run every command in this process (tiny scales: no start-up per command)",
     )
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N fine-tunings, feature taggers and masked-LM scores at once, as "
+        "child processes (their output in WORK/logs); pre-training and records still run "
+        "alone, so that a budget's steps are timed alone. For an accelerator that one "
+        "small model leaves idle (default: %(default)s)",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="let every command show TensorFlow's C++ start-up log lines",
@@ -90,6 +100,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not (args.work or args.prepare):
         p.error("--work is required (or --prepare DIR)")
+    if args.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {args.jobs}")
     return args
 
 
@@ -145,6 +157,8 @@ def main(argv=None) -> int:
             timings=work.w("timings.json"),
             in_process=args.in_process,
             time_limit=args.time_limit,
+            jobs=args.jobs,
+            log_dir=work.w("logs"),
         )
     )
     if (rc != 0 and rc != STOPPED) or args.dry_run:

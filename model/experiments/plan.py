@@ -315,7 +315,7 @@ class Work:
             *(("--bilstm", str(self.bilstm_units(p))) if bilstm else ()),
             *self.scale.finetune_flags,
         )
-        return Command("model.train", argv, os.path.join(last, "metrics.json"))
+        return Command("model.train", argv, os.path.join(last, "metrics.json"), concurrent=True)
 
     def feature_tagger(
         self, p: Pretraining, layers: str, seed: int, combine: str = "concat"
@@ -337,7 +337,9 @@ class Work:
             *_tagger_flags(flags),
             *self.scale.tagger_flags,
         )
-        return Command("model.feature_tagger", argv, os.path.join(out, "metrics.json"))
+        return Command(
+            "model.feature_tagger", argv, os.path.join(out, "metrics.json"), concurrent=True
+        )
 
     def mlm_score(self, p: Pretraining) -> Command:
         out = self.mlm_file(p)
@@ -353,7 +355,7 @@ class Work:
             "--output",
             out,
         )
-        return Command("model.evaluate", argv, out)
+        return Command("model.evaluate", argv, out, concurrent=True)
 
 
 def _tagger_flags(finetune_flags: list[str]) -> list[str]:

@@ -8,6 +8,10 @@ recipe started again after a stop goes on where it was (the training commands
 themselves resume from their checkpoints). Shared by the default models'
 recipe (`model.recipes.defaults`) and the papers' experiments (`model.experiments`).
 
+With `jobs` above 1, the commands marked `concurrent` run as child processes up to
+`jobs` at a time, each one's output kept in a log file and printed whole when it ends;
+every other command waits for them all and runs alone (a pre-training is timed alone).
+
 An argument known only once earlier commands have run (the number of steps that
 fits a wall-clock budget, measured by a calibration run) is a `Deferred`: its
 text is printed in a dry run, its value computed just before the command runs.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +57,9 @@ class Command:
     output: str
     bundle_of: str | None = None
     skip_if: str | None = None
+    # May run beside other such commands (`run(jobs=N)`): it reads only what the commands
+    # before it that are not concurrent wrote (a fine-tuning, from its pre-training).
+    concurrent: bool = False
 
     def done(self) -> bool:
         if self.skip_if is not None and os.path.exists(self.skip_if):
@@ -100,6 +108,8 @@ def run(
     timings: str | None = None,
     in_process: bool = False,
     time_limit: float | None = None,
+    jobs: int = 1,
+    log_dir: str | None = None,
 ) -> int:
     """Runs (or prints) every command of `chosen`; 0, or the first failing command's status,
     or STOPPED when `time_limit` seconds had passed before a command was due to start.
@@ -108,52 +118,140 @@ def run(
     ({output: seconds}), kept across restarts, for the tables' cost columns.
     `in_process`: call each module's `main(argv)` here instead of in a child
     process (no interpreter start-up: for tiny runs, as the tests make).
+    `jobs`: the `concurrent` commands run up to this many at a time, as child processes
+    whose output goes to `log_dir` (a temporary directory when None).
     """
     total = sum(len(s.commands) for s in chosen)
     number = 0
     started = time.time()
-    for step in chosen:
-        log(f"# step {step.name}: {step.summary}")
-        for command in step.commands:
-            number += 1
-            tag = f"[{number}/{total} {step.name}]"
-            if command.done():
-                found = command.output if os.path.exists(command.output) else command.skip_if
-                log(f"{tag} skip, {found} exists: {command.shell()}")
-                continue
-            if dry_run:
-                log(f"{tag} {command.shell()}")
-                continue
-            if time_limit is not None and time.time() - started > time_limit:
-                log(
-                    f"{tag} not started: the {time_limit:.0f} s time limit has passed "
-                    f"({number - 1} of {total} commands done or skipped); the same command line "
-                    "goes on from here"
-                )
-                return STOPPED
-            argv = command.resolved()
-            log(f"{tag} {shlex.join(['python', '-m', command.module, *argv])}")
-            start = time.time()
-            if in_process:
-                rc = call_main(command.module, argv)
-            else:
-                rc = subprocess.call([sys.executable, "-m", command.module, *argv], env=child_env())
-            seconds = time.time() - start
-            if rc != 0:
-                log(
-                    f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
-                    f"the same command line again (finished commands are skipped)"
-                )
-                return rc
-            if not os.path.exists(command.output):
-                log(f"{tag} exited 0 but did not write {command.output}")
-                return 1
-            if timings:
-                record_time(timings, command.output, seconds)
-            log(f"{tag} done in {seconds:.1f} s ({seconds / 60:.1f} min)")
+    children = Children(log, timings, log_dir)
+    try:
+        for step in chosen:
+            log(f"# step {step.name}: {step.summary}")
+            for command in step.commands:
+                number += 1
+                tag = f"[{number}/{total} {step.name}]"
+                if command.done():
+                    found = command.output if os.path.exists(command.output) else command.skip_if
+                    log(f"{tag} skip, {found} exists: {command.shell()}")
+                    continue
+                if dry_run:
+                    log(f"{tag} {command.shell()}")
+                    continue
+                beside = jobs > 1 and command.concurrent
+                rc = children.wait(below=jobs if beside else 1)
+                if rc:
+                    return rc
+                if time_limit is not None and time.time() - started > time_limit:
+                    log(
+                        f"{tag} not started: the {time_limit:.0f} s time limit has passed "
+                        f"({number - 1} of {total} commands done or skipped); the same "
+                        "command line goes on from here"
+                    )
+                    return children.wait(below=1) or STOPPED
+                argv = command.resolved()
+                log(f"{tag} {shlex.join(['python', '-m', command.module, *argv])}")
+                if beside:
+                    children.start(tag, command, argv)
+                    continue
+                start = time.time()
+                if in_process:
+                    rc = call_main(command.module, argv)
+                else:
+                    rc = subprocess.call(
+                        [sys.executable, "-m", command.module, *argv], env=child_env()
+                    )
+                rc = finished(tag, command, rc, time.time() - start, log, timings)
+                if rc:
+                    return rc
+        rc = children.wait(below=1)
+        if rc:
+            return rc
+    finally:
+        children.stop()
     if not dry_run:
         log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
     return 0
+
+
+def finished(tag: str, command: Command, rc: int, seconds: float, log, timings) -> int:
+    """Says how `command` ended (its exit status `rc` after `seconds`) and records its time;
+    0 when it succeeded and wrote its output."""
+    if rc != 0:
+        log(
+            f"{tag} failed with exit status {rc} after {seconds:.1f} s; fix it and run "
+            f"the same command line again (finished commands are skipped)"
+        )
+        return rc
+    if not os.path.exists(command.output):
+        log(f"{tag} exited 0 but did not write {command.output}")
+        return 1
+    if timings:
+        record_time(timings, command.output, seconds)
+    log(f"{tag} done in {seconds:.1f} s ({seconds / 60:.1f} min)")
+    return 0
+
+
+class Children:
+    """The concurrent commands running as child processes, each writing to its own log file
+    (printed whole through `log` when it ends, so that commands' lines never interleave)."""
+
+    def __init__(self, log, timings: str | None, log_dir: str | None):
+        self.log, self.timings, self.log_dir = log, timings, log_dir
+        self.running = []  # (tag, command, process, log file, start time)
+        self.failed = 0
+
+    def start(self, tag: str, command: Command, argv: list[str]) -> None:
+        import tempfile
+
+        if self.log_dir is None:
+            self.log_dir = tempfile.mkdtemp(prefix="runner-logs-")
+        os.makedirs(self.log_dir, exist_ok=True)
+        name = tag.strip("[]").replace("/", "-").replace(" ", "-")
+        path = os.path.join(self.log_dir, f"{name}.log")
+        with open(path, "w", encoding="utf-8") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", command.module, *argv],
+                env=child_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.running.append((tag, command, process, path, time.time()))
+        self.log(f"{tag} started beside {len(self.running) - 1} other(s); its output: {path}")
+
+    def wait(self, below: int) -> int:
+        """Waits until fewer than `below` children run, or, once one has failed, until none
+        does; the first failed one's status, or 0."""
+        while True:
+            self.reap()
+            if not self.running or (len(self.running) < below and not self.failed):
+                return self.failed
+            time.sleep(0.2)
+
+    def reap(self) -> None:
+        """Says how each child that ended did, its output first."""
+        for child in list(self.running):
+            tag, command, process, path, start = child
+            if process.poll() is None:
+                continue
+            self.running.remove(child)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                self.log(f"{tag} output:\n{f.read().rstrip()}")
+            seconds = time.time() - start
+            rc = finished(tag, command, process.returncode, seconds, self.log, self.timings)
+            self.failed = self.failed or rc
+
+    def stop(self) -> None:
+        """Interrupts the children still running (a stop by signal or error of the parent),
+        so that none goes on writing after it; each may save what it has."""
+        for _, _, process, _, _ in self.running:
+            process.send_signal(signal.SIGINT)
+        for _, _, process, _, _ in self.running:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.running = []
 
 
 def call_main(module: str, argv: list[str]) -> int:
