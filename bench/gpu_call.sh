@@ -18,8 +18,8 @@
 # Settings (environment): LIMIT (s, default 555: the QA and NER runs are stopped then and the
 # results packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN
 # (epochs of the full QA runs, default 2 / of the per-kind runs, default 1 / of the NER runs,
-# default 4). Comes back: gpu.jsonl, gpu.md (if the bench finished),
-# results.tar.xz (every log, metrics, predictions, gpu.md), weights.tar.partNN (the SQuAD
+# default 4). Comes back: gpu.jsonl, results.tar.xz (every log, metrics, predictions, and
+# gpu.md if the bench finished), weights.tar.partNN (the SQuAD
 # v1.1 and three-kinds v2.0 models' weights as float16, v1.f16.h5 and v2all.f16.h5, in 15 MiB
 # parts: `cat weights.tar.part* | tar -x`, then `bash bench/gpu_call.sh fp16 up v1.f16.h5
 # model.weights.h5` restores float32). PER_KIND=1 adds the per-kind SQuAD v2.0 runs
@@ -166,7 +166,11 @@ unpack() {  # unpack FILES DEST: a call's files back here as model directories D
   for r in v1 v2all; do
     [ -f "$dest/$r.f16.h5" ] || continue
     fp16 up "$dest/$r.f16.h5" "$dest/r_$r/model.weights.h5" && rm "$dest/$r.f16.h5" || return 1
-    echo "$dest/r_$r: a model directory (float32 weights from the float16 that travelled)"
+    if [ -f "$dest/r_$r/config.json" ]; then
+      echo "$dest/r_$r: a model directory (float32 weights from the float16 that travelled)"
+    else  # stopped before its first epoch ended: a checkpoint's weights, no model directory
+      echo "$dest/r_$r: weights only (the run was stopped before it wrote its config.json)"
+    fi
   done
 }
 

@@ -12,8 +12,8 @@
 # Settings (environment): TABLE (or several, comma-separated: run one after another in one WORK,
 # so that a pre-training serves each, as its weights do not come back), RUNS (a part of the
 # table, of each table: `--runs`, the pre-training runs by name as `--dry-run` prints them),
-# JOBS (fine-tunings at once, `--jobs`, default 4; MEM_FRACTION each process's share of the
-# GPU's memory then, default .15), LIMIT (s after which no command starts, default 500; the
+# JOBS (fine-tunings at once, `--jobs`, default 4; each process then takes 18 % of the GPU's
+# memory), LIMIT (s after which no command starts, default 500; the
 # report is written from what finished), HARD (s at which a command still running is stopped,
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
@@ -89,10 +89,9 @@ run() {
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
   # report is then written by `--report` from what finished), so that packing always happens
   # inside the call's own limit.
+  # JOBS: fine-tunings at once (`--jobs`), child processes beside the one that pre-trains
+  # alone; each JAX process then takes 0.9/(JOBS+1) of the GPU's memory (model.experiments).
   local limit=${LIMIT:-500} hard=${HARD:-565} jobs=${JOBS:-4} table rc
-  # JOBS: fine-tunings at once (`--jobs`), child processes beside this one, which pre-trains
-  # alone; each JAX process then takes a share of the GPU's memory instead of 75 % of it.
-  [ "$jobs" -gt 1 ] && export XLA_PYTHON_CLIENT_MEM_FRACTION=${MEM_FRACTION:-.15}
   for table in ${TABLE//,/ }; do  # one after another in one WORK: a run serves them all
     rc=late
     if [ "$(el)" -lt "$limit" ]; then
@@ -115,6 +114,7 @@ pack() {  # every small result file in one archive; the report beside it
   for table in ${TABLE//,/ }; do [ -f "$table.md" ] && cp "$table.md" "$OUT/"; done
   find . -name metrics.json -o -name train_summary.json -o -name timings.json \
     -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
+    -o -path './logs/*.log' \
     > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
   # The compiled programs, for the next call's JAXCACHE (a file comes back up to 16 MiB),

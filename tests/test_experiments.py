@@ -233,6 +233,9 @@ def test_the_budget_counts_the_calibration_runs_steps_not_its_evaluation_and_sav
     del summary["seconds_in_steps"]  # a run written before the field: its wall time
     (calibration / "train_summary.json").write_text(json.dumps(summary))
     assert work.budgeted_steps(str(calibration)) == 6 * 104
+    summary["median_step_seconds"] = 0.625  # the median call's step, where written: first
+    (calibration / "train_summary.json").write_text(json.dumps(summary))
+    assert work.budgeted_steps(str(calibration)) == 2040
     (calibration / "train_summary.json").write_text(json.dumps({"steps_this_run": 0}))
     with pytest.raises(ValueError, match="no timed steps"):
         work.budgeted_steps(str(calibration))
@@ -439,3 +442,18 @@ def test_squad_is_prepared_as_the_questions_a_run_reads(tmp_path):
     assert os.path.getsize(target) < os.path.getsize(source) / 20
     assert not cut_squad("squad1", source, str(tmp_path / "all.json"), None)  # all of it: a copy
     assert not cut_squad("sst2", source, str(tmp_path / "other.json"), 10)
+
+
+def test_jobs_share_the_accelerators_memory_unless_the_user_set_it(monkeypatch):
+    from model.experiments.__main__ import share_the_accelerator
+
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+        monkeypatch.setenv(name, "")  # recorded, so that the test's own settings are undone
+        monkeypatch.delenv(name)
+    share_the_accelerator(1)
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ  # one process: JAX's default
+    share_the_accelerator(4)
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.18"  # five processes
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".5")
+    share_the_accelerator(8)
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == ".5"

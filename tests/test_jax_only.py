@@ -210,7 +210,10 @@ def test_every_table_runs_from_its_prepared_input_without_tensorflow(prepared, t
 
 def test_jobs_runs_the_fine_tunings_as_child_processes_with_their_logs_kept(tables):
     logs = sorted(os.listdir(tables / "logs"))
-    assert len(logs) == 2 and all(name.endswith("ltr-4x16-seed1.log") for name in logs), logs
+    assert logs == [
+        "ltr-4x16-seed1-conll2003-bilstm-seed1-metrics.log",
+        "ltr-4x16-seed1-conll2003-seed1-metrics.log",
+    ]
     outputs = set()
     for name in logs:
         with open(tables / "logs" / name, encoding="utf-8") as f:

@@ -442,7 +442,8 @@ def test_concurrent_commands_run_side_by_side_and_the_next_one_waits_for_them(
     assert f"met {marks[1]}" in text and f"met {marks[0]}" in text
     assert text.index("[1/3 demo] done in") < text.index("[3/3 demo] python -m json.tool")
     assert text.index("[2/3 demo] done in") < text.index("[3/3 demo] python -m json.tool")
-    assert sorted(os.listdir(logs)) == ["1-3-demo.log", "2-3-demo.log"]
+    folder = os.path.basename(tmp_path)
+    assert sorted(os.listdir(logs)) == [f"demo-{folder}-a.log", f"demo-{folder}-b.log"]
     assert set(json.load(open(timings))) == {a, b, c}
 
 
@@ -469,6 +470,57 @@ def test_a_failed_concurrent_command_stops_the_run_once_the_others_end(tmp_path,
     assert "[1/3 demo] failed with exit status 4" in text  # both ended and were reported
     assert "[2/3 demo] failed with exit status" in text
     assert "[3/3" not in text and not os.path.exists(never)
+
+
+def test_a_time_limit_waits_for_the_running_children_then_stops(tmp_path, monkeypatch):
+    """The limit passes while a concurrent command runs: it finishes (its output kept), no
+    later command starts, and the status says the run stopped."""
+    from model.recipes.runner import STOPPED
+
+    (tmp_path / "slow.py").write_text(
+        "import sys, time\ntime.sleep(1.5)\nopen(sys.argv[1], 'w').write('{}')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    a, never = str(tmp_path / "a.json"), str(tmp_path / "never.json")
+    step = defaults.Step(
+        "demo",
+        (
+            defaults.Command("slow", (a,), a, concurrent=True),
+            defaults.Command("slow", (never,), never),  # due after the 1 s limit
+        ),
+    )
+    lines = []
+    rc = defaults.run([step], log=lines.append, jobs=2, time_limit=1, log_dir=str(tmp_path))
+    assert rc == STOPPED and os.path.isfile(a) and not os.path.exists(never)
+    assert "[1/2 demo] done in" in "\n".join(lines)
+
+
+def test_an_interrupted_run_stops_its_children_and_shows_their_output(tmp_path, monkeypatch):
+    from model.recipes import runner
+
+    (tmp_path / "meet.py").write_text(MEET)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    waits = defaults.Command(  # waits a minute for a mark nobody writes
+        "meet",
+        (str(tmp_path / "x"), str(tmp_path / "nobody"), str(tmp_path / "a.json"), "60"),
+        str(tmp_path / "a.json"),
+        concurrent=True,
+    )
+    started = []
+
+    def interrupt(self, below):  # the parent is stopped while its child runs
+        if self.running:
+            started.extend(p for _, _, p, _, _ in self.running)
+            raise KeyboardInterrupt
+        return 0
+
+    monkeypatch.setattr(runner.Children, "wait", interrupt)
+    lines = []
+    second = defaults.Command("json.tool", ("x", "y"), str(tmp_path / "y.json"), concurrent=True)
+    with pytest.raises(KeyboardInterrupt):
+        defaults.run([defaults.Step("demo", (waits, second))], log=lines.append, jobs=2)
+    assert started and all(p.poll() is not None for p in started)  # none left running
+    assert any(line.startswith("[1/2 demo] (stopped) output:") for line in lines)
 
 
 def test_bundle_folders_are_the_ones_the_app_looks_for():

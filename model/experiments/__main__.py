@@ -87,7 +87,8 @@ def parse_args(argv):
         help="run up to N fine-tunings, feature taggers and masked-LM scores at once, as "
         "child processes (their output in WORK/logs); pre-training and records still run "
         "alone, so that a budget's steps are timed alone. For an accelerator that one "
-        "small model leaves idle (default: %(default)s)",
+        "small model leaves idle; each JAX process then takes 0.9/(N+1) of its memory "
+        "(XLA_PYTHON_CLIENT_MEM_FRACTION, unless set) (default: %(default)s)",
     )
     p.add_argument(
         "--verbose",
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     from model.recipes.runner import STOPPED, run
 
     args = parse_args(argv)
+    share_the_accelerator(args.jobs)
     if args.verbose:
         # The commands show TensorFlow's start-up lines when the user set this themselves.
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
@@ -168,6 +170,15 @@ def main(argv=None) -> int:
     write(table, work, commands, report)
     print(f"wrote {report}")
     return rc
+
+
+def share_the_accelerator(jobs: int) -> None:
+    """With `--jobs` above 1, each JAX process (this one, which pre-trains, and its children)
+    takes an equal share of the accelerator's memory instead of JAX's default 75 % each, unless
+    the user set JAX's memory settings themselves. Before JAX starts: its children inherit it."""
+    memory = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
+    if jobs > 1 and not any(name in os.environ for name in memory):
+        os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / (jobs + 1):.2f}"
 
 
 def prepare_input(table, work, out) -> int:

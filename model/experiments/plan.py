@@ -254,11 +254,15 @@ class Work:
         return [calibrate, Command("model.train", self.pretrain_argv(p, run, steps, every), done)]
 
     def budgeted_steps(self, calibration: str) -> int:
-        """The scale's budget over the calibration run's seconds per step (`steps_for`). The
-        seconds are those inside the training steps (`seconds_in_steps`): a 30-step run's one
-        held-out evaluation and saves would count several times more per step than in the long
-        run (the wall time of a run written before that field existed is used as it is)."""
+        """The scale's budget over the calibration run's seconds per step (`steps_for`): its
+        median call's (`median_step_seconds`: a slow call after compiling or one with a save
+        does not move it), else the mean over the time inside the training steps
+        (`seconds_in_steps`, without the held-out evaluation that would count several times
+        more per step than in the long run), else, for a run written before either field, its
+        wall time."""
         summary = read_json(os.path.join(calibration, "train_summary.json"))
+        if summary.get("median_step_seconds"):
+            return self.steps_for(summary["median_step_seconds"])
         seconds = summary.get("seconds_in_steps") or summary.get("seconds_this_run")
         if not summary.get("steps_this_run") or not seconds:
             raise ValueError(f"{calibration}: no timed steps in train_summary.json")

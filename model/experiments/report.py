@@ -143,7 +143,14 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
     if table.not_built:
         lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
     timings = read_json(work.w("timings.json"))
-    lines += ["", "## Commands", "", "Wall times as measured on the hardware above.", ""]
+    lines += [
+        "",
+        "## Commands",
+        "",
+        "Wall times as measured on the hardware above (with `--jobs`, fine-tunings ran "
+        "several at a time and their times overlap).",
+        "",
+    ]
     for command, output in commands:
         seconds = timings.get(output)
         took = f"  # {seconds / 60:.1f} min" if isinstance(seconds, (int, float)) else ""

@@ -207,7 +207,11 @@ class Children:
         if self.log_dir is None:
             self.log_dir = tempfile.mkdtemp(prefix="runner-logs-")
         os.makedirs(self.log_dir, exist_ok=True)
-        name = tag.strip("[]").replace("/", "-").replace(" ", "-")
+        # named after what it writes (a fine-tuning's run directory), so that the tables run
+        # one after another in one WORK never write over each other's logs
+        folder, file = os.path.split(os.path.abspath(command.output))
+        stem = os.path.splitext(file)[0]
+        name = f"{tag.strip('[]').split()[-1]}-{os.path.basename(folder)}-{stem}"
         path = os.path.join(self.log_dir, f"{name}.log")
         with open(path, "w", encoding="utf-8") as out:
             process = subprocess.Popen(
@@ -235,22 +239,30 @@ class Children:
             if process.poll() is None:
                 continue
             self.running.remove(child)
-            with open(path, encoding="utf-8", errors="replace") as f:
-                self.log(f"{tag} output:\n{f.read().rstrip()}")
+            self.show(tag, path)
             seconds = time.time() - start
             rc = finished(tag, command, process.returncode, seconds, self.log, self.timings)
             self.failed = self.failed or rc
 
-    def stop(self) -> None:
+    def show(self, tag: str, path: str) -> None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            self.log(f"{tag} output:\n{f.read().rstrip()}")
+
+    def stop(self, grace: float = 10.0) -> None:
         """Interrupts the children still running (a stop by signal or error of the parent),
-        so that none goes on writing after it; each may save what it has."""
+        so that none goes on writing after it: each may save what it has within `grace`
+        seconds in all, then is killed; their output is shown as far as it got."""
         for _, _, process, _, _ in self.running:
-            process.send_signal(signal.SIGINT)
-        for _, _, process, _, _ in self.running:
+            if process.poll() is None:  # `timeout` may have signalled the whole group already
+                process.send_signal(signal.SIGINT)
+        deadline = time.time() + grace
+        for tag, _, process, path, _ in self.running:
             try:
-                process.wait(timeout=15)
+                process.wait(timeout=max(0.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+            self.show(f"{tag} (stopped)", path)
         self.running = []
 
 

@@ -290,8 +290,9 @@ def _data(args, task):
 
 
 # Examples read and features encoded by earlier runs of this process, by what they were made
-# from (the experiments run their fine-tunings in one process: each seed of a task reads and
-# encodes the same file, SQuAD's in seconds). Never mutated by a run.
+# from (`model.experiments --in-process` runs its fine-tunings in one process, unless `--jobs`
+# runs them as children: each row of a task reads and encodes the same file, SQuAD's in
+# seconds). Never mutated by a run.
 _MEMO: collections.OrderedDict = collections.OrderedDict()
 MEMO_ENTRIES = 8
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -83,13 +84,21 @@ DEVICE_STEPS_PER_CALL = 100
 
 class Throughput:
     """Wall time and examples of the steps this process ran (restarts excluded); `in_steps`
-    the seconds inside the training steps alone (no held-out evaluation, no checkpoint save),
-    what a calibration run measures."""
+    the seconds inside the training steps alone (no held-out evaluation, no checkpoint save);
+    `calls` each timed call's (steps, seconds), whose median step is what a calibration run
+    measures (a slow first call after compiling, or any one slow call, does not move it)."""
 
     def __init__(self):
         self.start = None
         self.steps = 0
         self.in_steps = 0.0
+        self.calls: list[tuple[int, float]] = []
+
+    def median_step(self) -> float | None:
+        """The median over the timed calls of their seconds a step; None with no call."""
+        if not self.calls:
+            return None
+        return statistics.median(seconds / steps for steps, seconds in self.calls)
 
 
 def pretrain(args) -> int:
@@ -334,8 +343,8 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     # A run shorter than a checkpoint interval is one interval: the progress bar counts its
     # own steps, not the interval's.
     every = min(args.checkpoint_every, stop)
-    # The timer first: a checkpoint's save and held-out evaluation, which run at the end of
-    # their step, are then not counted as the step's time (a calibration run's one save was).
+    # The timer first: a checkpoint's save, which runs at the end of its step, is then not
+    # counted as the step's time (it was, before: a calibration run's one save with it).
     callbacks = [_Timer(timing), checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN()]
     if args.eval_data and runtime.chief:
         callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
@@ -491,7 +500,11 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         "steps_this_run": timing.steps,
         "seconds_this_run": round(elapsed, 1),
         # the same steps' time without evaluation and checkpoint saves
-        "seconds_in_steps": round(timing.in_steps, 1),
+        "seconds_in_steps": round(timing.in_steps, 3),
+        # the median call's seconds a step (what a budget's calibration reads)
+        "median_step_seconds": (
+            round(timing.median_step(), 6) if timing.median_step() is not None else None
+        ),
         "tokens_per_second": round(tokens / elapsed, 1) if elapsed else None,
         "examples_seen": _step(model) * args.batch_size,
         "batch_size": args.batch_size,
@@ -573,8 +586,10 @@ class _Timer(_callbacks_base()):
         if self.timing.start is None:
             self.timing.start = now
         else:
-            self.timing.steps += batch - self.first + 1
+            steps = batch - self.first + 1
+            self.timing.steps += steps
             self.timing.in_steps += now - self.began
+            self.timing.calls.append((steps, now - self.began))
 
 
 class _EvalLog(_callbacks_base()):
