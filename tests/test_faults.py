@@ -418,6 +418,8 @@ _WRITES_INTO_A_TEMPORARY = {
     ("export/convert.py", "saved_model"): "a TemporaryDirectory, converted and deleted",
     ("model/pretraining/records.py", "path"): "RecordWriter: the shards of build()'s mkdtemp",
     ("model/pretraining/tokenized.py", "buffer"): "an in-memory BytesIO, then mkstemp + replace",
+    # not a result: a log, written as its command runs (what it holds after a crash is the point)
+    ("model/recipes/runner.py", "path"): "a concurrent command's log, its output as it comes",
 }
 _WRITERS = {"save_weights", "savez", "save", "write_out", "export"}
 
