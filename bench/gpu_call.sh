@@ -31,33 +31,9 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 JOB=$REPO/.job
 source "$REPO/bench/gpu_env.sh"
 
-fp16() {  # fp16 down|up SRC DST: every float32 dataset of an .h5 to float16 (down) or back;
-  # "down" leaves out the optimizer's variables (a checkpoint's model weights alone)
-  ${PY:-python3} - "$@" <<'EOF'
-import sys
-import h5py
-import numpy as np
-direction, src, dst = sys.argv[1:4]
-to, frm = (np.float16, np.float32) if direction == "down" else (np.float32, np.float16)
-with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
-    b.attrs.update(dict(a.attrs))
-    def copy(name, obj):
-        if direction == "down" and name.startswith("optimizer"):
-            return
-        if isinstance(obj, h5py.Group):
-            b.require_group(name).attrs.update(dict(obj.attrs))
-            return
-        data = obj[()]
-        if getattr(data, "dtype", None) == frm:
-            data = data.astype(to)
-        b.create_dataset(name, data=data).attrs.update(dict(obj.attrs))
-    a.visititems(copy)
-EOF
-}
-
 prepare() {
   local minilm=$1 squad=$REPO/../shared/data/squad
-  grep -qx "/.job/" "$REPO/.git/info/exclude" 2>/dev/null || echo "/.job/" >> "$REPO/.git/info/exclude"
+  git_exclude "$REPO" "/.job/"
   rm -rf "$JOB" && mkdir -p "$JOB/whl" "$JOB/minilm" "$JOB/data"
   local py=${PY:-python3}
   PY=$py wheels_download "$JOB/whl" || return 1

@@ -1,6 +1,7 @@
 #!/bin/bash
-# What every GPU call script (bench/gpu_call.sh, bench/gpu_table.sh) does the same way: the
-# wheels the GPU image lacks (it has JAX, no keras), downloaded here and installed there.
+# What every GPU call script (bench/gpu_call.sh, bench/gpu_table.sh, bench/gpu_pretrain_call.sh)
+# does the same way: the wheels the GPU image lacks (it has JAX, no keras), downloaded here and
+# installed there; weights as float16 for the journey; the job folders kept out of git.
 # Sourced, not run: `source "$(dirname "$0")/gpu_env.sh"`.
 
 wheels_download() {  # wheels_download DIR: keras, keras-hub and their pure dependencies
@@ -22,4 +23,32 @@ python_env() {  # python_env WHEEL_DIR REPO: PY and PYTHONPATH for the commands;
   # The compilation cache's path is part of JAX's cache key: a cache carried from one call to
   # the next is read only at the same path (/tmp/jc; a CPU rehearsal may choose its own).
   export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jc} PY
+}
+
+git_exclude() {  # git_exclude REPO PATTERN: a job folder that git never shows (this clone only)
+  grep -qx "$2" "$1/.git/info/exclude" 2>/dev/null || echo "$2" >> "$1/.git/info/exclude"
+}
+
+fp16() {  # fp16 down|up SRC DST: every float32 dataset of an .h5 to float16 (down) or back;
+  # "down" leaves out the optimizer's variables (a checkpoint's model weights alone)
+  ${PY:-python3} - "$@" <<'EOF'
+import sys
+import h5py
+import numpy as np
+direction, src, dst = sys.argv[1:4]
+to, frm = (np.float16, np.float32) if direction == "down" else (np.float32, np.float16)
+with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
+    b.attrs.update(dict(a.attrs))
+    def copy(name, obj):
+        if direction == "down" and name.startswith("optimizer"):
+            return
+        if isinstance(obj, h5py.Group):
+            b.require_group(name).attrs.update(dict(obj.attrs))
+            return
+        data = obj[()]
+        if getattr(data, "dtype", None) == frm:
+            data = data.astype(to)
+        b.create_dataset(name, data=data).attrs.update(dict(obj.attrs))
+    a.visititems(copy)
+EOF
 }

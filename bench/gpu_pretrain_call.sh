@@ -34,7 +34,7 @@ W=${W:-/tmp/wp}
 
 prepare_data() {
   local job=$REPO/.job-data py=${PY:-python3} data=${DATA:-$REPO/../shared/data}
-  exclude "/.job-data/"
+  git_exclude "$REPO" "/.job-data/"
   rm -rf "$job" && mkdir -p "$job/whl" "$job/corpus" || return 1
   PY=$py wheels_download "$job/whl" || return 1
   local vocab=${VOCAB:-$REPO/assets/models/mlm/vocab.txt}  # MiniLM's: bert-base-uncased's
@@ -49,15 +49,13 @@ prepare_data() {
 
 prepare_init() {
   local job=$REPO/.job-init model=$1
-  exclude "/.job-init/"
+  git_exclude "$REPO" "/.job-init/"
   rm -rf "$job" && mkdir -p "$job/whl" "$job/init" || return 1
   PY=${PY:-python3} wheels_download "$job/whl" || return 1
   cp "$model/config.json" "$model/vocab.txt" "$job/init/" &&
-    bash "$REPO/bench/gpu_call.sh" fp16 down "$model/model.weights.h5" "$job/init/model.weights.f16.h5" || return 1
+    fp16 down "$model/model.weights.h5" "$job/init/model.weights.f16.h5" || return 1
   du -sh "$job"
 }
-
-exclude() { grep -qx "$1" "$REPO/.git/info/exclude" 2>/dev/null || echo "$1" >> "$REPO/.git/info/exclude"; }
 
 inputs() { [ "$MODEL" = electra ] && echo segments || echo sentence-pairs; }
 
@@ -102,7 +100,7 @@ train() {
   tail -n 1 "$W/logs/env.txt"
   if [ "$MODEL" = mlm ]; then
     mkdir -p "$W/init" && cp "$job/init/config.json" "$job/init/vocab.txt" "$W/init/" &&
-      bash "$REPO/bench/gpu_call.sh" fp16 up "$job/init/model.weights.f16.h5" "$W/init/model.weights.h5" || exit 1
+      fp16 up "$job/init/model.weights.f16.h5" "$W/init/model.weights.h5" || exit 1
   fi
   local run=$W/run calibration=$W/calibration steps
   # The calibration: 200 steps of the same command (compiled once: the run loads the program
@@ -137,7 +135,7 @@ EOF
 
 pack() {
   cd "$W" || return 1
-  [ -f run/model.weights.h5 ] && bash "$REPO/bench/gpu_call.sh" fp16 down run/model.weights.h5 model.f16.h5 &&
+  [ -f run/model.weights.h5 ] && fp16 down run/model.weights.h5 model.f16.h5 &&
     split -b 15M -d model.f16.h5 "$OUT/model.f16.h5.part"
   { find run calibration -maxdepth 1 -type f ! -name 'model.weights.h5'; find logs -type f; } > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
@@ -148,7 +146,7 @@ unpack() {  # unpack FILES DEST: the run's directory back here as DEST/run, floa
   local files=$1 dest=$2
   mkdir -p "$dest" && tar -C "$dest" -xJf "$files/results.tar.xz" || return 1
   cat "$files"/model.f16.h5.part* > "$dest/model.f16.h5" &&
-    bash "$REPO/bench/gpu_call.sh" fp16 up "$dest/model.f16.h5" "$dest/run/model.weights.h5" &&
+    fp16 up "$dest/model.f16.h5" "$dest/run/model.weights.h5" &&
     rm "$dest/model.f16.h5" && echo "$dest/run: a model directory"
 }
 

@@ -37,7 +37,7 @@ SCALE=gpu
 [ -n "${SMOKE:-}" ] && SCALE=smoke
 
 prepare() {
-  grep -qx "/.job/" "$REPO/.git/info/exclude" 2>/dev/null || echo "/.job/" >> "$REPO/.git/info/exclude"
+  git_exclude "$REPO" "/.job/"
   rm -rf "$JOB" && mkdir -p "$JOB/whl"
   local py=${PY:-python3} data=${DATA:-$REPO/../shared/data} input=$JOB/input
   PY=$py wheels_download "$JOB/whl" || return 1

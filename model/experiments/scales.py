@@ -222,10 +222,11 @@ SCALES = {
         # The steps of whole runs (seconds_in_steps / steps_this_run of train_summary.json;
         # docs/experiments.md#the-gpu-scale-one-table-on-one-rented-gpu), six checkpoint saves
         # included (the timer counted them then: if a save takes the 0.2-0.5 s the
-        # calibrations suggest, these rows' 60 s held 57-59 s of steps alone). 100-step calibration runs measured 14-15 ms for the steps
-        # that take 9.0 ms in the runs themselves, and their runs got 36 s of steps: their one
-        # save counted, and their few calls were slower after compiling. A calibration now
-        # reads its median call (`median_step_seconds`), saves not counted.
+        # calibrations suggest, these rows' 60 s held 57-59 s of steps alone). 100-step
+        # calibration runs measured 14-15 ms for the steps that take 9.0 ms in the runs
+        # themselves, and their runs got 36 s of steps: their one save counted, and their few
+        # calls were slower after compiling. A calibration now reads its median call
+        # (`median_step_seconds`), saves not counted.
         step_seconds=(
             ("NVIDIA H200", "bert-mini", 0.00899),
             ("NVIDIA H200", "no-nsp-mini", 0.00902),

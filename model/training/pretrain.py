@@ -82,11 +82,15 @@ def init_from_checkpoint(model, path: str) -> list[str]:
 DEVICE_STEPS_PER_CALL = 100
 
 
+CALLS_KEPT = 10_000
+
+
 class Throughput:
     """Wall time and examples of the steps this process ran (restarts excluded); `in_steps`
     the seconds inside the training steps alone (no held-out evaluation, no checkpoint save);
-    `calls` each timed call's (steps, seconds), whose median step is what a calibration run
-    measures (a slow first call after compiling, or any one slow call, does not move it)."""
+    `calls` the first CALLS_KEPT timed calls' (steps, seconds), whose median step is what a
+    calibration run measures (a slow first call after compiling, or any one slow call, does
+    not move it; a long run keeps no more, as one step a call would make a million)."""
 
     def __init__(self):
         self.start = None
@@ -493,6 +497,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         },
     )
     elapsed = time.time() - timing.start if timing.start else 0.0
+    median_step = timing.median_step()
     tokens = timing.steps * args.batch_size * seq_len
     summary = {
         "objective": objective.name,
@@ -502,9 +507,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         # the same steps' time without evaluation and checkpoint saves
         "seconds_in_steps": round(timing.in_steps, 3),
         # the median call's seconds a step (what a budget's calibration reads)
-        "median_step_seconds": (
-            round(timing.median_step(), 6) if timing.median_step() is not None else None
-        ),
+        "median_step_seconds": round(median_step, 6) if median_step is not None else None,
         "tokens_per_second": round(tokens / elapsed, 1) if elapsed else None,
         "examples_seen": _step(model) * args.batch_size,
         "batch_size": args.batch_size,
@@ -589,7 +592,8 @@ class _Timer(_callbacks_base()):
             steps = batch - self.first + 1
             self.timing.steps += steps
             self.timing.in_steps += now - self.began
-            self.timing.calls.append((steps, now - self.began))
+            if len(self.timing.calls) < CALLS_KEPT:
+                self.timing.calls.append((steps, now - self.began))
 
 
 class _EvalLog(_callbacks_base()):
