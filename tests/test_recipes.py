@@ -11,6 +11,10 @@ import json
 import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -521,6 +525,42 @@ def test_an_interrupted_run_stops_its_children_and_shows_their_output(tmp_path, 
         defaults.run([defaults.Step("demo", (waits, second))], log=lines.append, jobs=2)
     assert started and all(p.poll() is not None for p in started)  # none left running
     assert any(line.startswith("[1/2 demo] (stopped) output:") for line in lines)
+
+
+TERMINATED = """
+import sys
+from model.recipes import runner
+marks, out = sys.argv[1:3]
+waits = runner.Command(  # waits a minute for a mark nobody writes, its pid in `marks`
+    "meet", (marks + "/child", marks + "/nobody", out, "60"), out, concurrent=True
+)
+sys.exit(runner.run([runner.Step("demo", (waits,))], jobs=2, log_dir=marks + "/logs"))
+"""
+
+
+def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
+    """`kill PID` of an experiments run (not `timeout`, which signals the whole group): the
+    parent exits 143 and its concurrent child is stopped, not left running."""
+    (tmp_path / "meet.py").write_text(MEET + "\n")
+    (tmp_path / "parent.py").write_text(TERMINATED)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "parent.py"), str(tmp_path), str(tmp_path / "a.json")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not (tmp_path / "child").exists():  # the child has started and waits
+        assert time.time() < deadline and parent.poll() is None, parent.stdout.read()
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGTERM)
+    output = parent.communicate(timeout=30)[0]
+    assert parent.returncode == 143, output
+    assert "[1/1 demo] (stopped) output:" in output
+    pids = subprocess.run(["pgrep", "-f", str(tmp_path / "nobody")], capture_output=True)
+    assert pids.stdout.strip() == b"", "the child still runs"
 
 
 def test_bundle_folders_are_the_ones_the_app_looks_for():

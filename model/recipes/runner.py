@@ -25,6 +25,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ def run(
     number = 0
     started = time.time()
     children = Children(log, timings, log_dir)
+    restore = exit_on_sigterm()
     try:
         for step in chosen:
             log(f"# step {step.name}: {step.summary}")
@@ -169,9 +171,25 @@ def run(
             return rc
     finally:
         children.stop()
+        restore()
     if not dry_run:
         log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
     return 0
+
+
+def exit_on_sigterm() -> Callable[[], None]:
+    """Makes a SIGTERM sent to this process alone (a `kill PID`, not `timeout`'s signal to the
+    whole group) raise SystemExit(143), so that `run` stops its children on the way out
+    instead of leaving them running; returns what puts the previous handler back. Signals
+    are this process's main thread's: elsewhere it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def exit_143(signum, frame):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, exit_143)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def finished(tag: str, command: Command, rc: int, seconds: float, log, timings) -> int:
