@@ -25,6 +25,7 @@ from model.heads.multiple_choice import BertMultipleChoice
 from model.heads.question_answerer import BertQuestionAnswerer
 from model.heads.token_classifier import BertTokenClassifier
 from model.networks.encoder import BertEncoder
+from model.training.optimizer import create_optimizer_variables
 from tests.helpers import random_encoder_inputs
 
 VOCAB = 64
@@ -235,6 +236,7 @@ def test_causal_lm_overfits_one_batch():
         optimizer=keras.optimizers.Adam(1e-2),
         loss={"next_token": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
     )
+    create_optimizer_variables(model)
     start = float(model.evaluate(x, y, verbose=0))
     end = model.fit(x, y, epochs=30, batch_size=4, verbose=0).history["loss"][-1]
     assert start > 3.5  # about ln(64) = 4.16: a uniform guess

@@ -433,6 +433,7 @@ def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
     from model.networks.encoder import BertEncoder
     from model.text.tokenizer import load_vocabulary
     from model.training.finetune import freeze_unused_pooler
+    from model.training.optimizer import create_optimizer_variables
     from tests.helpers import random_encoder_inputs
 
     vocab = write_task_vocab(tmp_path / "vocab.txt")
@@ -452,6 +453,7 @@ def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
             optimizer=keras.optimizers.AdamW(1e-2),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
+        create_optimizer_variables(model)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model.fit(x, y, batch_size=4, epochs=1, verbose=0)

@@ -16,6 +16,7 @@ from model.networks.encoder import BertEncoder
 from model.pretraining.dataset import pretraining_dataset
 from model.pretraining.pydataset import PretrainingPyDataset
 from model.text.wordpiece import load_vocabulary
+from model.training.optimizer import create_optimizer_variables
 from tests.helpers import make_records, pretrain_argv, run_train
 
 # The record format each objective trains on (python -m model.data --inputs ...).
@@ -102,6 +103,7 @@ def test_every_objective_overfits_one_batch(name, records):
         weighted_metrics=objective.metrics(),
         jit_compile=False,  # XLA's compile of a tiny model takes longer than its 60 steps
     )
+    create_optimizer_variables(model)  # its first step traced once, not twice
     first = model.evaluate(x, y, sample_weight=sw, verbose=0, return_dict=True)["loss"]
     for _ in range(60):
         model.train_on_batch(x, y, sample_weight=sw)

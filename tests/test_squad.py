@@ -698,9 +698,11 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
     encoder = BertEncoder.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
     model = v2.build_model(encoder)
     from model.training.finetune import freeze_unused_pooler
+    from model.training.optimizer import create_optimizer_variables
 
     freeze_unused_pooler(v2, encoder)  # QA does not read the pooler: no gradient warning
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=v2.loss())
+    create_optimizer_variables(model)
     history = model.fit(
         {k: v[:8] for k, v in train.x.items()},
         {k: v[:8] for k, v in train.y.items()},

@@ -29,7 +29,11 @@ from model import evaluate, train
 from model.heads.pretrainer import BertPretrainer
 from model.networks.encoder import BertEncoder
 from model.training.checkpointing import ResumableCheckpoint
-from model.training.optimizer import WarmupLinearDecay, bert_adamw
+from model.training.optimizer import (
+    WarmupLinearDecay,
+    bert_adamw,
+    create_optimizer_variables,
+)
 from tests.helpers import (
     assert_same_weights,
     make_records,
@@ -94,6 +98,7 @@ def test_tiny_model_overfits_one_batch():
         optimizer=bert_adamw(1e-2, warmup_steps=0, total_steps=steps, weight_decay=0.0),
         loss={"mlm": loss, "nsp": loss},
     )
+    create_optimizer_variables(model)
     # One step per epoch: the history holds each step's loss, the first one
     # taken before any update.
     history = model.fit(
@@ -226,8 +231,33 @@ def tiny_compiled_pretrainer(seed):
         optimizer=bert_adamw(1e-3, 1, 10),
         loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
     )
-    model.optimizer.build(model.trainable_variables)
+    create_optimizer_variables(model)
     return model
+
+
+def test_optimizer_variables_created_first_change_nothing_the_steps_compute():
+    """`create_optimizer_variables` (the first step traced once, not twice) before three
+    steps of BERT's AdamW gives the weights three steps give without it."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 6)).astype("float32"), rng.integers(0, 3, 8)
+    weights = []
+    for first in (True, False):
+        keras.utils.set_random_seed(3)
+        inputs = keras.Input((6,))
+        hidden = keras.layers.LayerNormalization()(keras.layers.Dense(5)(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dropout(0.5)(hidden)))
+        model.compile(
+            optimizer=bert_adamw(1e-2, 1, 10),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        if first:
+            create_optimizer_variables(model)
+        assert model.optimizer.built is first
+        for _ in range(3):
+            model.train_on_batch(x, y)
+        weights.append(model.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_restore_never_loads_a_half_written_checkpoint(tmp_path, monkeypatch):

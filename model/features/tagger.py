@@ -154,6 +154,7 @@ def train(args) -> int:
     from model.tasks.base import check_labelled
     from model.tasks.ner import IGNORE, conll_metrics
     from model.text import tokenizer_class
+    from model.training.optimizer import create_optimizer_variables
 
     task = get("conll2003")
     train_file, dev_file = task.files(args.data)
@@ -188,6 +189,7 @@ def train(args) -> int:
         optimizer=keras.optimizers.Adam(args.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE),
     )
+    create_optimizer_variables(tagger)  # the first step traced once, not twice
     info = {
         "task": "feature_tagger",
         "encoder": os.path.abspath(args.model),
