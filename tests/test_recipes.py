@@ -531,7 +531,7 @@ TERMINATED = """
 import sys
 from model.recipes import runner
 marks, out = sys.argv[1:3]
-waits = runner.Command(  # waits a minute for a mark nobody writes, its pid in `marks`
+waits = runner.Command(  # marks that it started, then waits a minute for a mark nobody writes
     "meet", (marks + "/child", marks + "/nobody", out, "60"), out, concurrent=True
 )
 sys.exit(runner.run([runner.Step("demo", (waits,))], jobs=2, log_dir=marks + "/logs"))

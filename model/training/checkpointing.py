@@ -37,6 +37,8 @@ import zipfile
 import keras
 import numpy as np
 
+from model.training.optimizer import create_optimizer_variables
+
 _NAME = re.compile(r"^ckpt-(\d{8})$")
 # A save killed before its rename: never a checkpoint to read.
 _PARTIAL = re.compile(r"^\.ckpt-\d{8}\.tmp-")
@@ -112,7 +114,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         for step, path in reversed(self.checkpoints()):
             try:
                 if not model.optimizer.built:
-                    model.optimizer.build(model.trainable_variables)
+                    create_optimizer_variables(model)
                 _read(os.path.join(path, "model.weights.h5"), model.load_weights)
                 rng = _read(os.path.join(path, "rng.npz"), _read_npz)
                 variables = _rng_variables(model)
