@@ -54,7 +54,7 @@ def train_step(task, encoder_source, precision: str, jit: bool, total_steps: int
 
     from model.networks.encoder import BertEncoder
     from model.training.finetune import freeze_unused_pooler
-    from model.training.optimizer import bert_adamw
+    from model.training.optimizer import bert_adamw, create_optimizer_variables
 
     keras.backend.clear_session()
     keras.mixed_precision.set_global_policy(precision)
@@ -68,7 +68,7 @@ def train_step(task, encoder_source, precision: str, jit: bool, total_steps: int
         loss=task.loss(),
         jit_compile=jit,
     )
-    model.optimizer.build(model.trainable_variables)
+    create_optimizer_variables(model)
 
     def step(batch):
         x, y, *sw = batch

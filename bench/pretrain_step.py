@@ -98,7 +98,7 @@ def project_model(config, precision: str, jit: bool, total_steps: int):
 
     from model.heads.pretrainer import BertPretrainer
     from model.networks.encoder import BertEncoder
-    from model.training.optimizer import bert_adamw
+    from model.training.optimizer import bert_adamw, create_optimizer_variables
 
     keras.backend.clear_session()
     keras.mixed_precision.set_global_policy(precision)
@@ -116,7 +116,7 @@ def project_model(config, precision: str, jit: bool, total_steps: int):
         },
         jit_compile=jit,
     )
-    model.optimizer.build(model.trainable_variables)
+    create_optimizer_variables(model)
     return model
 
 

@@ -553,7 +553,9 @@ def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
     )
     deadline = time.time() + 60
     while not (tmp_path / "child").exists():  # the child has started and waits
-        assert time.time() < deadline and parent.poll() is None, parent.stdout.read()
+        if parent.poll() is not None:
+            pytest.fail(f"the parent ended first:\n{parent.stdout.read()}")
+        assert time.time() < deadline, "no child started in 60 s"
         time.sleep(0.05)
     parent.send_signal(signal.SIGTERM)
     output = parent.communicate(timeout=30)[0]

@@ -524,7 +524,7 @@ def _build(args, task, init, runtime, schedule):
     --bilstm if asked, the task's fresh head, AdamW with its slots built."""
     from model.heads.bilstm_encoder import BertBiLstmEncoder
     from model.networks.encoder import BertEncoder
-    from model.training.optimizer import bert_adamw
+    from model.training.optimizer import bert_adamw, create_optimizer_variables
 
     bilstm = getattr(args, "bilstm", None)
     with runtime.scope():
@@ -542,7 +542,7 @@ def _build(args, task, init, runtime, schedule):
             # JAX always compiles its step (not compiling is eager, op by op)
             jit_compile=args.jit if runtime.tf else "auto",
         )
-        model.optimizer.build(model.trainable_variables)  # its slots are checkpointed too
+        create_optimizer_variables(model)  # its slots are checkpointed too
     init.weights = None  # the model holds them now
     return model, pooler_frozen
 

@@ -61,10 +61,11 @@ def bert_adamw(
 def create_optimizer_variables(model: keras.Model) -> None:
     """Creates the compiled `model`'s optimizer variables now, outside any traced function.
 
-    On TensorFlow without a tf.distribute strategy (whose scope has Keras build them before
-    the first step, as the training commands run), Keras creates them inside the first
-    traced train step; TensorFlow then traces that step twice, once creating each variable
-    behind a conditional and once using them. Created first, the step is traced once: a
-    tiny ELECTRA's first `train_on_batch` took 3.2 s instead of 7.4 (2-core CPU). What the
-    steps compute is unchanged. `model` must be built (its weights exist)."""
+    Otherwise, on TensorFlow without a tf.distribute strategy (whose scope has Keras build
+    them before the first step), Keras creates them inside the first traced train step;
+    TensorFlow then traces that step twice, once creating each variable behind a
+    conditional and once using them. Created first, the step is traced once: a tiny
+    ELECTRA's first `train_on_batch` took 3.2 s instead of 7.4 (2-core CPU). What the steps
+    compute is unchanged. The training commands call it too (the optimizer's slots are
+    checkpointed from the start). `model` must be built (its weights exist)."""
     model.optimizer.build(model.trainable_variables)

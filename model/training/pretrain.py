@@ -285,7 +285,7 @@ def build_model(args, runtime, data, config):
     """The objective's model over a fresh encoder, compiled, its optimizer built."""
 
     from model.networks.encoder import BertEncoder
-    from model.training.optimizer import bert_adamw
+    from model.training.optimizer import bert_adamw, create_optimizer_variables
 
     objective = data.objective
     warmup = args.warmup_steps if args.warmup_steps is not None else min(10_000, args.steps // 10)
@@ -304,7 +304,7 @@ def build_model(args, runtime, data, config):
             weighted_metrics=objective.metrics(),
             jit_compile=args.jit if runtime.tf else "auto",
         )
-        model.optimizer.build(model.trainable_variables)
+        create_optimizer_variables(model)
         if runtime.tf:
             from model.training.strategy import sum_gradients_first
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from model.pretraining.device_data import stream_rows
+from model.training.optimizer import create_optimizer_variables
 
 
 def _state(model):
@@ -49,7 +50,7 @@ class SeedTrainer:
         first = jax.tree.map(lambda v: np.asarray(v)[:batch_size], (features, labels))
         for model in models:
             model._symbolic_build(data_batch=first)
-            model.optimizer.build(model.trainable_variables)
+            create_optimizer_variables(model)
         # (seeds, ...) arrays: one stacked state for all models.
         self.state = jax.tree.map(lambda *v: jnp.stack(v), *[_state(m) for m in models])
         seeds = range(len(models)) if seeds is None else seeds
