@@ -473,12 +473,13 @@ def test_tflite_model_pads_and_cuts_a_fixed_shape_file(models, tmp_path):
         lite.predict(random_encoder_inputs(1, 17, 60))
 
 
-def test_tflite_model_errors_name_the_tensor(bundles, sst2_bundle, tmp_path):
+def test_tflite_model_errors_name_the_tensor(sst2_bundle, tmp_path):
     from export import bundle
     from export.interpreter import TFLiteModel
 
-    assert TFLiteModel(bundle.model_path(sst2_bundle[0])).max_seq_length == 24  # bundle.json
-    lite = TFLiteModel(bundle.model_path(bundles["classifier"][0]), max_seq_length=16)
+    path = bundle.model_path(sst2_bundle[0])
+    assert TFLiteModel(path).max_seq_length == 24  # bundle.json
+    lite = TFLiteModel(path, max_seq_length=16)  # the caller's limit over the bundle's
     x = random_encoder_inputs(2, 8, 60)
     with pytest.raises(ValueError, match=r"missing \['segment_ids'\]"):
         lite.predict({k: v for k, v in x.items() if k != "segment_ids"})
