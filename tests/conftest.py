@@ -71,9 +71,10 @@ def jax_compilation_cache(tmp_path_factory):
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         yield
         return
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(shared / "jax-compilation-cache")
+    from tests.helpers import session_root
+
+    cache = os.path.join(session_root(tmp_path_factory), "jax-compilation-cache")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tiny models compile fast
     yield
     for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):

@@ -502,13 +502,37 @@ def make_electra_run(parent, name: str = "electra", steps: int = 20) -> str:
     return output
 
 
+def session_root(tmp_path_factory) -> str:
+    """The folder every process of this test session shares: pytest's base temporary
+    directory, or under pytest-xdist the one above the workers' own."""
+    base = tmp_path_factory.getbasetemp()
+    return str(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+
+
+def build_once(root: str, build) -> None:
+    """Runs `build()` to fill `root` unless a process of this session already did (`root/done`
+    says so). A lock beside `root` lets one worker build while the other waits and then reads
+    what it built; a build cut off half-way is removed and made again."""
+    import fcntl
+    import shutil
+
+    os.makedirs(os.path.dirname(root), exist_ok=True)
+    with open(root + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(root, "done")):
+            return
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        build()
+        open(os.path.join(root, "done"), "w").close()
+
+
 def build_electra(root: str) -> dict:
-    """Tiny ELECTRA models and bundles under `root`, built once per test session (a marker
-    says done): {"run": the pre-training run (electra_pretraining), "discriminator": its
+    """Tiny ELECTRA models and bundles under `root`, built once per test session
+    (`build_once`): {"run": the pre-training run (electra_pretraining), "discriminator": its
     discriminator alone (a replaced_token_detection model directory, the same weights),
     "text": held-out raw text, "float32", "dynamic": the run's bundles (discriminator +
     "generator" signature), "discriminator-float32": the discriminator's bundle}."""
-    import json
 
     paths = {
         "run": os.path.join(root, "run"),
@@ -518,13 +542,16 @@ def build_electra(root: str) -> dict:
         "dynamic": os.path.join(root, "bundles", "dynamic"),
         "discriminator-float32": os.path.join(root, "bundles", "discriminator-float32"),
     }
-    done = os.path.join(root, "done")
-    if os.path.exists(done):
-        return paths
+    build_once(root, lambda: _build_electra(root, paths))
+    return paths
+
+
+def _build_electra(root: str, paths: dict) -> None:
+    import json
+
     from export.__main__ import export_bundle
     from model.checkpoints import model_dir
 
-    os.makedirs(root, exist_ok=True)
     make_electra_run(root, "run")
     with open(os.path.join(paths["run"], "config.json"), encoding="utf-8") as f:
         seq_len = json.load(f)["max_seq_length"]
@@ -545,8 +572,6 @@ def build_electra(root: str) -> dict:
         export_bundle(
             source, paths[name], quantization, data=paths["text"], log=lambda message: None
         )
-    open(done, "w").close()
-    return paths
 
 
 # Python source that makes `import tensorflow` fail in the process that runs it (a GPU

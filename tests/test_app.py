@@ -27,7 +27,7 @@ import pytest
 
 from app import models, predict
 from app.__main__ import offline_environment, parse_args
-from tests.helpers import REPO_ROOT, free_ports, write_task_vocab
+from tests.helpers import REPO_ROOT, build_once, free_ports, session_root, write_task_vocab
 
 offline_environment()  # before anything imports gradio
 
@@ -696,11 +696,13 @@ TINY = {
 
 def build_tiny_models(root: str) -> tuple[str, str]:
     """(Keras model directories, LiteRT bundles) of the five tasks under `root`, one folder per
-    view as assets/models has them; built once per test session (a marker says done)."""
+    view as assets/models has them; built once per test session (`build_once`)."""
     keras_dir, bundles = os.path.join(root, "keras"), os.path.join(root, "bundles")
-    done = os.path.join(root, "done")
-    if os.path.exists(done):
-        return keras_dir, bundles
+    build_once(root, lambda: _build_tiny_models(root, keras_dir, bundles))
+    return keras_dir, bundles
+
+
+def _build_tiny_models(root: str, keras_dir: str, bundles: str) -> None:
     import keras
 
     from export.__main__ import export_bundle
@@ -709,7 +711,6 @@ def build_tiny_models(root: str) -> tuple[str, str]:
     from model.tasks.ner import CONLL2003_LABELS
     from model.text.tokenizer import load_vocabulary
 
-    os.makedirs(root, exist_ok=True)
     vocab = write_task_vocab(os.path.join(root, "vocab.txt"))
     size = len(load_vocabulary(vocab))
     for folder, spec in TINY.items():
@@ -727,13 +728,11 @@ def build_tiny_models(root: str) -> tuple[str, str]:
             verify_examples=4,
             log=lambda message: None,
         )
-    open(done, "w").close()
-    return keras_dir, bundles
 
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
-    return build_tiny_models(str(tmp_path_factory.getbasetemp() / "app-tiny-models"))
+    return build_tiny_models(os.path.join(session_root(tmp_path_factory), "app-tiny-models"))
 
 
 LONG = "the cat sat on the mat . " * 30  # 210 WordPieces: over the tiny models' 32
@@ -847,7 +846,7 @@ def electra_models(tmp_path_factory, tiny_models):
 
     from tests.helpers import build_electra
 
-    electra = build_electra(str(tmp_path_factory.getbasetemp() / "electra-tiny"))
+    electra = build_electra(os.path.join(session_root(tmp_path_factory), "electra-tiny"))
     root = tmp_path_factory.getbasetemp() / "app-electra-models"
     if not root.exists():
         shutil.copytree(tiny_models[1], root)
