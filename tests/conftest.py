@@ -40,14 +40,16 @@ def pytest_configure(config):
 def share_the_cores():
     """Under pytest-xdist, each worker's TensorFlow (and oneDNN's OpenMP) gets its share of
     the cores as threads, in this process and its children: by default every process sizes
-    its pools to all the cores, and two workers (plus their commands) spinning that many
-    threads on two cores ran the fast tier ~15 % slower (375 s against 316 s, one
-    2-core machine). Threads change the order of a few sums, not what is computed; every
-    process of a session has the same setting. The user's own settings are kept."""
+    its pools to all the cores, so two workers (plus their commands) ran twice the threads
+    there were cores (docs/architecture.md: what that cost is within the machine's noise).
+    Threads change the order of a few sums, not what is computed; every process of a session
+    has the same setting. The user's own settings are kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:
         return
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    from model.io.cpus import usable_cpus  # light: no TensorFlow
+
+    threads = str(max(1, usable_cpus() // workers))
     for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(name, threads)
 

@@ -527,13 +527,13 @@ def build_once(root: str, build) -> None:
         open(os.path.join(root, "done"), "w").close()
 
 
-def build_electra(root: str) -> dict:
-    """Tiny ELECTRA models and bundles under `root`, built once per test session
+def build_electra(tmp_path_factory) -> dict:
+    """Tiny ELECTRA models and bundles in the session's folder, built once per test session
     (`build_once`): {"run": the pre-training run (electra_pretraining), "discriminator": its
     discriminator alone (a replaced_token_detection model directory, the same weights),
     "text": held-out raw text, "float32", "dynamic": the run's bundles (discriminator +
     "generator" signature), "discriminator-float32": the discriminator's bundle}."""
-
+    root = os.path.join(session_root(tmp_path_factory), "electra-tiny")
     paths = {
         "run": os.path.join(root, "run"),
         "discriminator": os.path.join(root, "discriminator"),

@@ -694,9 +694,10 @@ TINY = {
 }
 
 
-def build_tiny_models(root: str) -> tuple[str, str]:
-    """(Keras model directories, LiteRT bundles) of the five tasks under `root`, one folder per
-    view as assets/models has them; built once per test session (`build_once`)."""
+def build_tiny_models(tmp_path_factory) -> tuple[str, str]:
+    """(Keras model directories, LiteRT bundles) of the five tasks in the session's folder, one
+    folder per view as assets/models has them; built once per test session (`build_once`)."""
+    root = os.path.join(session_root(tmp_path_factory), "app-tiny-models")
     keras_dir, bundles = os.path.join(root, "keras"), os.path.join(root, "bundles")
     build_once(root, lambda: _build_tiny_models(root, keras_dir, bundles))
     return keras_dir, bundles
@@ -732,7 +733,7 @@ def _build_tiny_models(root: str, keras_dir: str, bundles: str) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
-    return build_tiny_models(os.path.join(session_root(tmp_path_factory), "app-tiny-models"))
+    return build_tiny_models(tmp_path_factory)
 
 
 LONG = "the cat sat on the mat . " * 30  # 210 WordPieces: over the tiny models' 32
@@ -846,7 +847,7 @@ def electra_models(tmp_path_factory, tiny_models):
 
     from tests.helpers import build_electra
 
-    electra = build_electra(os.path.join(session_root(tmp_path_factory), "electra-tiny"))
+    electra = build_electra(tmp_path_factory)
     root = tmp_path_factory.getbasetemp() / "app-electra-models"
     if not root.exists():
         shutil.copytree(tiny_models[1], root)

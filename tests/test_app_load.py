@@ -30,7 +30,6 @@ still fails the test.
 
 from __future__ import annotations
 
-import os
 import ssl
 import threading
 import time
@@ -39,7 +38,6 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.helpers import session_root
 from tests.test_app import build_tiny_models, client_for, served  # noqa: E402 (sets offline env)
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -133,7 +131,7 @@ def assert_few_dropped(requests: int):
 @pytest.fixture(scope="module")
 def app_client(tmp_path_factory):
     """A gradio_client Client of the app serving the tiny bundles."""
-    _, bundles = build_tiny_models(os.path.join(session_root(tmp_path_factory), "app-tiny-models"))
+    _, bundles = build_tiny_models(tmp_path_factory)
     slots = models.load_all(bundles, "litert", 1)
     assert all(slot.ready for slot in slots.values()), {k: s.describe() for k, s in slots.items()}
     with served(

@@ -29,7 +29,7 @@ import pytest
 from export import runtime
 from export.runtime import EdgeModel
 from model.text.wordpiece import WordPieceTokenizer
-from tests.helpers import build_electra, leftovers, session_root
+from tests.helpers import build_electra, leftovers
 from tests.test_runtime import ROOT, VOCAB, _edge_env, edge_python  # noqa: F401 (a fixture)
 
 TEXT = "The cat sat on the mat, and the dog ran fast."
@@ -38,7 +38,7 @@ MAX_ABS_DYNAMIC = 0.05
 
 @pytest.fixture(scope="module")
 def electra(tmp_path_factory):
-    return build_electra(os.path.join(session_root(tmp_path_factory), "electra-tiny"))
+    return build_electra(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
