@@ -446,6 +446,28 @@ def test_v2_training_labels(tmp_path, tokenizer):
             )
 
 
+def test_training_leaves_out_answers_not_in_the_words(tmp_path, tokenizer, capsys):
+    # google's "Could not find answer": the file's answer matches its characters, but a
+    # no-break space is no word separator, so "New\u00a0York" is one word, while the
+    # answer's own whitespace-split text is "New York".
+    context = "They flew to New\u00a0York in 1895."
+    data = dataset(
+        [
+            (
+                context,
+                [qa("ny", "Where?", context, "New\u00a0York"), qa("y", "When?", context, "1895")],
+            )
+        ]
+    )
+    examples = Squad1Task().read(write_json(tmp_path / "d.json", data))
+    enc = Squad1Task().encode(examples, tokenizer, 32, training=True)
+    assert enc.meta.skipped == 1
+    assert (enc.meta.example_index == 1).all() and len(enc.meta.example_index) >= 1
+    assert enc.x["token_ids"][0, enc.y["start_logits"][0]] == tokenizer.token_to_id["1895"]
+    assert "1 training question(s) left out" in capsys.readouterr().err
+    assert Squad1Task().encode(examples, tokenizer, 32).meta.skipped == 0  # only training
+
+
 # === Null score and threshold (v2.0) ===
 
 

@@ -179,35 +179,17 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
             of stopping (the pooler is always created fresh: ELECTRA has none).
         **task_options: `next_sentence`, `num_labels`, `num_choices`, `dropout`.
     """
-    from model.checkpoints.model_dir import build_model, encoder_of
+    from model.checkpoints.model_dir import build_model
 
     path = os.path.join(directory, hf.CONFIG)
     data = hf.read_config(directory, MODEL_TYPE)
     config = encoder_config(data, path)
-    archs = data.get("architectures") or []
-    arch = archs[0] if archs else None
-    if arch is not None and arch not in ARCHITECTURES and task is None:
-        raise ValueError(
-            f"{path}: unsupported architecture {arch!r}; supported: "
-            f"{sorted(ARCHITECTURES)} (or pass --task)"
-        )
-    if task is None and arch is None:
-        raise ValueError(f"{path}: no 'architectures'; pass --task")
     if task == "electra_pretraining":
         raise ValueError(
             f"{directory}: an ELECTRA folder holds one model; read the discriminator "
             f"(ElectraForPreTraining) and the generator (ElectraForMaskedLM) apart"
         )
-    explicit = task is not None
-    info = {"encoder": config.to_dict()}
-    if explicit:
-        info["task"] = task
-    else:
-        info["task"], defaults = ARCHITECTURES[arch]
-        info.update(defaults)
-    if data.get("classifier_dropout") is not None:
-        info["dropout"] = data["classifier_dropout"]
-    info.update({k: v for k, v in task_options.items() if v is not None})
+    info, _ = hf.description(data, config, path, task, task_options, ARCHITECTURES)
     model = build_model(info)
 
     tensors, source = hf.read_tensors(directory)
@@ -228,27 +210,14 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
             f"masked LM would not compute what it computes there"
         )
     entries = model_entries(model, prefix)
-    # Heads with no ELECTRA tensors at all (a classifier's, NSP's): fresh only when allowed.
-    mapped = {id(e.variable) for e in entries}
-    mapped |= {id(w) for w in encoder_of(model).pooled_dense.weights}
-    unmapped = sorted({w.path.split("/")[0] for w in model.weights if id(w) not in mapped})
-    if unmapped and not allow_new_heads:
-        raise ValueError(
-            f"{source}: checkpoint does not match the model:\n  "
-            + "\n  ".join(
-                f"{part} is not in the source (an ELECTRA folder has no tensors for it); "
-                f"pass --allow-new-heads (allow_new_heads=True) to create it fresh, or "
-                f"choose a --task without it"
-                for part in unmapped
-            )
-        )
+    unmapped = _unmapped_heads(model, entries, source, allow_new_heads)
     notes = assign(
         entries,
         tensors,
         source,
         allow_new_heads=allow_new_heads,
         droppable=lambda n: n.startswith(HEAD_PREFIXES),
-        drop_heads=explicit,
+        drop_heads=task is not None,  # the task was chosen: its unused heads may go
         # Buffers, not weights: older transformers saved them.
         ignored=lambda n: (
             n in (f"{prefix}embeddings.position_ids", f"{prefix}embeddings.token_type_ids")
@@ -264,6 +233,27 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         f"random initialisation (a head on pooled_output trains it from there)"
     )
     return model, hf.check_vocabulary(directory, config), notes
+
+
+def _unmapped_heads(model, entries: list[Entry], source: str, allow_new_heads: bool) -> list[str]:
+    """The model's heads no ELECTRA tensor maps to (a classifier's, NSP's; the pooler
+    aside, which ELECTRA never has): an error unless `allow_new_heads`."""
+    from model.checkpoints.model_dir import encoder_of
+
+    mapped = {id(e.variable) for e in entries}
+    mapped |= {id(w) for w in encoder_of(model).pooled_dense.weights}
+    unmapped = sorted({w.path.split("/")[0] for w in model.weights if id(w) not in mapped})
+    if unmapped and not allow_new_heads:
+        raise ValueError(
+            f"{source}: checkpoint does not match the model:\n  "
+            + "\n  ".join(
+                f"{part} is not in the source (an ELECTRA folder has no tensors for it); "
+                f"pass --allow-new-heads (allow_new_heads=True) to create it fresh, or "
+                f"choose a --task without it"
+                for part in unmapped
+            )
+        )
+    return unmapped
 
 
 # === Writing ===

@@ -52,8 +52,6 @@ def weight_entries(model) -> list[Entry]:
     from model.checkpoints.model_dir import encoder_of
 
     cfg = encoder_of(model).config
-    hidden, heads = cfg.hidden_dim, cfg.num_heads
-    head_dim = hidden // heads
     v = {w.path: w for w in model.weights}
     unknown = [p for p in v if p.startswith("logits/")]
     if unknown:
@@ -69,48 +67,62 @@ def weight_entries(model) -> list[Entry]:
         Entry("bert/embeddings/LayerNorm/beta", v["embeddings_layer_norm/beta"]),
     ]
     for i in range(cfg.num_layers):
-        k, g = f"transformer_layer_{i}/", f"bert/encoder/layer_{i}/"
-        for name in ("query", "key", "value"):
-            entries += [
-                # (hidden, hidden) -> (hidden, num_heads, head_dim); modeling.py
-                # splits heads from contiguous slices of the output features too.
-                Entry(
-                    f"{g}attention/self/{name}/kernel",
-                    v[f"{k}self_attention_layer/{name}/kernel"],
-                    lambda a: a.reshape(hidden, heads, head_dim),
-                    lambda a: a.reshape(hidden, hidden),
-                ),
-                Entry(
-                    f"{g}attention/self/{name}/bias",
-                    v[f"{k}self_attention_layer/{name}/bias"],
-                    lambda a: a.reshape(heads, head_dim),
-                    lambda a: a.reshape(hidden),
-                ),
-            ]
-        entries += [
-            Entry(
-                f"{g}attention/output/dense/kernel",
-                v[f"{k}self_attention_layer/attention_output/kernel"],
-                lambda a: a.reshape(heads, head_dim, hidden),
-                lambda a: a.reshape(hidden, hidden),
-            ),
-            Entry(
-                f"{g}attention/output/dense/bias",
-                v[f"{k}self_attention_layer/attention_output/bias"],
-            ),
-            Entry(f"{g}attention/output/LayerNorm/gamma", v[f"{k}self_attention_layer_norm/gamma"]),
-            Entry(f"{g}attention/output/LayerNorm/beta", v[f"{k}self_attention_layer_norm/beta"]),
-            Entry(f"{g}intermediate/dense/kernel", v[f"{k}feedforward_intermediate_dense/kernel"]),
-            Entry(f"{g}intermediate/dense/bias", v[f"{k}feedforward_intermediate_dense/bias"]),
-            Entry(f"{g}output/dense/kernel", v[f"{k}feedforward_output_dense/kernel"]),
-            Entry(f"{g}output/dense/bias", v[f"{k}feedforward_output_dense/bias"]),
-            Entry(f"{g}output/LayerNorm/gamma", v[f"{k}feedforward_layer_norm/gamma"]),
-            Entry(f"{g}output/LayerNorm/beta", v[f"{k}feedforward_layer_norm/beta"]),
-        ]
+        entries += _block_entries(v, i, cfg.hidden_dim, cfg.num_heads)
     entries += [
         Entry("bert/pooler/dense/kernel", v["pooled_dense/kernel"], part="pooled_dense"),
         Entry("bert/pooler/dense/bias", v["pooled_dense/bias"], part="pooled_dense"),
     ]
+    return entries + _head_entries(v)
+
+
+def _block_entries(v: dict, i: int, hidden: int, heads: int) -> list[Entry]:
+    """Transformer block `i`'s Entries (`v`: the model's variables by path)."""
+    head_dim = hidden // heads
+    k, g = f"transformer_layer_{i}/", f"bert/encoder/layer_{i}/"
+    entries = []
+    for name in ("query", "key", "value"):
+        entries += [
+            # (hidden, hidden) -> (hidden, num_heads, head_dim); modeling.py
+            # splits heads from contiguous slices of the output features too.
+            Entry(
+                f"{g}attention/self/{name}/kernel",
+                v[f"{k}self_attention_layer/{name}/kernel"],
+                lambda a: a.reshape(hidden, heads, head_dim),
+                lambda a: a.reshape(hidden, hidden),
+            ),
+            Entry(
+                f"{g}attention/self/{name}/bias",
+                v[f"{k}self_attention_layer/{name}/bias"],
+                lambda a: a.reshape(heads, head_dim),
+                lambda a: a.reshape(hidden),
+            ),
+        ]
+    entries += [
+        Entry(
+            f"{g}attention/output/dense/kernel",
+            v[f"{k}self_attention_layer/attention_output/kernel"],
+            lambda a: a.reshape(heads, head_dim, hidden),
+            lambda a: a.reshape(hidden, hidden),
+        ),
+        Entry(
+            f"{g}attention/output/dense/bias",
+            v[f"{k}self_attention_layer/attention_output/bias"],
+        ),
+        Entry(f"{g}attention/output/LayerNorm/gamma", v[f"{k}self_attention_layer_norm/gamma"]),
+        Entry(f"{g}attention/output/LayerNorm/beta", v[f"{k}self_attention_layer_norm/beta"]),
+        Entry(f"{g}intermediate/dense/kernel", v[f"{k}feedforward_intermediate_dense/kernel"]),
+        Entry(f"{g}intermediate/dense/bias", v[f"{k}feedforward_intermediate_dense/bias"]),
+        Entry(f"{g}output/dense/kernel", v[f"{k}feedforward_output_dense/kernel"]),
+        Entry(f"{g}output/dense/bias", v[f"{k}feedforward_output_dense/bias"]),
+        Entry(f"{g}output/LayerNorm/gamma", v[f"{k}feedforward_layer_norm/gamma"]),
+        Entry(f"{g}output/LayerNorm/beta", v[f"{k}feedforward_layer_norm/beta"]),
+    ]
+    return entries
+
+
+def _head_entries(v: dict) -> list[Entry]:
+    """The pre-training heads' Entries, those the model has (`v`: its variables by path)."""
+    entries = []
     if "masked_lm_head/output_bias" in v:
         mlm = "masked_lm_head"
         entries += [

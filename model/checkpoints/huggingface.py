@@ -79,10 +79,7 @@ def encoder_entries(encoder, prefix: str) -> list[Entry]:
     pooler), named as transformers' BertModel names them under `prefix`.
     ELECTRA's `ElectraModel` names them the same way (`model.checkpoints.electra`)."""
     cfg = encoder.config
-    hidden, heads = cfg.hidden_dim, cfg.num_heads
-    head_dim = hidden // heads
     v = {w.path: w for w in encoder.weights}
-    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
     p = prefix
     entries = [
         Entry(f"{p}embeddings.word_embeddings.weight", v["token_embedding/embeddings"]),
@@ -92,51 +89,58 @@ def encoder_entries(encoder, prefix: str) -> list[Entry]:
         Entry(f"{p}embeddings.LayerNorm.bias", v["embeddings_layer_norm/beta"]),
     ]
     for i in range(cfg.num_layers):
-        k, h = f"transformer_layer_{i}/", f"{p}encoder.layer.{i}."
-        for name in ("query", "key", "value"):
-            entries += [
-                # (hidden, hidden) -> (hidden, num_heads, head_dim): heads are
-                # contiguous slices of the output features in both.
-                Entry(
-                    f"{h}attention.self.{name}.weight",
-                    v[f"{k}self_attention_layer/{name}/kernel"],
-                    lambda a: a.T.reshape(hidden, heads, head_dim),
-                    lambda a: a.reshape(hidden, hidden).T,
-                ),
-                Entry(
-                    f"{h}attention.self.{name}.bias",
-                    v[f"{k}self_attention_layer/{name}/bias"],
-                    lambda a: a.reshape(heads, head_dim),
-                    lambda a: a.reshape(hidden),
-                ),
-            ]
+        entries += _block_entries(v, i, prefix, cfg.hidden_dim, cfg.num_heads)
+    return entries
+
+
+def _block_entries(v: dict, i: int, prefix: str, hidden: int, heads: int) -> list[Entry]:
+    """Transformer block `i`'s Entries (`v`: the encoder's variables by path)."""
+    head_dim = hidden // heads
+    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
+    k, h = f"transformer_layer_{i}/", f"{prefix}encoder.layer.{i}."
+    entries = []
+    for name in ("query", "key", "value"):
         entries += [
+            # (hidden, hidden) -> (hidden, num_heads, head_dim): heads are
+            # contiguous slices of the output features in both.
             Entry(
-                f"{h}attention.output.dense.weight",
-                v[f"{k}self_attention_layer/attention_output/kernel"],
-                lambda a: a.T.reshape(heads, head_dim, hidden),
+                f"{h}attention.self.{name}.weight",
+                v[f"{k}self_attention_layer/{name}/kernel"],
+                lambda a: a.T.reshape(hidden, heads, head_dim),
                 lambda a: a.reshape(hidden, hidden).T,
             ),
             Entry(
-                f"{h}attention.output.dense.bias",
-                v[f"{k}self_attention_layer/attention_output/bias"],
+                f"{h}attention.self.{name}.bias",
+                v[f"{k}self_attention_layer/{name}/bias"],
+                lambda a: a.reshape(heads, head_dim),
+                lambda a: a.reshape(hidden),
             ),
-            Entry(
-                f"{h}attention.output.LayerNorm.weight", v[f"{k}self_attention_layer_norm/gamma"]
-            ),
-            Entry(f"{h}attention.output.LayerNorm.bias", v[f"{k}self_attention_layer_norm/beta"]),
-            Entry(
-                f"{h}intermediate.dense.weight",
-                v[f"{k}feedforward_intermediate_dense/kernel"],
-                T,
-                T,
-            ),
-            Entry(f"{h}intermediate.dense.bias", v[f"{k}feedforward_intermediate_dense/bias"]),
-            Entry(f"{h}output.dense.weight", v[f"{k}feedforward_output_dense/kernel"], T, T),
-            Entry(f"{h}output.dense.bias", v[f"{k}feedforward_output_dense/bias"]),
-            Entry(f"{h}output.LayerNorm.weight", v[f"{k}feedforward_layer_norm/gamma"]),
-            Entry(f"{h}output.LayerNorm.bias", v[f"{k}feedforward_layer_norm/beta"]),
         ]
+    entries += [
+        Entry(
+            f"{h}attention.output.dense.weight",
+            v[f"{k}self_attention_layer/attention_output/kernel"],
+            lambda a: a.T.reshape(heads, head_dim, hidden),
+            lambda a: a.reshape(hidden, hidden).T,
+        ),
+        Entry(
+            f"{h}attention.output.dense.bias",
+            v[f"{k}self_attention_layer/attention_output/bias"],
+        ),
+        Entry(f"{h}attention.output.LayerNorm.weight", v[f"{k}self_attention_layer_norm/gamma"]),
+        Entry(f"{h}attention.output.LayerNorm.bias", v[f"{k}self_attention_layer_norm/beta"]),
+        Entry(
+            f"{h}intermediate.dense.weight",
+            v[f"{k}feedforward_intermediate_dense/kernel"],
+            T,
+            T,
+        ),
+        Entry(f"{h}intermediate.dense.bias", v[f"{k}feedforward_intermediate_dense/bias"]),
+        Entry(f"{h}output.dense.weight", v[f"{k}feedforward_output_dense/kernel"], T, T),
+        Entry(f"{h}output.dense.bias", v[f"{k}feedforward_output_dense/bias"]),
+        Entry(f"{h}output.LayerNorm.weight", v[f"{k}feedforward_layer_norm/gamma"]),
+        Entry(f"{h}output.LayerNorm.bias", v[f"{k}feedforward_layer_norm/beta"]),
+    ]
     return entries
 
 
@@ -268,34 +272,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         return electra.read(directory, task, allow_new_heads, **task_options)
     data = read_config(directory)
     config = BertConfig.from_dict(data, source=os.path.join(directory, CONFIG))
-    archs = data.get("architectures") or []
-    arch = archs[0] if archs else None
-    if arch is not None and arch not in ARCHITECTURES:
-        if task is None:
-            raise ValueError(
-                f"{os.path.join(directory, CONFIG)}: unsupported architecture "
-                f"{arch!r}; supported: {sorted(ARCHITECTURES)} (or pass --task)"
-            )
-    if task is None and arch is None:
-        raise ValueError(f"{os.path.join(directory, CONFIG)}: no 'architectures'; pass --task")
-    explicit = task is not None
-    info = {"encoder": config.to_dict()}
-    if explicit:
-        info["task"] = task
-    else:
-        info["task"], defaults = ARCHITECTURES[arch]
-        info.update(defaults)
-    id2label = data.get("id2label")
-    if (
-        info["task"] in ("classifier", "token_classifier")
-        and id2label
-        and ("num_labels" not in task_options or task_options["num_labels"] == len(id2label))
-    ):
-        info["id2label"] = {str(k): v for k, v in id2label.items()}
-        info["num_labels"] = len(id2label)
-    if data.get("classifier_dropout") is not None:
-        info["dropout"] = data["classifier_dropout"]
-    info.update({k: v for k, v in task_options.items() if v is not None})
+    info, arch = description(data, config, os.path.join(directory, CONFIG), task, task_options)
     model = build_model(info)
 
     tensors, source = read_tensors(directory)
@@ -316,11 +293,52 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         source,
         allow_new_heads=allow_new_heads,
         droppable=lambda n: n.startswith(HEAD_PREFIXES),
-        drop_heads=explicit,
+        drop_heads=task is not None,  # the task was chosen: its unused heads may go
         ignored=lambda n: n == f"{prefix}embeddings.position_ids",
     )
 
     return model, check_vocabulary(directory, config), notes
+
+
+def description(
+    data: dict,
+    config: BertConfig,
+    path: str,
+    task: str | None,
+    task_options: dict,
+    architectures: dict = ARCHITECTURES,
+) -> tuple[dict, str | None]:
+    """(the model description `build_model` takes, the config's architecture) of a
+    folder's config `data` (read from `path`): --task, or else the task of its
+    architecture in `architectures` (BERT's; ELECTRA's reader passes its own); the
+    label names when the label count agrees; `task_options` over both."""
+    archs = data.get("architectures") or []
+    arch = archs[0] if archs else None
+    if arch is not None and arch not in architectures and task is None:
+        raise ValueError(
+            f"{path}: unsupported architecture "
+            f"{arch!r}; supported: {sorted(architectures)} (or pass --task)"
+        )
+    if task is None and arch is None:
+        raise ValueError(f"{path}: no 'architectures'; pass --task")
+    info = {"encoder": config.to_dict()}
+    if task is not None:
+        info["task"] = task
+    else:
+        info["task"], defaults = architectures[arch]
+        info.update(defaults)
+    id2label = data.get("id2label")
+    if (
+        info["task"] in ("classifier", "token_classifier")
+        and id2label
+        and ("num_labels" not in task_options or task_options["num_labels"] == len(id2label))
+    ):
+        info["id2label"] = {str(k): v for k, v in id2label.items()}
+        info["num_labels"] = len(id2label)
+    if data.get("classifier_dropout") is not None:
+        info["dropout"] = data["classifier_dropout"]
+    info.update({k: v for k, v in task_options.items() if v is not None})
+    return info, arch
 
 
 def check_vocabulary(directory: str, config: BertConfig) -> str:

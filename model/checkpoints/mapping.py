@@ -73,6 +73,38 @@ def assign(
         ignored: tensors that are not weights (buffers, optimizer state),
             skipped and counted.
     """
+    problems, notes = _missing(entries, tensors, source, allow_new_heads)
+    problems += _wrong_shapes(entries, tensors)
+    known = {e.name for e in entries}
+    extra = sorted(n for n in tensors if n not in known and not ignored(n))
+    dropped = [n for n in extra if drop_heads and droppable(n)]
+    problems += [_unexpected(n, tensors[n], droppable(n)) for n in extra if n not in dropped]
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ValueError(f"{source}: checkpoint does not match the model:\n  {shown}{more}")
+    if dropped:
+        notes.append(
+            f"dropped {len(dropped)} tensors the chosen task does not use: {', '.join(dropped)}"
+        )
+    skipped = [n for n in tensors if ignored(n)]
+    if skipped:
+        notes.append(
+            f"skipped {len(skipped)} non-weight tensors: {', '.join(sorted(skipped)[:5])}"
+            + (" ..." if len(skipped) > 5 else "")
+        )
+    for e in entries:
+        if e.name in tensors:
+            value = e.to_keras(np.asarray(tensors[e.name], dtype="float32"))
+            e.variable.assign(value.astype(e.variable.dtype))
+    return notes
+
+
+def _missing(
+    entries: list[Entry], tensors: dict, source: str, allow_new_heads: bool
+) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the entries `tensors` lacks: the encoder, or part of a
+    head, is a problem; a whole head is one too, unless `allow_new_heads`."""
     problems, notes = [], []
     by_part: dict[str, list[Entry]] = {}
     for e in entries:
@@ -94,6 +126,11 @@ def assign(
                 f"pass --allow-new-heads (allow_new_heads=True) to create it fresh, or "
                 f"choose a --task without it"
             )
+    return problems, notes
+
+
+def _wrong_shapes(entries: list[Entry], tensors: dict) -> list[str]:
+    problems = []
     for e in entries:
         if e.name in tensors:
             shape = tuple(np.shape(tensors[e.name]))
@@ -101,35 +138,9 @@ def assign(
                 problems.append(
                     f"tensor {e.name!r} has shape {shape}; the config needs {e.expected_shape()}"
                 )
-    known = {e.name for e in entries}
-    extra = sorted(n for n in tensors if n not in known and not ignored(n))
-    dropped = [n for n in extra if drop_heads and droppable(n)]
-    problems += [
-        f"unexpected tensor {n!r} {tuple(np.shape(tensors[n]))}"
-        + (
-            " (a head the chosen task does not use: choose that task with --task to drop it)"
-            if droppable(n)
-            else ""
-        )
-        for n in extra
-        if n not in dropped
-    ]
-    if problems:
-        shown = "\n  ".join(problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        raise ValueError(f"{source}: checkpoint does not match the model:\n  {shown}{more}")
-    if dropped:
-        notes.append(
-            f"dropped {len(dropped)} tensors the chosen task does not use: {', '.join(dropped)}"
-        )
-    skipped = [n for n in tensors if ignored(n)]
-    if skipped:
-        notes.append(
-            f"skipped {len(skipped)} non-weight tensors: {', '.join(sorted(skipped)[:5])}"
-            + (" ..." if len(skipped) > 5 else "")
-        )
-    for e in entries:
-        if e.name in tensors:
-            value = e.to_keras(np.asarray(tensors[e.name], dtype="float32"))
-            e.variable.assign(value.astype(e.variable.dtype))
-    return notes
+    return problems
+
+
+def _unexpected(name: str, tensor, droppable: bool) -> str:
+    why = " (a head the chosen task does not use: choose that task with --task to drop it)"
+    return f"unexpected tensor {name!r} {tuple(np.shape(tensor))}" + (why if droppable else "")

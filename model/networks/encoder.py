@@ -131,6 +131,56 @@ class _Stack(keras.layers.Layer):
         return None
 
 
+def _embedding_layers(cfg: BertConfig, dtype, name: str, shared=None) -> tuple:
+    """The token, position and segment embeddings and their LayerNorm: new ones, or
+    `shared`'s own layer objects (another `BertEncoder`, whose sizes must match)."""
+    if shared is not None:
+        _check_shareable(cfg, shared.config, name, shared.name)
+        return (
+            shared.token_embedding,
+            shared.position_embedding,
+            shared.segment_embedding,
+            shared.embeddings_layer_norm,
+        )
+    init = lambda: keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
+    return (
+        ReversibleEmbedding(
+            input_dim=cfg.vocabulary_size,
+            output_dim=cfg.embedding_size,
+            embeddings_initializer=init(),
+            dtype=dtype,
+            name="token_embedding",
+        ),
+        PositionEmbedding(
+            sequence_length=cfg.max_sequence_length,
+            initializer=init(),
+            dtype=dtype,
+            name="position_embedding",
+        ),
+        keras.layers.Embedding(
+            input_dim=cfg.num_segments,
+            output_dim=cfg.embedding_size,
+            embeddings_initializer=init(),
+            dtype=dtype,
+            name="segment_embedding",
+        ),
+        keras.layers.LayerNormalization(
+            epsilon=cfg.layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+        ),
+    )
+
+
+def _check_shareable(cfg: BertConfig, theirs: BertConfig, name: str, their_name: str) -> None:
+    fields = ("embedding_size", "vocabulary_size", "max_sequence_length", "num_segments")
+    ours, others = (tuple(getattr(c, f) for f in fields) for c in (cfg, theirs))
+    if ours != others:
+        raise ValueError(
+            f"{name}: cannot share the embeddings of {their_name}: "
+            f"embedding size, vocabulary, positions or segments differ "
+            f"({', '.join(map(str, ours))} against {', '.join(map(str, others))})"
+        )
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class BertEncoder(keras.Model):
     """BERT: embeddings, `num_layers` post-LayerNorm Transformer blocks, tanh pooler.
@@ -172,55 +222,12 @@ class BertEncoder(keras.Model):
         # === Layers ===
         # Every sublayer is an attribute whose `name=` equals the attribute
         # name, which keeps checkpoint mapping a table lookup.
-        if shared_embeddings is not None:
-            theirs = shared_embeddings.config
-            if (
-                theirs.embedding_size,
-                theirs.vocabulary_size,
-                theirs.max_sequence_length,
-                theirs.num_segments,
-            ) != (
-                cfg.embedding_size,
-                cfg.vocabulary_size,
-                cfg.max_sequence_length,
-                cfg.num_segments,
-            ):
-                raise ValueError(
-                    f"{name}: cannot share the embeddings of {shared_embeddings.name}: "
-                    f"embedding size, vocabulary, positions or segments differ "
-                    f"({cfg.embedding_size}, {cfg.vocabulary_size}, {cfg.max_sequence_length}, "
-                    f"{cfg.num_segments} against {theirs.embedding_size}, "
-                    f"{theirs.vocabulary_size}, {theirs.max_sequence_length}, "
-                    f"{theirs.num_segments})"
-                )
-            self.token_embedding = shared_embeddings.token_embedding
-            self.position_embedding = shared_embeddings.position_embedding
-            self.segment_embedding = shared_embeddings.segment_embedding
-            self.embeddings_layer_norm = shared_embeddings.embeddings_layer_norm
-        else:
-            self.token_embedding = ReversibleEmbedding(
-                input_dim=cfg.vocabulary_size,
-                output_dim=cfg.embedding_size,
-                embeddings_initializer=init(),
-                dtype=dtype,
-                name="token_embedding",
-            )
-            self.position_embedding = PositionEmbedding(
-                sequence_length=cfg.max_sequence_length,
-                initializer=init(),
-                dtype=dtype,
-                name="position_embedding",
-            )
-            self.segment_embedding = keras.layers.Embedding(
-                input_dim=cfg.num_segments,
-                output_dim=cfg.embedding_size,
-                embeddings_initializer=init(),
-                dtype=dtype,
-                name="segment_embedding",
-            )
-            self.embeddings_layer_norm = keras.layers.LayerNormalization(
-                epsilon=cfg.layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
-            )
+        (
+            self.token_embedding,
+            self.position_embedding,
+            self.segment_embedding,
+            self.embeddings_layer_norm,
+        ) = _embedding_layers(cfg, dtype, name, shared_embeddings)
         self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
         self.embeddings_dropout = keras.layers.Dropout(
             cfg.dropout, dtype=dtype, name="embeddings_dropout"

@@ -90,6 +90,7 @@ import os
 import re
 import shutil
 import sys
+import typing
 
 import numpy as np
 
@@ -410,7 +411,9 @@ def encode_squad(
     """
     paragraphs = list({id(e.paragraph): e.paragraph for e in examples}.values())
     docs = tokenize_paragraphs(paragraphs, tokenizer)
-    questions = encode_texts(tokenizer, [e.question for e in examples])
+    questions = [
+        q[:max_query_length] for q in encode_texts(tokenizer, [e.question for e in examples])
+    ]
     answerable = [e for e in examples if training and not e.is_impossible]
     answer_ids = dict(
         zip(
@@ -422,22 +425,30 @@ def encode_squad(
     # the train set makes ~90k windows of 384 tokens.
     plan, skipped = [], 0  # (example index, question ids, spans, answer token span)
     for i, example in enumerate(examples):
-        query = questions[i][:max_query_length]
         doc = docs[id(example.paragraph)]
-        spans = doc_spans(len(doc[0]), seq_len - len(query) - 3, doc_stride)
+        spans = doc_spans(len(doc[0]), seq_len - len(questions[i]) - 3, doc_stride)
         answer = (-1, -1)
-        if training and not example.is_impossible:
+        if id(example) in answer_ids:
             answer = answer_token_span(example, doc, answer_ids[id(example)])
             if answer is None:
                 skipped += 1
                 continue
-        plan.append((i, query, spans, answer))
+        plan.append((i, questions[i], spans, answer))
+    encoded = _write_windows(
+        plan, [docs[id(e.paragraph)] for e in examples], tokenizer, seq_len, training
+    )
+    encoded.meta.skipped = skipped
+    return encoded
 
+
+def _write_windows(plan: list, docs: list, tokenizer, seq_len: int, training: bool) -> Encoded:
+    """The features of `plan`'s windows ((example index, question ids, spans, answer
+    token span) each; `docs[i]` example i's paragraph tokens), in one set of arrays."""
     n = sum(len(spans) for _, _, spans, _ in plan)
     token_ids = np.full((n, seq_len), tokenizer.pad_id, dtype=np.int32)
     segment_ids = np.zeros((n, seq_len), dtype=np.int32)
     padding_mask = np.zeros((n, seq_len), dtype=np.int32)
-    windows = Windows(np.zeros(n, dtype=np.int32), skipped=skipped)
+    windows = Windows(np.zeros(n, dtype=np.int32))
     if training:
         starts, ends = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32)
     else:
@@ -445,7 +456,7 @@ def encode_squad(
         windows.max_context = np.zeros((n, seq_len), dtype=bool)
     f = 0
     for i, query, spans, answer in plan:
-        ids, tok_to_word, _ = docs[id(examples[i].paragraph)]
+        ids, tok_to_word, _ = docs[i]
         best = None if training else max_context_mask(spans, len(ids))
         offset = len(query) + 2  # [CLS] question [SEP]
         for s, (start, length) in enumerate(spans):
@@ -467,7 +478,6 @@ def encode_squad(
                 windows.token_to_word[f, offset:stop] = tok_to_word[start : start + length]
                 windows.max_context[f, offset:stop] = best[s, start : start + length]
             f += 1
-
     x = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
     y = {"start_logits": starts, "end_logits": ends} if training else None
     return Encoded(x=x, y=y, meta=windows)
@@ -592,6 +602,120 @@ def _softmax(scores: list[float]) -> list[float]:
     return [e / total for e in exp]
 
 
+class _Span(typing.NamedTuple):
+    """One candidate answer: window `window`'s tokens `start`..`end` and their logits
+    (the null answer: start = end = 0, [CLS])."""
+
+    score: float
+    window: int
+    start: int
+    end: int
+    start_logit: float
+    end_logit: float
+
+
+def _window_spans(
+    f: int, s_logits, e_logits, windows: Windows, n_best_size: int, max_answer_length: int
+) -> list[_Span]:
+    """The valid spans among window `f`'s n-best starts x n-best ends, in the order of
+    google's nested loops: both ends on words, the start in its word's best window,
+    the end not before the start, at most `max_answer_length` tokens."""
+    starts, ends = np.meshgrid(
+        best_indexes(s_logits, n_best_size), best_indexes(e_logits, n_best_size), indexing="ij"
+    )
+    starts, ends = starts.ravel(), ends.ravel()
+    words = windows.token_to_word[f]
+    ok = (
+        (words[starts] >= 0)
+        & (words[ends] >= 0)
+        & windows.max_context[f][starts]
+        & (ends >= starts)
+        & (ends - starts + 1 <= max_answer_length)
+    )
+    spans = []
+    for s, e in zip(starts[ok], ends[ok]):
+        sl, el = float(s_logits[s]), float(e_logits[e])
+        spans.append(_Span(sl + el, f, int(s), int(e), sl, el))
+    return spans
+
+
+def _candidates(
+    features: list[int],
+    start_logits,
+    end_logits,
+    windows: Windows,
+    n_best_size: int,
+    max_answer_length: int,
+    version_2: bool,
+) -> tuple[list[_Span], _Span | None]:
+    """One question's candidates from all its windows (`features`), best first (a stable
+    sort, as google's sorted()), and (v2.0) the null answer among them: that of the
+    window whose [CLS] scores lowest, as google's (zero for a question without windows)."""
+    spans, null = [], None
+    for f in features:
+        s_logits = np.asarray(start_logits[f], dtype=np.float64)
+        e_logits = np.asarray(end_logits[f], dtype=np.float64)
+        cls = s_logits[0] + e_logits[0]
+        if version_2 and (null is None or cls < null.score):
+            null = _Span(cls, f, 0, 0, float(s_logits[0]), float(e_logits[0]))
+        spans += _window_spans(f, s_logits, e_logits, windows, n_best_size, max_answer_length)
+    if version_2:
+        null = null or _Span(0.0, 0, 0, 0, 0.0, 0.0)
+        spans.append(null)
+    spans.sort(key=lambda span: span.score, reverse=True)
+    return spans, null
+
+
+def _nbest(spans: list[_Span], null: _Span | None, text_of, n_best_size: int) -> list[dict]:
+    """The first `n_best_size` candidates with distinct texts (`text_of(span)` gives a
+    span's (text, first character) in the context); v2.0 keeps the null answer even when
+    it falls past the n-best; google's "empty" stands in when nothing is valid."""
+    seen, nbest = set(), []
+    for span in spans:
+        if len(nbest) >= n_best_size:
+            break
+        entry = {"text": "", "start_logit": span.start_logit, "end_logit": span.end_logit}
+        if span.start > 0:  # a span, not the null answer
+            entry["text"], entry["answer_start"] = text_of(span)
+            if entry["text"] in seen:
+                continue
+        seen.add(entry["text"])
+        nbest.append(entry | {"window": span.window})
+    if null is not None and "" not in seen:
+        nbest.append(
+            {"text": "", "start_logit": null.start_logit, "end_logit": null.end_logit}
+            | {"window": null.window}
+        )
+    if not nbest:  # no valid span at all (google's fallback)
+        nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+    return nbest
+
+
+def _record(
+    out: SquadPredictions, qid: str, nbest: list[dict], null: _Span | None, null_threshold: float
+) -> None:
+    """One question's n-best list (each entry's "probability" a softmax over the list)
+    and answer, into `out`: v1.1's is the best entry; v2.0's is "" when the null score
+    beats the best span's by more than `null_threshold`."""
+    probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
+    out.nbest[qid] = [
+        {"text": n["text"], "probability": p}
+        | {k: n[k] for k in ("start_logit", "end_logit", "answer_start") if k in n}
+        for n, p in zip(nbest, probs)
+    ]
+    out.windows[qid] = [n.get("window") for n in nbest]
+    if null is None:  # v1.1
+        out.predictions[qid] = out.best_non_null[qid] = nbest[0]["text"]
+        return
+    best = next((n for n in nbest if n["text"]), None)
+    if best is None:
+        out.null_odds[qid] = NO_SPAN_ODDS
+    else:
+        out.null_odds[qid] = float(null.score) - best["start_logit"] - best["end_logit"]
+    out.best_non_null[qid] = best["text"] if best else ""
+    out.predictions[qid] = "" if out.null_odds[qid] > null_threshold else out.best_non_null[qid]
+
+
 def postprocess(
     examples: list[SquadExample],
     windows: Windows,
@@ -612,104 +736,25 @@ def postprocess(
     out = SquadPredictions({}, {}, {}, {})
     memo = {}  # each context word basic-tokenized once (final_char_span)
     for i, example in enumerate(examples):
-        prelim = []  # (score, feature, start, end, start_logit, end_logit)
-        score_null = math.inf
-        null_feature = null_start = null_end = 0
-        null_start_logit = null_end_logit = 0.0
-        for f in by_example.get(i, []):
-            s_logits = np.asarray(start_logits[f], dtype=np.float64)
-            e_logits = np.asarray(end_logits[f], dtype=np.float64)
-            if version_2:
-                feature_null = s_logits[0] + e_logits[0]
-                if feature_null < score_null:
-                    score_null, null_feature = feature_null, f
-                    null_start_logit, null_end_logit = s_logits[0], e_logits[0]
-            starts, ends = np.meshgrid(
-                best_indexes(s_logits, n_best_size),
-                best_indexes(e_logits, n_best_size),
-                indexing="ij",
-            )
-            starts, ends = starts.ravel(), ends.ravel()  # google's nested loops' order
-            words = windows.token_to_word[f]
-            ok = (
-                (words[starts] >= 0)
-                & (words[ends] >= 0)
-                & windows.max_context[f][starts]
-                & (ends >= starts)
-                & (ends - starts + 1 <= max_answer_length)
-            )
-            for s, e in zip(starts[ok], ends[ok]):
-                sl, el = float(s_logits[s]), float(e_logits[e])
-                prelim.append((sl + el, f, int(s), int(e), sl, el))
-        if version_2:
-            prelim.append(
-                (
-                    null_start_logit + null_end_logit,
-                    null_feature,
-                    null_start,
-                    null_end,
-                    float(null_start_logit),
-                    float(null_end_logit),
-                )
-            )
-        prelim.sort(key=lambda p: p[0], reverse=True)  # stable, as google's sorted()
+        spans, null = _candidates(
+            by_example.get(i, []),
+            start_logits,
+            end_logits,
+            windows,
+            n_best_size,
+            max_answer_length,
+            version_2,
+        )
 
-        seen, nbest = set(), []
-        for _, f, s, e, sl, el in prelim:
-            if len(nbest) >= n_best_size:
-                break
-            if s > 0:  # a span, not the null answer
-                begin, stop = window_char_span(
-                    example, windows, token_ids, f, s, e, vocabulary, lowercase, memo
-                )
-                text = example.context[begin:stop]
-                if text in seen:
-                    continue
-                entry = {"text": text, "start_logit": sl, "end_logit": el, "answer_start": begin}
-            else:
-                text = ""
-                entry = {"text": "", "start_logit": sl, "end_logit": el}
-            entry["window"] = f
-            seen.add(text)
-            nbest.append(entry)
-        if version_2 and "" not in seen:
-            nbest.append(
-                {
-                    "text": "",
-                    "start_logit": float(null_start_logit),
-                    "end_logit": float(null_end_logit),
-                    "window": null_feature,
-                }
-            )
-        if not nbest:  # no valid span at all (google's fallback)
-            nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
-        probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
-        best_non_null = next((n for n in nbest if n["text"]), None)
-        out.nbest[example.qas_id] = [
-            {
-                "text": n["text"],
-                "probability": p,
-                "start_logit": n["start_logit"],
-                "end_logit": n["end_logit"],
-                **({"answer_start": n["answer_start"]} if "answer_start" in n else {}),
-            }
-            for n, p in zip(nbest, probs)
-        ]
-        out.windows[example.qas_id] = [n.get("window") for n in nbest]
-        if not version_2:
-            out.predictions[example.qas_id] = nbest[0]["text"]
-            out.best_non_null[example.qas_id] = nbest[0]["text"]
-            continue
-        if best_non_null is None:
-            score_diff = NO_SPAN_ODDS
-        else:
-            score_diff = (
-                float(score_null) - best_non_null["start_logit"] - best_non_null["end_logit"]
-            )
-        out.null_odds[example.qas_id] = score_diff
-        out.best_non_null[example.qas_id] = best_non_null["text"] if best_non_null else ""
-        out.predictions[example.qas_id] = (
-            "" if score_diff > null_threshold else out.best_non_null[example.qas_id]
+        def text_of(span: _Span, example=example) -> tuple[str, int]:
+            begin, stop = window_char_span(
+                example, windows, token_ids, span.window, span.start, span.end,
+                vocabulary, lowercase, memo,
+            )  # fmt: skip
+            return example.context[begin:stop], begin
+
+        _record(
+            out, example.qas_id, _nbest(spans, null, text_of, n_best_size), null, null_threshold
         )
     return out
 
