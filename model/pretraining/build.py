@@ -276,9 +276,6 @@ def build(
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
     try:
-        names = [f"part-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-        writers = [RecordWriter(os.path.join(tmp, n)) for n in names]
-        counts = [0] * num_shards
         progress = _bar(sum(os.path.getsize(f) for f in files), show_progress)
         stats = {"num_documents": 0, "num_tokens": 0}
         make = _PoolRecords(
@@ -298,24 +295,14 @@ def build(
             pool_tokens,
             _Progress(progress, stats),
         )
-        total = 0
-        for records in _pool_results(stream, make, workers):
-            for framed in records:
-                shard = total % num_shards
-                writers[shard].write_framed(framed)
-                counts[shard] += 1
-                total += 1
-            progress.set_postfix(instances=total)
-        progress.close()
-        for w in writers:
-            w.close()
-        if total == 0:
+        shards = _write_shards(tmp, _pool_results(stream, make, workers), num_shards, progress)
+        if sum(shards.values()) == 0:
             raise ValueError(f"no instances: the input has no text ({', '.join(files[:3])})")
         shutil.copyfile(tokenizer.vocab_path, os.path.join(tmp, "vocab.txt"))
         info = {
             "format": "bert-pretraining-records/1",
-            "num_instances": total,
-            "shards": dict(zip(names, counts)),
+            "num_instances": sum(shards.values()),
+            "shards": shards,
             **stats,
             "max_seq_length": instance_config.max_seq_length,
             "input_format": instance_config.inputs,
@@ -340,6 +327,26 @@ def build(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_shards(folder: str, pool_records, num_shards: int, progress) -> dict[str, int]:
+    """Deals each pool's framed records in turn to `num_shards` shard files in `folder`
+    (record k to shard k mod num_shards); returns {shard file name: records}."""
+    names = [f"part-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    writers = [RecordWriter(os.path.join(folder, n)) for n in names]
+    counts = [0] * num_shards
+    total = 0
+    for records in pool_records:
+        for framed in records:
+            shard = total % num_shards
+            writers[shard].write_framed(framed)
+            counts[shard] += 1
+            total += 1
+        progress.set_postfix(instances=total)
+    progress.close()
+    for w in writers:
+        w.close()
+    return dict(zip(names, counts))
 
 
 def _bar(total: int, show: bool):

@@ -74,7 +74,6 @@ def pretraining_dataset(
             f"worker(s) of batches of {replica_batch_size}"
         )
     files, info = find_records(pattern)
-    seq_len = info["max_seq_length"]
     static = info.get("masking") == "static"
     if transform is None and masker is not None:
         transform = MaskedLMBatches(masker)
@@ -82,38 +81,28 @@ def pretraining_dataset(
         raise ValueError(f"{pattern}: records are not masked; pass a Masker for dynamic masking")
     if next_sentence and not info.get("next_sentence", True):
         raise ValueError(f"{pattern}: records were made without next-sentence labels (--no-nsp)")
-    num = info["num_instances"]
-    if static:
-        max_predictions = info["masking_config"]["max_predictions"]
-    else:
-        layout = transform.outputs(seq_len)
-        # The transform's arrays in one fixed order: (group, name, dtype, shape).
-        flat = [
-            (group, name, dtype, shape)
-            for group in ("x", "y", "sw")
-            for name, (dtype, shape) in sorted(layout[group].items())
-        ]
 
-        def run_transform(token_ids, padding_mask, keys):
-            out = transform(token_ids, padding_mask, keys)
-            return [np.asarray(out[g][n], dtype) for g, n, dtype, _ in flat]
+    start = start_step * batch_size
+    stream = _records_from(files, info["num_instances"], start, seed, shuffle_buffer)
+    stream = stream.enumerate(start=start).batch(batch_size, drop_remainder=True)
+    to_model = _batch_parser(info, batch_size, seed, None if static else transform, next_sentence)
+    batches = stream.map(to_model, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if replica_batch_size != batch_size:
+        first = worker_index * worker_rows
 
-    spec = {
-        "input_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_len], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
-    }
-    if info.get("next_sentence", True):
-        spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-    if static:
-        spec.update(
-            {
-                "masked_lm_positions": tf.io.FixedLenFeature([max_predictions], tf.int64),
-                "masked_lm_ids": tf.io.FixedLenFeature([max_predictions], tf.int64),
-                "masked_lm_weights": tf.io.FixedLenFeature([max_predictions], tf.float32),
-            }
-        )
+        def own_rows(*batch):  # (batch_size, ...) -> (worker_rows, ...)
+            return tf.nest.map_structure(lambda t: t[first : first + worker_rows], batch)
 
+        # then (replica_batch_size, ...) batches, one per local replica in turn
+        batches = batches.map(own_rows).rebatch(replica_batch_size, drop_remainder=True)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def _records_from(
+    files: list[str], num: int, start: int, seed: int, shuffle_buffer: int
+) -> tf.data.Dataset:
+    """The endless stream of serialized records from position `start`: epoch `e`
+    reads the shards in an order, and shuffles their records, fixed by `(seed, e)`."""
     file_list = tf.constant(files)
 
     def epoch(e):
@@ -139,12 +128,39 @@ def pretraining_dataset(
                 graph.seed = 0
         return records.shuffle(shuffle_buffer, seed=op_seed, reshuffle_each_iteration=False)
 
-    start = start_step * batch_size
     first_epoch, offset = divmod(start, num)
     # Every epoch is built inside flat_map (none eagerly), so each gets its
     # seeds by the same rule whatever the global seed (see `epoch`).
-    stream = tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(offset)
-    stream = stream.enumerate(start=start).batch(batch_size, drop_remainder=True)
+    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(offset)
+
+
+def _feature_spec(info: dict) -> dict:
+    """`tf.io.parse_example`'s spec of the records `info` (dataset.json) describes."""
+    seq_len = info["max_seq_length"]
+    spec = {
+        "input_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([seq_len], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
+    }
+    if info.get("next_sentence", True):
+        spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+    if info.get("masking") == "static":
+        max_predictions = info["masking_config"]["max_predictions"]
+        spec.update(
+            {
+                "masked_lm_positions": tf.io.FixedLenFeature([max_predictions], tf.int64),
+                "masked_lm_ids": tf.io.FixedLenFeature([max_predictions], tf.int64),
+                "masked_lm_weights": tf.io.FixedLenFeature([max_predictions], tf.float32),
+            }
+        )
+    return spec
+
+
+def _batch_parser(info: dict, batch_size: int, seed: int, transform, next_sentence: bool):
+    """`(positions, serialized records) -> (x, y, sw)` of one batch: the records'
+    own masks (`transform` None: static records) or the transform's outputs."""
+    spec = _feature_spec(info)
+    apply = None if transform is None else _in_graph(transform, info, batch_size, seed)
 
     def to_model(positions, serialized):
         ex = tf.io.parse_example(serialized, spec)
@@ -155,54 +171,68 @@ def pretraining_dataset(
             "segment_ids": tf.cast(ex["segment_ids"], tf.int32),
             "padding_mask": padding_mask,
         }
-        if static:
+        if apply is None:
             x["mask_positions"] = tf.cast(ex["masked_lm_positions"], tf.int32)
             y = {"mlm": tf.cast(ex["masked_lm_ids"], tf.int32)}
             sw = {"mlm": ex["masked_lm_weights"]}  # (batch, max_predictions)
         else:
-            keys = tf.stack(
-                [tf.fill(tf.shape(positions), tf.constant(seed, tf.int64)), positions], axis=1
-            )
-            values = tf.numpy_function(
-                run_transform,
-                [token_ids, padding_mask, keys],
-                [tf.as_dtype(dtype) for _, _, dtype, _ in flat],
-                stateful=False,
-            )
-            out = {"x": x, "y": {}, "sw": {}}
-            for (group, name, _, shape), value in zip(flat, values):
-                value.set_shape([batch_size, *shape])
-                out[group][name] = value  # an "x" token_ids replaces the record's
-            y, sw = out["y"], out["sw"]
-        # The paper's loss is the mean over the global batch's real masked
-        # positions. Keras divides each replica's weighted loss by its element
-        # count (batch / N * P), divides again by the N replicas and sums the
-        # gradients over them; scaling the weights by (batch * P) / (real
-        # positions of the whole global batch) makes that sum the exact global
-        # mean on 1 or N replicas, on one worker or several. It is why every
-        # worker masks the whole global batch before keeping its rows: a worker
-        # that saw only its own rows could not know the global count without a
-        # cross-replica sum inside the loss. The price is that each worker
-        # parses and masks N times the rows it trains on, which is small next
-        # to a train step of the encoder.
-        for name, weights in sw.items():  # every weighted output of the objective
-            scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
-            sw[name] = weights * scale
+            y, sw = apply(x, positions)  # an "x" token_ids replaces the record's
+        sw = {name: _global_mean_weights(weights) for name, weights in sw.items()}
         if next_sentence:
             y["nsp"] = tf.cast(ex["next_sentence_labels"], tf.int32)  # (batch, 1)
             sw["nsp"] = tf.ones([batch_size], tf.float32)
         return x, y, sw
 
-    batches = stream.map(to_model, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if replica_batch_size != batch_size:
-        first = worker_index * worker_rows
+    return to_model
 
-        def own_rows(*batch):  # (batch_size, ...) -> (worker_rows, ...)
-            return tf.nest.map_structure(lambda t: t[first : first + worker_rows], batch)
 
-        # then (replica_batch_size, ...) batches, one per local replica in turn
-        batches = batches.map(own_rows).rebatch(replica_batch_size, drop_remainder=True)
-    return batches.prefetch(tf.data.AUTOTUNE)
+def _in_graph(transform, info: dict, batch_size: int, seed: int):
+    """`transform` (numpy, on a whole batch) as a graph step `(x, positions) -> (y, sw)`
+    that also adds its inputs to `x`; the masks of the example at position `p` are
+    drawn from `default_rng([seed, p])`."""
+    layout = transform.outputs(info["max_seq_length"])
+    # The transform's arrays in one fixed order: (group, name, dtype, shape).
+    flat = [
+        (group, name, dtype, shape)
+        for group in ("x", "y", "sw")
+        for name, (dtype, shape) in sorted(layout[group].items())
+    ]
+
+    def run_transform(token_ids, padding_mask, keys):
+        out = transform(token_ids, padding_mask, keys)
+        return [np.asarray(out[g][n], dtype) for g, n, dtype, _ in flat]
+
+    def apply(x, positions):
+        keys = tf.stack([tf.fill(tf.shape(positions), tf.constant(seed, tf.int64)), positions], 1)
+        values = tf.numpy_function(
+            run_transform,
+            [x["token_ids"], x["padding_mask"], keys],
+            [tf.as_dtype(dtype) for _, _, dtype, _ in flat],
+            stateful=False,
+        )
+        out = {"x": x, "y": {}, "sw": {}}
+        for (group, name, _, shape), value in zip(flat, values):
+            value.set_shape([batch_size, *shape])
+            out[group][name] = value
+        return out["y"], out["sw"]
+
+    return apply
+
+
+def _global_mean_weights(weights):
+    """The paper's loss is the mean over the global batch's real masked
+    positions. Keras divides each replica's weighted loss by its element
+    count (batch / N * P), divides again by the N replicas and sums the
+    gradients over them; scaling the weights by (batch * P) / (real
+    positions of the whole global batch) makes that sum the exact global
+    mean on 1 or N replicas, on one worker or several. It is why every
+    worker masks the whole global batch before keeping its rows: a worker
+    that saw only its own rows could not know the global count without a
+    cross-replica sum inside the loss. The price is that each worker
+    parses and masks N times the rows it trains on, which is small next
+    to a train step of the encoder."""
+    scale = tf.cast(tf.size(weights), tf.float32) / tf.maximum(tf.reduce_sum(weights), 1.0)
+    return weights * scale
 
 
 def distributed_pretraining_dataset(
