@@ -41,6 +41,7 @@ Exit status 0 on success, 1 when the export is refused (the reason is printed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -188,11 +189,80 @@ def build(
     encoder_signature: the "encoder" signature; None: for pretraining models.
     generator_signature: the "generator" signature; None: for ELECTRA
     pre-training runs (whose bundle is a "replaced_token_detection" one)."""
-    from export import bundle, convert, examples, verify
+    from export import bundle, convert
     from export.interpreter import TFLiteModel
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
-    model, info, tokenizer = loaded or load(model_dir)
+    job = _job(model_dir, loaded or load(model_dir), encoder_signature, generator_signature)
+    job.seq_len = check_seq_len(
+        seq_len or job.info.get("max_seq_length") or DEFAULT_SEQ_LEN, job.info
+    )
+    kwargs = _signature_options(job, top_k)
+    functions = convert.signatures(job.model, job.task, **kwargs)
+    int8 = quantization == "int8"
+    needed = verify_examples + (calibration_examples if int8 else 0)
+    rows, inputs = _examples(job, needed, data)
+    verified = range(min(verify_examples, len(inputs)))
+    calibrated = calibration_rows(len(inputs), verify_examples, calibration_examples)
+    checked, calibration = inputs.take(verified), inputs.take(calibrated)
+    calibrating = f", calibrating on {len(calibration)} examples of {calibration.source}"
+    log(f"converting {model_dir} ({job.task}) to {quantization}" + (calibrating if int8 else ""))
+    start = time.time()
+    tflite = convert.to_tflite(
+        job.model,
+        job.task,
+        quantization,
+        mask_value=mask_value,
+        float_ops=float_ops,
+        representative=_representative(job, calibration, rows, calibrated),
+        **kwargs,
+    )
+    seconds = time.time() - start
+    path = os.path.join(directory, bundle.MODEL)
+    with open(path, "wb") as f:
+        f.write(tflite)
+    lite = TFLiteModel(path, num_threads=threads, max_seq_length=job.seq_len)
+    log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
+    electra_rows = None if rows is None else rows.take(verified)
+    report, reports = _verify(
+        job, lite, functions, checked, electra_rows, quantization, data, verify_examples
+    )
+    result = bundle_info(
+        job.info, model_dir, lite, quantization, job.seq_len, top_k, report, reports, job.task
+    )
+    result["conversion"] = {
+        "attention_mask_value": mask_value,
+        "seconds": round(seconds, 1),
+        "size_bytes": len(tflite),
+        "calibration": {"examples": len(calibration), "data": calibration.source} if int8 else None,
+        "float_ops": list(float_ops) if int8 else None,
+    }
+    return result
+
+
+@dataclasses.dataclass
+class _Job:
+    """What one `build` exports: the loaded model directory, the bundle's task (an ELECTRA
+    directory's `source_task` exports its discriminator) and signatures, its length."""
+
+    model_dir: str
+    model: object
+    info: dict
+    tokenizer: object
+    source_task: str
+    task: str
+    electra: bool
+    encoder_signature: bool
+    generator_signature: bool
+    seq_len: int = 0
+
+
+def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job:
+    """The export of `loaded` (model, info, tokenizer), refused with the reason where
+    LiteRT or the bundle's task cannot hold it; None signatures: the task's default."""
+    from export import bundle
+
+    model, info, tokenizer = loaded
     if info.get("bilstm_units") is not None:
         # The converter's built-in ops cannot unroll an LSTM over a dynamic batch and length.
         raise ValueError(
@@ -217,36 +287,53 @@ def build(
             f"--generator-signature: only an ELECTRA pre-training run (task "
             f"electra_pretraining) has a generator, not {model_dir} ({source_task})"
         )
-    seq_len = check_seq_len(seq_len or info.get("max_seq_length") or DEFAULT_SEQ_LEN, info)
-    needed = verify_examples + (calibration_examples if quantization == "int8" else 0)
-    next_sentence = task == "pretraining" and info.get("next_sentence", True)
-    kwargs = dict(top_k=top_k, next_sentence=next_sentence)
+    return _Job(
+        model_dir, model, info, tokenizer, source_task, task, electra,
+        encoder_signature, generator_signature,
+    )  # fmt: skip
+
+
+def _signature_options(job: _Job, top_k: int) -> dict:
+    """`convert.signatures`' and `convert.to_tflite`'s options for `job`."""
+    options = dict(
+        top_k=top_k,
+        next_sentence=job.task == "pretraining" and job.info.get("next_sentence", True),
+    )
     # Only when on: a `convert.to_tflite` stand-in may not know them.
-    if encoder_signature:
-        kwargs["encoder_signature"] = True
-    if generator_signature:
-        kwargs["generator_signature"] = True
-    functions = convert.signatures(model, task, **kwargs)
-    if electra:
-        # Text corrupted as in pre-training: the run's own generator draws the replacements
-        # (whether or not the bundle keeps it), a discriminator alone gets random tokens.
-        sampler = None
-        if source_task == "electra_pretraining":
-            generator_fn = convert.serving(model, bundle.GENERATOR_SIGNATURE)[0]
-            sampler = lambda x: convert.keras_outputs(generator_fn, x)  # noqa: E731
-        rows = examples.replaced_tokens(tokenizer, seq_len, needed, data, sampler)
-        inputs = rows.corrupted
-    else:
-        rows = None
-        inputs = examples.load(info, tokenizer, seq_len, needed, data, model_dir)
-    verified = range(min(verify_examples, len(inputs)))
-    calibrated = calibration_rows(len(inputs), verify_examples, calibration_examples)
-    checked, calibration = inputs.take(verified), inputs.take(calibrated)
+    if job.encoder_signature:
+        options["encoder_signature"] = True
+    if job.generator_signature:
+        options["generator_signature"] = True
+    return options
+
+
+def _examples(job: _Job, needed: int, data: str | None):
+    """(ELECTRA's replaced-token rows or None, the model's inputs): `needed` real examples
+    (`export/examples.py`) to verify and calibrate on."""
+    from export import bundle, convert, examples
+
+    if not job.electra:
+        return None, examples.load(
+            job.info, job.tokenizer, job.seq_len, needed, data, job.model_dir
+        )
+    # Text corrupted as in pre-training: the run's own generator draws the replacements
+    # (whether or not the bundle keeps it), a discriminator alone gets random tokens.
+    sampler = None
+    if job.source_task == "electra_pretraining":
+        generator_fn = convert.serving(job.model, bundle.GENERATOR_SIGNATURE)[0]
+        sampler = lambda x: convert.keras_outputs(generator_fn, x)  # noqa: E731
+    rows = examples.replaced_tokens(job.tokenizer, job.seq_len, needed, data, sampler)
+    return rows, rows.corrupted
+
+
+def _representative(job: _Job, calibration, rows, calibrated: range):
+    """int8's calibration batches: `calibration`'s inputs; with a generator signature,
+    the discriminator's (corrupted text) beside the generator's (the same rows masked)."""
+    from export import bundle
 
     def representative():
-        if not (electra and generator_signature):
+        if not (job.electra and job.generator_signature):
             return (x for _, x in calibration.batches(CALIBRATION_BATCH))
-        # The discriminator calibrates on corrupted text, the generator on masked text.
         masked = rows.masked.take(calibrated)
         return (
             {bundle.DEFAULT_SIGNATURE: x, bundle.GENERATOR_SIGNATURE: m}
@@ -255,72 +342,46 @@ def build(
             )
         )
 
-    log(
-        f"converting {model_dir} ({task}) to {quantization}"
-        + (
-            f", calibrating on {len(calibration)} examples of {calibration.source}"
-            if quantization == "int8"
-            else ""
-        )
-    )
-    start = time.time()
-    tflite = convert.to_tflite(
-        model,
-        task,
-        quantization,
-        mask_value=mask_value,
-        float_ops=float_ops,
-        representative=representative,
-        **kwargs,
-    )
-    seconds = time.time() - start
-    path = os.path.join(directory, bundle.MODEL)
-    with open(path, "wb") as f:
-        f.write(tflite)
-    lite = TFLiteModel(path, num_threads=threads, max_seq_length=seq_len)
-    log(f"verifying {len(tflite) / 1e6:.1f} MB on {len(checked)} examples of {checked.source}")
+    return representative
+
+
+def _verify(job: _Job, lite, functions: dict, checked, rows, quantization: str, data, texts: int):
+    """(the default signature's verification report, {other signature: its report}):
+    the file against the Keras model on `checked` (ELECTRA: its replaced-token `rows`);
+    the encoder signature on the first `texts` texts of `data` unmasked."""
+    from export import bundle, convert, examples, verify
+
     fn = functions[bundle.DEFAULT_SIGNATURE][0]
     report = verify.verify(
-        lite.predict, lambda x: convert.keras_outputs(fn, x), checked, task, quantization
+        lite.predict, lambda x: convert.keras_outputs(fn, x), checked, job.task, quantization
     )
-    if electra:
+    if job.electra:
         report["replaced_tokens"] = {
             "corruption": rows.replacement,
-            "replaced": int(rows.take(verified).labels.sum()),
+            "replaced": int(rows.labels.sum()),
             "tokens": int(checked.x["padding_mask"].sum()),
         }
     reports = {}
-    if encoder_signature:
+    if job.encoder_signature:
         # The texts the default signature was verified on, without their [MASK]s.
         plain = examples.load(
-            {**info, "task": "encoder"}, tokenizer, seq_len, verify_examples, data, model_dir
-        )
+            {**job.info, "task": "encoder"}, job.tokenizer, job.seq_len, texts, data,
+            job.model_dir,
+        )  # fmt: skip
         reports[bundle.ENCODER_SIGNATURE] = verify_signature(
             lite, functions, bundle.ENCODER_SIGNATURE, "encoder", plain, quantization
         )
-    if generator_signature:
+    if job.generator_signature:
         # The same texts as the generator saw them in pre-training: masked.
         reports[bundle.GENERATOR_SIGNATURE] = verify_signature(
             lite,
             functions,
             bundle.GENERATOR_SIGNATURE,
             bundle.GENERATOR_SIGNATURE,
-            rows.masked.take(verified),
+            rows.masked,
             quantization,
         )
-    result = bundle_info(info, model_dir, lite, quantization, seq_len, top_k, report, reports, task)
-    result["conversion"] = {
-        "attention_mask_value": mask_value,
-        "seconds": round(seconds, 1),
-        "size_bytes": len(tflite),
-        "calibration": (
-            {"examples": len(calibration), "data": calibration.source}
-            if quantization == "int8"
-            else None
-        ),
-        "float_ops": list(float_ops) if quantization == "int8" else None,
-    }
-    return result
+    return report, reports
 
 
 def verify_signature(lite, functions: dict, key: str, task: str, inputs, quantization: str):

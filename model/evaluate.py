@@ -67,6 +67,7 @@ model's config.json; 0 for a model without one), or --null-threshold X.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -179,74 +180,79 @@ def evaluate_mlm(
     """
     import numpy as np
 
+    data = masked_instances(tokenizer, path, max_seq_length, max_predictions, seed, corpus_format)
+    mask_id = list(tokenizer.vocabulary).index("[MASK]")
+    totals = collections.Counter()
+    top_k = has_nsp = None
+    for start in range(0, len(data["labels"]), batch_size):
+        batch = {name: column[start : start + batch_size] for name, column in data.items()}
+        x = {k: batch[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
+        out = predict(x)
+        hits, top_k = mlm_hits(out, batch["labels"])
+        hits.update(
+            copy_hits(
+                hits.pop("top1_id"),
+                batch["labels"],
+                x["token_ids"],
+                x["padding_mask"],
+                x["mask_positions"],
+            )
+        )
+        w = batch["weights"]
+        # The positions that show [MASK] (80 %); the others show a random word or their own.
+        shows_mask = np.take_along_axis(x["token_ids"], x["mask_positions"], 1) == mask_id
+        for name, value in hits.items():
+            totals[name] += float((value * w).sum())
+            if name in ("top1", "top5"):
+                totals[f"{name}_mask_only"] += float((value * w * shows_mask).sum())
+        totals["count"] += float(w.sum())
+        totals["mask_count"] += float((w * shows_mask).sum())
+        nsp = out.get("nsp", out.get("nsp_probs"))  # logits or probabilities: same argmax
+        has_nsp = nsp is not None
+        if has_nsp:
+            totals["nsp_correct"] += float((np.argmax(nsp, -1) == batch["nsp_labels"]).sum())
+    return _mlm_metrics(totals, top_k, len(data["labels"]), has_nsp)
+
+
+def masked_instances(
+    tokenizer, path: str, max_seq_length: int, max_predictions: int, seed: int, corpus_format: str
+) -> dict:
+    """Pre-training instances of `path`'s text, masked as BERT's objective masks them
+    (instance i with `default_rng([seed, i])`): {name: (instances, ...) array}."""
+    import numpy as np
+
     from model.pretraining.build import _instance_features, generate_instances
     from model.pretraining.instances import InstanceConfig
     from model.pretraining.masking import Masker, MaskingConfig
 
     masker = Masker(tokenizer.vocabulary, MaskingConfig(max_predictions=max_predictions))
-    instances = list(
-        generate_instances(
-            [path],
-            tokenizer,
-            InstanceConfig(max_seq_length),
-            seed=seed,
-            corpus_format=corpus_format,
-            pool_tokens=10**12,
-        )
+    instances = generate_instances(
+        [path],
+        tokenizer,
+        InstanceConfig(max_seq_length),
+        seed=seed,
+        corpus_format=corpus_format,
+        pool_tokens=10**12,
     )
-    if not instances:
-        raise ValueError(f"{path}: no text to make evaluation instances from")
     rows = []
     for i, inst in enumerate(instances):
         feats = _instance_features(inst, tokenizer, max_seq_length)
         masked, pos, labels, weights = masker(feats["input_ids"], np.random.default_rng([seed, i]))
         rows.append(
-            (
-                masked,
-                feats["segment_ids"],
-                feats["input_mask"],
-                pos,
-                labels,
-                weights,
-                feats["next_sentence_labels"][0],
-            )
+            (masked, feats["segment_ids"], feats["input_mask"], pos, labels, weights)
+            + (feats["next_sentence_labels"][0],)
         )
-    cols = [np.stack(c) for c in zip(*rows)]
-    token_ids, segment_ids, padding_mask, positions, labels, weights, nsp_labels = cols
-    totals = {}
-    count = mask_count = nsp_correct = 0.0
-    mask_id = list(tokenizer.vocabulary).index("[MASK]")
-    top_k = has_nsp = None
-    for start in range(0, len(rows), batch_size):
-        sl = slice(start, start + batch_size)
-        out = predict(
-            {
-                "token_ids": token_ids[sl],
-                "segment_ids": segment_ids[sl],
-                "padding_mask": padding_mask[sl],
-                "mask_positions": positions[sl],
-            }
-        )
-        hits, top_k = mlm_hits(out, labels[sl])
-        hits.update(
-            copy_hits(
-                hits.pop("top1_id"), labels[sl], token_ids[sl], padding_mask[sl], positions[sl]
-            )
-        )
-        w = weights[sl]
-        # The positions that show [MASK] (80 %); the others show a random word or their own.
-        shows_mask = np.take_along_axis(token_ids[sl], positions[sl], 1) == mask_id
-        for name, value in hits.items():
-            totals[name] = totals.get(name, 0.0) + float((value * w).sum())
-            if name in ("top1", "top5"):
-                key = f"{name}_mask_only"
-                totals[key] = totals.get(key, 0.0) + float((value * w * shows_mask).sum())
-        count += float(w.sum())
-        mask_count += float((w * shows_mask).sum())
-        nsp = out.get("nsp", out.get("nsp_probs"))  # logits or probabilities: same argmax
-        has_nsp = nsp is not None
-        if has_nsp:
-            nsp_correct += float((np.argmax(nsp, -1) == nsp_labels[sl]).sum())
+    if not rows:
+        raise ValueError(f"{path}: no text to make evaluation instances from")
+    names = ("token_ids", "segment_ids", "padding_mask", "mask_positions", "labels", "weights")
+    return dict(zip((*names, "nsp_labels"), (np.stack(c) for c in zip(*rows))))
+
+
+def _mlm_metrics(totals: dict, top_k: int | None, instances: int, has_nsp: bool) -> dict:
+    """`evaluate_mlm`'s metrics from its weighted sums over the masked positions."""
+    import numpy as np
+
+    count, mask_count = totals["count"], totals["mask_count"]
     metrics = {
         f"mlm_{name}_accuracy": totals[name] / count for name in ("top1", "top5") if name in totals
     }
@@ -261,14 +267,11 @@ def evaluate_mlm(
     else:
         metrics["mlm_top_k"] = top_k
     metrics.update(
-        {
-            "masked_positions": int(count),
-            "mask_token_positions": int(mask_count),
-            "instances": len(rows),
-        }
+        {"masked_positions": int(count), "mask_token_positions": int(mask_count)}
+        | {"instances": instances}
     )
     if has_nsp:
-        metrics["nsp_accuracy"] = nsp_correct / len(rows)
+        metrics["nsp_accuracy"] = totals["nsp_correct"] / instances
     return metrics
 
 
@@ -284,12 +287,16 @@ def mlm_hits(out: dict, gold):
     import numpy as np
 
     if "mlm" in out:
-        logits = np.asarray(out["mlm"], dtype=np.float64)  # (batch, P, vocab)
-        logp = logits - logits.max(-1, keepdims=True)
-        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
-        gold_logp = np.take_along_axis(logp, gold[..., None], -1)[..., 0]  # (batch, P)
-        rank = (logp > gold_logp[..., None]).sum(-1)  # 0 = the best guess
-        hits = {"top1": (rank < 1) * 1.0, "top5": (rank < 5) * 1.0, "nll": -gold_logp}
+        logits = np.asarray(out["mlm"])  # (batch, P, vocab)
+        if logits.dtype != np.float64:
+            logits = logits.astype(np.float32, copy=False)  # half precision's exp is too coarse
+        gold_logit = np.take_along_axis(logits, gold[..., None], -1)  # (batch, P, 1)
+        rank = (logits > gold_logit).sum(-1)  # 0 = the best guess
+        top = logits.max(-1, keepdims=True)
+        # log-sum-exp with the sum in float64: as exact as float64 throughout, 6x faster
+        log_total = np.log(np.exp(logits - top).sum(-1, dtype=np.float64)) + top[..., 0]
+        nll = log_total - gold_logit[..., 0]
+        hits = {"top1": (rank < 1) * 1.0, "top5": (rank < 5) * 1.0, "nll": nll}
         return {**hits, "top1_id": logits.argmax(-1)}, None
     if "topk_ids" in out:
         ids = np.asarray(out["topk_ids"])  # (batch, P, k), best first
@@ -441,25 +448,14 @@ def evaluate_task(
     from export import bundle
     from model import tasks
     from model.checkpoints import model_dir
+    from model.features import tagger as feature_tagger
     from model.io.files import check_writable_dir
     from model.text import tokenizer_class
 
     task = tasks.get(name)
-    if null_threshold is not None and not getattr(task, "version_2", False):
-        raise ValueError(f"--null-threshold: task {task.name} has no null answer (squad2 has)")
-    if skip_invalid and not hasattr(task, "skip_invalid"):
-        raise ValueError(
-            f"--skip-invalid: task {task.name} reads its files strictly and cannot skip examples"
-        )
-    if long_texts is not None and getattr(task, "text_b", "") is not None:
-        raise ValueError(
-            f"--long-texts: task {task.name} does not read single texts; only cola and "
-            f"sst2 do (sentence pairs are cut, as in training)"
-        )
+    _check_options(task, null_threshold, skip_invalid, long_texts)
     if long_texts is not None:
         task.long_texts = long_texts
-    from model.features import tagger as feature_tagger
-
     if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
         if task.name != "conll2003":
             raise ValueError(
@@ -470,37 +466,13 @@ def evaluate_task(
     info = (
         _bundle_as_info(bundle.read_info(directory)) if bundled else model_dir.read_info(directory)
     )
-    if info.get("task") != task.head:
-        raise ValueError(
-            f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
-            f"needs a {task.head!r} one (python -m model.train finetune --task "
-            f"{task.name} makes it)"
-        )
-    labels = task.labels()
-    stored = info.get("id2label")
-    # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
-    in_file = list(getattr(task, "label_names", None) or labels or [])
-    if labels and stored and [stored[k] for k in sorted(stored, key=int)] not in (labels, in_file):
-        raise ValueError(
-            f"{directory}: the model's labels {list(stored.values())} are not "
-            f"task {task.name}'s {labels}"
-        )
+    _check_model(task, directory, info)
     task.read_as(info)
-    trained_on = info.get("finetuned_task")
-    if trained_on and trained_on != task.name:
-        print(
-            f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}", file=sys.stderr
-        )
     if getattr(task, "version_2", False):
         # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
         stored = info.get("null_threshold")
-        task.null_threshold = float(
-            null_threshold
-            if null_threshold is not None
-            else stored
-            if stored is not None
-            else task.null_threshold
-        )
+        chosen = null_threshold if null_threshold is not None else stored
+        task.null_threshold = float(chosen if chosen is not None else task.null_threshold)
     if skip_invalid:
         task.skip_invalid = True
     examples = task.read(path)  # malformed files fail before the model loads
@@ -528,6 +500,46 @@ def evaluate_task(
     if hasattr(task, "document_context"):
         metrics["document_context"] = task.document_context
     return metrics
+
+
+def _check_options(task, null_threshold, skip_invalid: bool, long_texts) -> None:
+    """Refuses the options `task` has no use for."""
+    if null_threshold is not None and not getattr(task, "version_2", False):
+        raise ValueError(f"--null-threshold: task {task.name} has no null answer (squad2 has)")
+    if skip_invalid and not hasattr(task, "skip_invalid"):
+        raise ValueError(
+            f"--skip-invalid: task {task.name} reads its files strictly and cannot skip examples"
+        )
+    if long_texts is not None and getattr(task, "text_b", "") is not None:
+        raise ValueError(
+            f"--long-texts: task {task.name} does not read single texts; only cola and "
+            f"sst2 do (sentence pairs are cut, as in training)"
+        )
+
+
+def _check_model(task, directory: str, info: dict) -> None:
+    """Refuses a model whose head or labels are not `task`'s; warns when it was
+    fine-tuned on another task with the same head."""
+    if info.get("task") != task.head:
+        raise ValueError(
+            f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
+            f"needs a {task.head!r} one (python -m model.train finetune --task "
+            f"{task.name} makes it)"
+        )
+    labels = task.labels()
+    stored = info.get("id2label")
+    # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
+    in_file = list(getattr(task, "label_names", None) or labels or [])
+    if labels and stored and [stored[k] for k in sorted(stored, key=int)] not in (labels, in_file):
+        raise ValueError(
+            f"{directory}: the model's labels {list(stored.values())} are not "
+            f"task {task.name}'s {labels}"
+        )
+    trained_on = info.get("finetuned_task")
+    if trained_on and trained_on != task.name:
+        print(
+            f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}", file=sys.stderr
+        )
 
 
 def _bundle_info(directory: str, task: str, needs: str) -> dict:

@@ -146,23 +146,14 @@ def evaluate(directory: str, path: str) -> dict:
 
 
 def train(args) -> int:
-    import keras
-
     from model.features.layers import LayerFeatures, load_encoder, parse_layers
     from model.io.files import atomic_path, check_writable_dir, write_json
     from model.tasks import get
-    from model.tasks.base import check_labelled
-    from model.tasks.ner import IGNORE, conll_metrics
+    from model.tasks.ner import conll_metrics
     from model.text import tokenizer_class
-    from model.training.optimizer import create_optimizer_variables
 
     task = get("conll2003")
-    train_file, dev_file = task.files(args.data)
-    train_set = task.read(train_file)[: args.max_train_examples]
-    check_labelled(train_set, "tags")
-    dev_set = task.read(dev_file) if dev_file else []
-    if dev_set:
-        check_labelled(dev_set, "tags")
+    train_file, dev_file, train_set, dev_set = _read(task, args)
     check_writable_dir(args.output)
     encoder, vocab_path = load_encoder(args.model)
     layers = parse_layers(args.layers, encoder.config.num_layers)
@@ -180,16 +171,7 @@ def train(args) -> int:
         f"and {len(dev_set)} "
         f"dev sentences in {time.time() - start:.0f} s"
     )
-
-    keras.utils.set_random_seed(args.seed)
-    tagger = build_tagger(
-        train_x[0].shape[1], len(labels), args.lstm_units, args.lstm_layers, args.dropout
-    )
-    tagger.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE),
-    )
-    create_optimizer_variables(tagger)  # the first step traced once, not twice
+    tagger = _compiled_tagger(args, train_x[0].shape[1], len(labels))
     info = {
         "task": "feature_tagger",
         "encoder": os.path.abspath(args.model),
@@ -201,20 +183,10 @@ def train(args) -> int:
         "max_seq_length": args.max_seq_length,
         "id2label": dict(enumerate(labels)),
     }
-    steps = math.ceil(len(train_x) / args.batch_size)
     history, best = [], None
     for epoch in range(args.epochs):
-        losses = []
-        progress = keras.utils.Progbar(
-            steps, stateful_metrics=["loss"], verbose=1 if sys.stdout.isatty() else 2
-        )
-        for step, (x, y) in enumerate(
-            _batches(train_x, train_y, args.batch_size, IGNORE, seed=args.seed + epoch), 1
-        ):
-            logs = tagger.train_on_batch(x, y, return_dict=True)
-            losses.append(logs["loss"])
-            progress.update(step, [("loss", float(np.mean(losses)))])
-        record = {"epoch": epoch + 1, "train_loss": float(np.mean(losses))}
+        loss = _train_epoch(tagger, train_x, train_y, args.batch_size, args.seed + epoch)
+        record = {"epoch": epoch + 1, "train_loss": loss}
         if dev_set:
             predicted = predict_tags(tagger, dev_x, labels)
             record.update(conll_metrics([s.tags for s in dev_set], predicted))
@@ -225,7 +197,6 @@ def train(args) -> int:
             with atomic_path(os.path.join(args.output, TAGGER_WEIGHTS)) as tmp:
                 tagger.save_weights(tmp)
             write_json(os.path.join(args.output, "config.json"), info)
-    elapsed = time.time() - start
     summary = {
         "dev": {k: v for k, v in best.items() if k != "epoch"} if dev_set else {},
         "best_epoch": best["epoch"],
@@ -233,10 +204,59 @@ def train(args) -> int:
         "train_file": train_file,
         "dev_file": dev_file,
         "train_sentences": len(train_set),
-        "wall_seconds": round(elapsed, 1),
+        "wall_seconds": round(time.time() - start, 1),
         "args": vars(args),
         "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     return 0
+
+
+def _read(task, args) -> tuple:
+    """(train file, dev file or None, training sentences, dev sentences) of --data,
+    every sentence tagged; at most --max-train-examples training sentences."""
+    from model.tasks.base import check_labelled
+
+    train_file, dev_file = task.files(args.data)
+    train_set = task.read(train_file)[: args.max_train_examples]
+    check_labelled(train_set, "tags")
+    dev_set = task.read(dev_file) if dev_file else []
+    if dev_set:
+        check_labelled(dev_set, "tags")
+    return train_file, dev_file, train_set, dev_set
+
+
+def _compiled_tagger(args, width: int, num_labels: int):
+    """The BiLSTM tagger over `width` features a word, compiled, its optimizer built."""
+    import keras
+
+    from model.tasks.ner import IGNORE
+    from model.training.optimizer import create_optimizer_variables
+
+    keras.utils.set_random_seed(args.seed)
+    tagger = build_tagger(width, num_labels, args.lstm_units, args.lstm_layers, args.dropout)
+    tagger.compile(
+        optimizer=keras.optimizers.Adam(args.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE),
+    )
+    create_optimizer_variables(tagger)  # the first step traced once, not twice
+    return tagger
+
+
+def _train_epoch(tagger, train_x, train_y, batch_size: int, seed: int) -> float:
+    """One epoch over the training sentences in `seed`'s order; its mean loss."""
+    import keras
+
+    from model.tasks.ner import IGNORE
+
+    steps = math.ceil(len(train_x) / batch_size)
+    progress = keras.utils.Progbar(
+        steps, stateful_metrics=["loss"], verbose=1 if sys.stdout.isatty() else 2
+    )
+    losses = []
+    for step, (x, y) in enumerate(_batches(train_x, train_y, batch_size, IGNORE, seed=seed), 1):
+        logs = tagger.train_on_batch(x, y, return_dict=True)
+        losses.append(logs["loss"])
+        progress.update(step, [("loss", float(np.mean(losses)))])
+    return float(np.mean(losses))
