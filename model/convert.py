@@ -54,7 +54,7 @@ from model.checkpoints.formats import FORMATS, TASKS, read, verify, write
 from model.io.native_logs import import_tensorflow_quietly
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m model.convert",
         description=__doc__.split("\n\n")[0],
@@ -110,6 +110,11 @@ def main(argv=None) -> int:
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     import_tensorflow_quietly(args.verbose)
     (src_fmt, src), (dst_fmt, dst) = args.source, args.target

@@ -277,104 +277,76 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
 def plan(p: Paths) -> list[Step]:
     """Every step of the recipe, in order."""
     minilm = p.w("minilm")
-    steps = [
-        Step(
-            "convert",
-            (
-                Command(
-                    "model.convert",
-                    (
-                        "--from",
-                        "hf",
-                        p.minilm or f"${MINILM_ENV}",
-                        "--to",
-                        "keras",
-                        minilm,
-                        # A conversion killed half-way leaves a partial directory (no config.json yet):
-                        # the rerun writes over it.
-                        "--overwrite",
-                    ),
-                    os.path.join(minilm, "config.json"),
-                ),
-            ),
-            summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm",
-        ),
-    ]
-    records, mlm = p.w("pretrain_records"), p.w(PRETRAIN_STAGES[-1][0])
-    trained_on = ",".join(os.path.join(records, shard) for shard in PRETRAIN_SHARDS)
-    inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
-    keras_metrics = p.w("mlm.metrics.json")
-    steps.append(
-        Step(
-            "mlm",
-            (
-                Command(
-                    "model.data",
-                    (
-                        *inputs,
-                        "--vocab",
-                        os.path.join(minilm, "vocab.txt"),
-                        "--output",
-                        records,
-                        *RECORDS_FLAGS,
-                    ),
-                    os.path.join(records, "dataset.json"),
-                ),
-                *pretrain_stages(trained_on, minilm, p),
-                Command(
-                    "model.evaluate",
-                    (
-                        "--task",
-                        "mlm",
-                        "--model",
-                        mlm,
-                        "--data",
-                        p.d(DEV["mlm"]),
-                        "--output",
-                        keras_metrics,
-                    ),
-                    keras_metrics,
-                ),
-                # --encoder-signature (the default for pre-training models, written for the record):
-                # the same file draws the Attention view.
-                *export_and_score("mlm", mlm, p, "mlm", "--encoder-signature"),
-            ),
-            ("convert",),
-            "continued pre-training (masked LM + NSP) and the fill-mask bundle "
-            "(which also draws the attention maps)",
-        )
-    )
-    for task, (data, flags) in FINETUNE.items():
-        output = p.w(task)
-        steps.append(
-            Step(
-                task,
-                (
-                    Command(
-                        "model.train",
-                        (
-                            "finetune",
-                            "--task",
-                            task,
-                            "--data",
-                            p.d(data),
-                            "--init",
-                            minilm,
-                            "--output",
-                            output,
-                            *flags,
-                        ),
-                        os.path.join(output, "metrics.json"),
-                    ),
-                    *export_and_score(task, output, p, task),
-                ),
-                ("convert",),
-                f"fine-tuned on {task} and its bundle",
-            )
-        )
+    steps = [_convert_step(p, minilm), _mlm_step(p, minilm)]
+    steps += [_finetune_step(p, minilm, task) for task in FINETUNE]
     steps.append(electra_step(p, os.path.join(minilm, "vocab.txt")))
     assert tuple(s.name for s in steps) == STEPS
     return steps
+
+
+def _convert_step(p: Paths, minilm: str) -> Step:
+    convert = (
+        "--from",
+        "hf",
+        p.minilm or f"${MINILM_ENV}",
+        "--to",
+        "keras",
+        minilm,
+        # A conversion killed half-way leaves a partial directory (no config.json yet):
+        # the rerun writes over it.
+        "--overwrite",
+    )
+    return Step(
+        "convert",
+        (Command("model.convert", convert, os.path.join(minilm, "config.json")),),
+        summary="all-MiniLM-L6-v2 (Hugging Face) -> WORK/minilm",
+    )
+
+
+def _mlm_step(p: Paths, minilm: str) -> Step:
+    records, mlm = p.w("pretrain_records"), p.w(PRETRAIN_STAGES[-1][0])
+    trained_on = ",".join(os.path.join(records, shard) for shard in PRETRAIN_SHARDS)
+    inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
+    vocab = os.path.join(minilm, "vocab.txt")
+    keras_metrics = p.w("mlm.metrics.json")
+    evaluate = ("--task", "mlm", "--model", mlm, "--data", p.d(DEV["mlm"]))
+    return Step(
+        "mlm",
+        (
+            Command(
+                "model.data",
+                (*inputs, "--vocab", vocab, "--output", records, *RECORDS_FLAGS),
+                os.path.join(records, "dataset.json"),
+            ),
+            *pretrain_stages(trained_on, minilm, p),
+            Command("model.evaluate", (*evaluate, "--output", keras_metrics), keras_metrics),
+            # --encoder-signature (the default for pre-training models, written for the record):
+            # the same file draws the Attention view.
+            *export_and_score("mlm", mlm, p, "mlm", "--encoder-signature"),
+        ),
+        ("convert",),
+        "continued pre-training (masked LM + NSP) and the fill-mask bundle "
+        "(which also draws the attention maps)",
+    )
+
+
+def _finetune_step(p: Paths, minilm: str, task: str) -> Step:
+    data, flags = FINETUNE[task]
+    output = p.w(task)
+    finetune = ("finetune", "--task", task, "--data", p.d(data), "--init", minilm)
+    return Step(
+        task,
+        (
+            Command(
+                "model.train",
+                (*finetune, "--output", output, *flags),
+                os.path.join(output, "metrics.json"),
+            ),
+            *export_and_score(task, output, p, task),
+        ),
+        ("convert",),
+        f"fine-tuned on {task} and its bundle",
+    )
 
 
 def electra_step(p: Paths, vocab: str) -> Step:
