@@ -242,3 +242,47 @@ def test_scaling_knee_and_attention_share():
     assert scaling.knee([(1, None)]) is None
     config = types.SimpleNamespace(hidden_dim=4, intermediate_dim=8)
     assert scaling.attention_share(config, 2) == pytest.approx(64 / 576)
+
+
+# === The call-tree plugin ===
+
+
+def _target():
+    from model.config import BertConfig
+
+    return BertConfig.preset("tiny")
+
+
+def test_call_tree_counts_only_what_runs_beneath_its_target(monkeypatch):
+    import call_tree
+
+    from model.io.files import check_paths
+
+    root = os.path.dirname(BENCH) + os.sep
+    monkeypatch.setattr(call_tree, "ROOT", root)
+    monkeypatch.setattr(call_tree, "TARGET", "tests/test_bench.py:_target")
+    monkeypatch.setattr(call_tree, "_seen", {})
+    previous = sys.getprofile()
+    sys.setprofile(call_tree._profile)
+    try:
+        check_paths()  # model/ code, not beneath the target
+        _target()
+    finally:
+        sys.setprofile(previous)
+    seen = {(path, name): length for (path, _, name), length in call_tree._seen.items()}
+    assert ("model/config.py", "BertConfig.preset") in seen
+    assert all(path.startswith(("model/", "export/", "app/")) for path, _ in seen)
+    assert not any(name == "check_paths" for _, name in seen)
+    assert not any(name.startswith("<") for _, name in seen)  # no comprehension or lambda
+    preset = inspect_lines("model/config.py", "preset")
+    assert seen[("model/config.py", "BertConfig.preset")] == preset
+
+
+def inspect_lines(path: str, name: str) -> int:
+    import ast
+
+    with open(os.path.join(os.path.dirname(BENCH), path), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return node.end_lineno - first + 1
