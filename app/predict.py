@@ -604,25 +604,9 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
         unknown_text_note(model, question + " " + context),
     ]
     if result.get("no_answer") or result.get("start", -1) < 0:
-        best = next((a for a in nbest if a["start"] >= 0), None)
-        null = result.get("null_score")
-        headline = "**No answer** in the context"
-        if null is not None:
-            headline += f": no answer {_percent(result.get('null_probability'))}"
-            if best is not None:
-                headline += (
-                    f", the best span “{best['text']}” {_percent(best.get('span_probability'))}"
-                )
-            threshold = (slot.info or {}).get("null_threshold")
-            if threshold is not None:  # the raw scores, the decision's terms, stay said
-                headline += (
-                    f" (the no-answer logit {null:.3f} beat the best span's"
-                    + (f" {best['score']:.3f}" if best is not None else "")
-                    + f" by more than the tuned threshold {threshold:.3f})"
-                )
         spans = {"text": context, "entities": []}
         return {
-            "status": status_line(headline + ".", notes),
+            "status": status_line(_no_answer_headline(slot, result, nbest) + ".", notes),
             "context": spans,
             "nbest": rows,
             "raw": jsonable(result),
@@ -643,6 +627,27 @@ def answer(slot, question, context, n_best=5, limits: Limits = Limits()) -> dict
         "nbest": rows,
         "raw": jsonable(result),
     }
+
+
+def _no_answer_headline(slot, result: dict, nbest: list) -> str:
+    """ "No answer", with (a v2.0 model's) the no-answer probability beside the best
+    span's, and the raw scores against the tuned threshold, the decision's own terms."""
+    best = next((a for a in nbest if a["start"] >= 0), None)
+    null = result.get("null_score")
+    headline = "**No answer** in the context"
+    if null is None:
+        return headline
+    headline += f": no answer {_percent(result.get('null_probability'))}"
+    if best is not None:
+        headline += f", the best span “{best['text']}” {_percent(best.get('span_probability'))}"
+    threshold = (slot.info or {}).get("null_threshold")
+    if threshold is not None:
+        headline += (
+            f" (the no-answer logit {null:.3f} beat the best span's"
+            + (f" {best['score']:.3f}" if best is not None else "")
+            + f" by more than the tuned threshold {threshold:.3f})"
+        )
+    return headline
 
 
 def _probability(p) -> float | None:

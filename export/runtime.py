@@ -629,13 +629,7 @@ class EdgeModel:
         docstring): the generator's samples written in at `rate` of its WordPieces."""
         predict = self._require("corrupt")
         _check_text(text, "text")
-        number = (int, float, np.integer, np.floating)
-        if isinstance(rate, bool) or not isinstance(rate, number) or not 0 < rate <= 1:
-            raise ValueError(f"rate must be a number above 0 and at most 1, not {rate!r}")
-        if seed is None:
-            seed = int(np.random.default_rng().integers(2**31))
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a whole number, 0 or more, not {seed!r}")
+        seed = _check_corruption(rate, seed)
         tok = self.tokenizer
         if tok.mask_id is None:
             raise ValueError("this model's vocabulary has no [MASK] token")
@@ -651,25 +645,8 @@ class EdgeModel:
         corrupted = masked.copy()
         probabilities = np.zeros(len(original))
         if len(positions):
-            x = {
-                "token_ids": masked[None],
-                "segment_ids": np.zeros_like(masked)[None],
-                "padding_mask": np.ones_like(masked)[None],
-                "mask_positions": positions[None].astype(np.int32),
-            }
-            out = _as_dict(predict(x), "mlm")
-            if "mlm" not in out:
-                raise ValueError(
-                    f"the model's outputs {sorted(out)} have no generator logits (mlm)"
-                )
-            probs = softmax(np.asarray(out["mlm"])[0, : len(positions)])  # (chosen, vocab)
-            # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others,
-            # as the pre-trainer draws them (ElectraPretrainer's excluded_ids).
-            words = probs.copy()
-            words[:, tok.special_ids()] = 0.0
-            drawn = sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)
+            drawn, probabilities[positions] = self._draw(predict, masked, positions, rng)
             corrupted[positions] = drawn
-            probabilities[positions] = probs[np.arange(len(positions)), drawn]
         chosen = set(positions.tolist())
         vocab = tok.vocabulary
         tokens = [
@@ -695,6 +672,26 @@ class EdgeModel:
             "seed": int(seed),
             "truncated": truncated,
         }
+
+    def _draw(self, predict, masked, positions, rng) -> tuple[np.ndarray, np.ndarray]:
+        """(the generator's sample at each of `positions` of `masked` (token ids), its
+        probability): words only, as the pre-trainer draws them."""
+        x = {
+            "token_ids": masked[None],
+            "segment_ids": np.zeros_like(masked)[None],
+            "padding_mask": np.ones_like(masked)[None],
+            "mask_positions": positions[None].astype(np.int32),
+        }
+        out = _as_dict(predict(x), "mlm")
+        if "mlm" not in out:
+            raise ValueError(f"the model's outputs {sorted(out)} have no generator logits (mlm)")
+        probs = softmax(np.asarray(out["mlm"])[0, : len(positions)])  # (chosen, vocab)
+        # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others,
+        # as the pre-trainer draws them (ElectraPretrainer's excluded_ids).
+        words = probs.copy()
+        words[:, self.tokenizer.special_ids()] = 0.0
+        drawn = sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)
+        return drawn, probs[np.arange(len(positions)), drawn]
 
     def _masker(self, rate: float) -> Masker:
         if rate not in self._maskers:
@@ -840,6 +837,19 @@ def _second_text(text_pair):
     if text_pair is not None and not text_pair.strip():
         return None  # an empty optional box
     return text_pair
+
+
+def _check_corruption(rate, seed) -> int:
+    """`corrupt`'s seed, drawn when None; ValueError for a rate outside (0, 1] or a
+    seed that is not a whole number, 0 or more."""
+    number = (int, float, np.integer, np.floating)
+    if isinstance(rate, bool) or not isinstance(rate, number) or not 0 < rate <= 1:
+        raise ValueError(f"rate must be a number above 0 and at most 1, not {rate!r}")
+    if seed is None:
+        return int(np.random.default_rng().integers(2**31))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a whole number, 0 or more, not {seed!r}")
+    return seed
 
 
 def _check_text(text, what: str) -> None:

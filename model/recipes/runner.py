@@ -133,12 +133,7 @@ def run(
             for command in step.commands:
                 number += 1
                 tag = f"[{number}/{total} {step.name}]"
-                if command.done():
-                    found = command.output if os.path.exists(command.output) else command.skip_if
-                    log(f"{tag} skip, {found} exists: {command.shell()}")
-                    continue
-                if dry_run:
-                    log(f"{tag} {command.shell()}")
+                if _skipped(command, tag, dry_run, log):
                     continue
                 beside = jobs > 1 and command.concurrent
                 rc = children.wait(below=jobs if beside else 1)
@@ -157,12 +152,7 @@ def run(
                     children.start(tag, command, argv)
                     continue
                 start = time.time()
-                if in_process:
-                    rc = call_main(command.module, argv)
-                else:
-                    rc = subprocess.call(
-                        [sys.executable, "-m", command.module, *argv], env=child_env()
-                    )
+                rc = _run_here(command.module, argv, in_process)
                 rc = finished(tag, command, rc, time.time() - start, log, timings)
                 if rc:
                     return rc
@@ -175,6 +165,24 @@ def run(
     if not dry_run:
         log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
     return 0
+
+
+def _skipped(command: Command, tag: str, dry_run: bool, log) -> bool:
+    """Whether `command` is not run: its output exists (said), or a dry run prints it."""
+    if command.done():
+        found = command.output if os.path.exists(command.output) else command.skip_if
+        log(f"{tag} skip, {found} exists: {command.shell()}")
+        return True
+    if dry_run:
+        log(f"{tag} {command.shell()}")
+    return dry_run
+
+
+def _run_here(module: str, argv: list[str], in_process: bool) -> int:
+    """`python -m module argv`'s exit status: its `main` called here, or a child process."""
+    if in_process:
+        return call_main(module, argv)
+    return subprocess.call([sys.executable, "-m", module, *argv], env=child_env())
 
 
 def exit_on_sigterm() -> Callable[[], None]:
