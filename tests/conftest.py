@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 import pytest
 
@@ -35,6 +36,27 @@ def pytest_configure(config):
     # with the 0.5-1 million that a worker's fixtures keep alive, collecting took ~10 % of a
     # worker's time (15 s of 156, four training files one after the other; 3 s of 150 after).
     gc.set_threshold(50_000, 20, 20)
+
+
+_started: dict[str, float] = {}
+
+
+def pytest_runtest_setup(item):
+    _started[item.nodeid] = time.perf_counter()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    # The young generations collected after every test of a second or more (those that
+    # train), so that what it left as cyclic garbage dies young. A tf.data iterator Keras
+    # abandoned in a cycle is freed by the collector, and its C++ destructor waits for one
+    # of tf.data's threads while holding the GIL: whichever later test's allocation set off
+    # the collection stalled 10-60 s, asleep (py-spy: IteratorResource::~IteratorResource
+    # under EagerTensor_dealloc). Only old garbage waited that long, never a fresh iterator
+    # (likely tf.data's autotuning thread, whose period doubles up to 60 s). Each of four
+    # fast-tier runs had one or two such stalls (a test of 5.7 s of CPU took 59 s); in
+    # three runs with this collection, none over 2 s.
+    if time.perf_counter() - _started.pop(item.nodeid, 0.0) >= 1.0:
+        gc.collect(1)
 
 
 def share_the_cores():
