@@ -55,7 +55,8 @@ def pytest_runtest_teardown(item, nextitem):
     # (likely tf.data's autotuning thread, whose period doubles up to 60 s). Each of four
     # fast-tier runs had one or two such stalls (a test of 5.7 s of CPU took 59 s); in
     # three runs with this collection, none over 2 s.
-    if time.perf_counter() - _started.pop(item.nodeid, 0.0) >= 1.0:
+    started = _started.pop(item.nodeid, None)  # None: skipped before this hook's setup ran
+    if started is not None and time.perf_counter() - started >= 1.0:
         gc.collect(1)
 
 

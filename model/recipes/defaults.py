@@ -313,11 +313,7 @@ def _mlm_step(p: Paths, minilm: str) -> Step:
     return Step(
         "mlm",
         (
-            Command(
-                "model.data",
-                (*inputs, "--vocab", vocab, "--output", records, *RECORDS_FLAGS),
-                os.path.join(records, "dataset.json"),
-            ),
+            _records(inputs, vocab, records, RECORDS_FLAGS),
             *pretrain_stages(trained_on, minilm, p),
             Command("model.evaluate", (*evaluate, "--output", keras_metrics), keras_metrics),
             # --encoder-signature (the default for pre-training models, written for the record):
@@ -327,6 +323,15 @@ def _mlm_step(p: Paths, minilm: str) -> Step:
         ("convert",),
         "continued pre-training (masked LM + NSP) and the fill-mask bundle "
         "(which also draws the attention maps)",
+    )
+
+
+def _records(inputs, vocab: str, output: str, flags) -> Command:
+    """`python -m model.data`: the text of `inputs` (--input flags) as records in `output`."""
+    return Command(
+        "model.data",
+        (*inputs, "--vocab", vocab, "--output", output, *flags),
+        os.path.join(output, "dataset.json"),
     )
 
 
@@ -360,17 +365,8 @@ def electra_step(p: Paths, vocab: str) -> Step:
     return Step(
         "electra",
         (
-            Command(
-                "model.data",
-                (*inputs, "--vocab", vocab, "--output", records, *ELECTRA_RECORDS_FLAGS),
-                os.path.join(records, "dataset.json"),
-            ),
-            Command(
-                "model.data",
-                ("--input", p.d(ELECTRA_HELD_OUT), "--vocab", vocab, "--output", held_out)
-                + ELECTRA_RECORDS_FLAGS,
-                os.path.join(held_out, "dataset.json"),
-            ),
+            _records(inputs, vocab, records, ELECTRA_RECORDS_FLAGS),
+            _records(("--input", p.d(ELECTRA_HELD_OUT)), vocab, held_out, ELECTRA_RECORDS_FLAGS),
             Command(
                 "model.train",
                 ("pretrain", "--data", records, "--eval-data", held_out, "--output", run)
