@@ -183,6 +183,15 @@ def test_keras_google_keras_round_trip_is_exact(tmp_path):
     assert_same_weights(m, back)
 
 
+def test_both_formats_name_every_weight_once():
+    # One table (model.checkpoints.bert_names) names the weights for both formats.
+    m = tiny_pretrainer(activation="gelu_approximate")
+    ours = sorted(w.path for w in m.weights)
+    for entries in (google_checkpoint.weight_entries(m), hf_checkpoint.weight_entries(m, "bert.")):
+        assert sorted(e.variable.path for e in entries) == ours
+        assert len({e.name for e in entries}) == len(ours)
+
+
 @pytest.mark.parametrize("arch", sorted(hf_checkpoint.ARCHITECTURES))
 def test_hf_keras_hf_round_trip_keeps_tensors_and_labels(arch, tmp_path):
     src = os.path.join(TINY, arch)

@@ -25,6 +25,7 @@ import tempfile
 
 import numpy as np
 
+from model.checkpoints import bert_names as names
 from model.checkpoints.mapping import Entry, assign, export
 from model.config import BertConfig
 from model.io.files import atomic_path, write_json
@@ -59,109 +60,14 @@ def weight_entries(model) -> list[Entry]:
             f"Google TF1 checkpoints hold the encoder and the pre-training heads "
             f"only, not a {type(model).__name__} head; write it --to hf or keras"
         )
-    entries = [
-        Entry("bert/embeddings/word_embeddings", v["token_embedding/embeddings"]),
-        Entry("bert/embeddings/position_embeddings", v["position_embedding/embeddings"]),
-        Entry("bert/embeddings/token_type_embeddings", v["segment_embedding/embeddings"]),
-        Entry("bert/embeddings/LayerNorm/gamma", v["embeddings_layer_norm/gamma"]),
-        Entry("bert/embeddings/LayerNorm/beta", v["embeddings_layer_norm/beta"]),
-    ]
-    for i in range(cfg.num_layers):
-        entries += _block_entries(v, i, cfg.hidden_dim, cfg.num_heads)
-    entries += [
-        Entry("bert/pooler/dense/kernel", v["pooled_dense/kernel"], part="pooled_dense"),
-        Entry("bert/pooler/dense/bias", v["pooled_dense/bias"], part="pooled_dense"),
-    ]
-    return entries + _head_entries(v)
-
-
-def _block_entries(v: dict, i: int, hidden: int, heads: int) -> list[Entry]:
-    """Transformer block `i`'s Entries (`v`: the model's variables by path)."""
-    head_dim = hidden // heads
-    k, g = f"transformer_layer_{i}/", f"bert/encoder/layer_{i}/"
-    entries = []
-    for name in ("query", "key", "value"):
-        entries += [
-            # (hidden, hidden) -> (hidden, num_heads, head_dim); modeling.py
-            # splits heads from contiguous slices of the output features too.
-            Entry(
-                f"{g}attention/self/{name}/kernel",
-                v[f"{k}self_attention_layer/{name}/kernel"],
-                lambda a: a.reshape(hidden, heads, head_dim),
-                lambda a: a.reshape(hidden, hidden),
-            ),
-            Entry(
-                f"{g}attention/self/{name}/bias",
-                v[f"{k}self_attention_layer/{name}/bias"],
-                lambda a: a.reshape(heads, head_dim),
-                lambda a: a.reshape(hidden),
-            ),
-        ]
-    entries += [
-        Entry(
-            f"{g}attention/output/dense/kernel",
-            v[f"{k}self_attention_layer/attention_output/kernel"],
-            lambda a: a.reshape(heads, head_dim, hidden),
-            lambda a: a.reshape(hidden, hidden),
-        ),
-        Entry(
-            f"{g}attention/output/dense/bias",
-            v[f"{k}self_attention_layer/attention_output/bias"],
-        ),
-        Entry(f"{g}attention/output/LayerNorm/gamma", v[f"{k}self_attention_layer_norm/gamma"]),
-        Entry(f"{g}attention/output/LayerNorm/beta", v[f"{k}self_attention_layer_norm/beta"]),
-        Entry(f"{g}intermediate/dense/kernel", v[f"{k}feedforward_intermediate_dense/kernel"]),
-        Entry(f"{g}intermediate/dense/bias", v[f"{k}feedforward_intermediate_dense/bias"]),
-        Entry(f"{g}output/dense/kernel", v[f"{k}feedforward_output_dense/kernel"]),
-        Entry(f"{g}output/dense/bias", v[f"{k}feedforward_output_dense/bias"]),
-        Entry(f"{g}output/LayerNorm/gamma", v[f"{k}feedforward_layer_norm/gamma"]),
-        Entry(f"{g}output/LayerNorm/beta", v[f"{k}feedforward_layer_norm/beta"]),
-    ]
-    return entries
-
-
-def _head_entries(v: dict) -> list[Entry]:
-    """The pre-training heads' Entries, those the model has (`v`: its variables by path)."""
-    entries = []
+    entries = names.encoder_entries(v, names.GOOGLE, cfg)
+    entries += names.entries(names.POOLER, v, names.GOOGLE, cfg, part="pooled_dense")
     if "masked_lm_head/output_bias" in v:
-        mlm = "masked_lm_head"
-        entries += [
-            Entry(
-                "cls/predictions/transform/dense/kernel",
-                v[f"{mlm}/intermediate_dense/kernel"],
-                part=mlm,
-            ),
-            Entry(
-                "cls/predictions/transform/dense/bias",
-                v[f"{mlm}/intermediate_dense/bias"],
-                part=mlm,
-            ),
-            Entry(
-                "cls/predictions/transform/LayerNorm/gamma",
-                v[f"{mlm}/intermediate_layer_norm/gamma"],
-                part=mlm,
-            ),
-            Entry(
-                "cls/predictions/transform/LayerNorm/beta",
-                v[f"{mlm}/intermediate_layer_norm/beta"],
-                part=mlm,
-            ),
-            # The decoder is bert/embeddings/word_embeddings (tied); only its bias is here.
-            Entry("cls/predictions/output_bias", v[f"{mlm}/output_bias"], part=mlm),
-        ]
+        entries += names.entries(names.MASKED_LM, v, names.GOOGLE, cfg, part="masked_lm_head")
     if "next_sentence_head/kernel" in v:
-        nsp = "next_sentence_head"
-        entries += [
-            # modeling.py multiplies with transpose_b=True: stored (2, hidden).
-            Entry(
-                "cls/seq_relationship/output_weights",
-                v[f"{nsp}/kernel"],
-                lambda a: a.T,
-                lambda a: a.T,
-                part=nsp,
-            ),
-            Entry("cls/seq_relationship/output_bias", v[f"{nsp}/bias"], part=nsp),
-        ]
+        entries += names.entries(
+            names.NEXT_SENTENCE, v, names.GOOGLE, cfg, part="next_sentence_head"
+        )
     return entries
 
 

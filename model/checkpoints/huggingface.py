@@ -33,6 +33,7 @@ import shutil
 
 import numpy as np
 
+from model.checkpoints import bert_names as names
 from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
@@ -78,70 +79,8 @@ def encoder_entries(encoder, prefix: str) -> list[Entry]:
     """The Entries of `encoder`'s embeddings and Transformer blocks (not its
     pooler), named as transformers' BertModel names them under `prefix`.
     ELECTRA's `ElectraModel` names them the same way (`model.checkpoints.electra`)."""
-    cfg = encoder.config
     v = {w.path: w for w in encoder.weights}
-    p = prefix
-    entries = [
-        Entry(f"{p}embeddings.word_embeddings.weight", v["token_embedding/embeddings"]),
-        Entry(f"{p}embeddings.position_embeddings.weight", v["position_embedding/embeddings"]),
-        Entry(f"{p}embeddings.token_type_embeddings.weight", v["segment_embedding/embeddings"]),
-        Entry(f"{p}embeddings.LayerNorm.weight", v["embeddings_layer_norm/gamma"]),
-        Entry(f"{p}embeddings.LayerNorm.bias", v["embeddings_layer_norm/beta"]),
-    ]
-    for i in range(cfg.num_layers):
-        entries += _block_entries(v, i, prefix, cfg.hidden_dim, cfg.num_heads)
-    return entries
-
-
-def _block_entries(v: dict, i: int, prefix: str, hidden: int, heads: int) -> list[Entry]:
-    """Transformer block `i`'s Entries (`v`: the encoder's variables by path)."""
-    head_dim = hidden // heads
-    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
-    k, h = f"transformer_layer_{i}/", f"{prefix}encoder.layer.{i}."
-    entries = []
-    for name in ("query", "key", "value"):
-        entries += [
-            # (hidden, hidden) -> (hidden, num_heads, head_dim): heads are
-            # contiguous slices of the output features in both.
-            Entry(
-                f"{h}attention.self.{name}.weight",
-                v[f"{k}self_attention_layer/{name}/kernel"],
-                lambda a: a.T.reshape(hidden, heads, head_dim),
-                lambda a: a.reshape(hidden, hidden).T,
-            ),
-            Entry(
-                f"{h}attention.self.{name}.bias",
-                v[f"{k}self_attention_layer/{name}/bias"],
-                lambda a: a.reshape(heads, head_dim),
-                lambda a: a.reshape(hidden),
-            ),
-        ]
-    entries += [
-        Entry(
-            f"{h}attention.output.dense.weight",
-            v[f"{k}self_attention_layer/attention_output/kernel"],
-            lambda a: a.T.reshape(heads, head_dim, hidden),
-            lambda a: a.reshape(hidden, hidden).T,
-        ),
-        Entry(
-            f"{h}attention.output.dense.bias",
-            v[f"{k}self_attention_layer/attention_output/bias"],
-        ),
-        Entry(f"{h}attention.output.LayerNorm.weight", v[f"{k}self_attention_layer_norm/gamma"]),
-        Entry(f"{h}attention.output.LayerNorm.bias", v[f"{k}self_attention_layer_norm/beta"]),
-        Entry(
-            f"{h}intermediate.dense.weight",
-            v[f"{k}feedforward_intermediate_dense/kernel"],
-            T,
-            T,
-        ),
-        Entry(f"{h}intermediate.dense.bias", v[f"{k}feedforward_intermediate_dense/bias"]),
-        Entry(f"{h}output.dense.weight", v[f"{k}feedforward_output_dense/kernel"], T, T),
-        Entry(f"{h}output.dense.bias", v[f"{k}feedforward_output_dense/bias"]),
-        Entry(f"{h}output.LayerNorm.weight", v[f"{k}feedforward_layer_norm/gamma"]),
-        Entry(f"{h}output.LayerNorm.bias", v[f"{k}feedforward_layer_norm/beta"]),
-    ]
-    return entries
+    return names.encoder_entries(v, names.HF, encoder.config, prefix)
 
 
 def weight_entries(model, prefix: str) -> list[Entry]:
@@ -151,49 +90,16 @@ def weight_entries(model, prefix: str) -> list[Entry]:
     """
     from model.checkpoints.model_dir import encoder_of
 
-    v = {w.path: w for w in model.weights}
-    T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
-    p = prefix
-    entries = encoder_entries(encoder_of(model), prefix)
-    entries += [
-        Entry(f"{p}pooler.dense.weight", v["pooled_dense/kernel"], T, T, part="pooled_dense"),
-        Entry(f"{p}pooler.dense.bias", v["pooled_dense/bias"], part="pooled_dense"),
-    ]
+    encoder = encoder_of(model)
+    cfg, v = encoder.config, {w.path: w for w in model.weights}
+    entries = encoder_entries(encoder, prefix)
+    entries += names.entries(names.POOLER, v, names.HF, cfg, prefix, part="pooled_dense")
     if "masked_lm_head/output_bias" in v:
-        mlm = "masked_lm_head"
-        entries += [
-            Entry(
-                "cls.predictions.transform.dense.weight",
-                v[f"{mlm}/intermediate_dense/kernel"],
-                T,
-                T,
-                part=mlm,
-            ),
-            Entry(
-                "cls.predictions.transform.dense.bias",
-                v[f"{mlm}/intermediate_dense/bias"],
-                part=mlm,
-            ),
-            Entry(
-                "cls.predictions.transform.LayerNorm.weight",
-                v[f"{mlm}/intermediate_layer_norm/gamma"],
-                part=mlm,
-            ),
-            Entry(
-                "cls.predictions.transform.LayerNorm.bias",
-                v[f"{mlm}/intermediate_layer_norm/beta"],
-                part=mlm,
-            ),
-            # The decoder weight is the word embedding (tied); only the bias is its own.
-            Entry("cls.predictions.bias", v[f"{mlm}/output_bias"], part=mlm),
-        ]
+        entries += names.entries(names.MASKED_LM, v, names.HF, cfg, part="masked_lm_head")
     if "next_sentence_head/kernel" in v:
-        nsp = "next_sentence_head"
-        entries += [
-            Entry("cls.seq_relationship.weight", v[f"{nsp}/kernel"], T, T, part=nsp),
-            Entry("cls.seq_relationship.bias", v[f"{nsp}/bias"], part=nsp),
-        ]
+        entries += names.entries(names.NEXT_SENTENCE, v, names.HF, cfg, part="next_sentence_head")
     if "logits/kernel" in v:
+        T = lambda a: a.T  # torch Linear stores (out, in); Keras Dense (in, out)
         name = "qa_outputs" if type(model).__name__ == "BertQuestionAnswerer" else "classifier"
         entries += [
             Entry(f"{name}.weight", v["logits/kernel"], T, T, part="logits"),

@@ -1,8 +1,9 @@
 """The strict copy between a checkpoint's named tensors and a Keras model.
 
-Each format (`google_checkpoint.py`, `hf_checkpoint.py`) lists one `Entry` per
-Keras variable: the tensor's name in that format and the two layout changes
-(checkpoint -> Keras, Keras -> checkpoint). This module does the rest, the
+Each format (`google.py`, `huggingface.py`, `electra.py`, `keras_hub_preset.py`)
+lists one `Entry` per Keras variable: the tensor's name in that format and the
+two layout changes (checkpoint -> Keras, Keras -> checkpoint); the BERT
+formats take both from one table, `bert_names.py`. This module does the rest, the
 same way for every format, and never silently:
 
 - a missing encoder tensor, a mis-shaped tensor, or a tensor nobody asked
