@@ -454,8 +454,6 @@ def evaluate_task(
 
     task = tasks.get(name)
     _check_options(task, null_threshold, skip_invalid, long_texts)
-    if long_texts is not None:
-        task.long_texts = long_texts
     if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
         if task.name != "conll2003":
             raise ValueError(
@@ -467,25 +465,11 @@ def evaluate_task(
         _bundle_as_info(bundle.read_info(directory)) if bundled else model_dir.read_info(directory)
     )
     _check_model(task, directory, info)
-    task.read_as(info)
-    if getattr(task, "version_2", False):
-        # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
-        stored = info.get("null_threshold")
-        chosen = null_threshold if null_threshold is not None else stored
-        task.null_threshold = float(chosen if chosen is not None else task.null_threshold)
-    if skip_invalid:
-        task.skip_invalid = True
+    _configure(task, info, null_threshold, skip_invalid, long_texts)
     examples = task.read(path)  # malformed files fail before the model loads
     if predictions_dir is not None:
         check_writable_dir(predictions_dir)
-    if bundled:
-        from export.interpreter import TFLiteModel
-
-        # Called, a TFLiteModel returns what the Keras model would (an array
-        # for one output), the form the tasks read.
-        predict = TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
-    else:
-        predict = model_dir.load(directory).predict_on_batch
+    predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
     )
@@ -500,6 +484,34 @@ def evaluate_task(
     if hasattr(task, "document_context"):
         metrics["document_context"] = task.document_context
     return metrics
+
+
+def _configure(task, info: dict, null_threshold, skip_invalid: bool, long_texts) -> None:
+    """Sets `task` up to read and score as the model in `info` was trained, and as asked."""
+    if long_texts is not None:
+        task.long_texts = long_texts
+    task.read_as(info)
+    if getattr(task, "version_2", False):
+        # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
+        stored = info.get("null_threshold")
+        chosen = null_threshold if null_threshold is not None else stored
+        task.null_threshold = float(chosen if chosen is not None else task.null_threshold)
+    if skip_invalid:
+        task.skip_invalid = True
+
+
+def _predictor(directory: str, info: dict, bundled: bool):
+    """batch -> outputs: the LiteRT bundle's interpreter, or the Keras model's predict."""
+    if bundled:
+        from export import bundle
+        from export.interpreter import TFLiteModel
+
+        # Called, a TFLiteModel returns what the Keras model would (an array
+        # for one output), the form the tasks read.
+        return TFLiteModel(bundle.model_path(directory), max_seq_length=info["max_seq_length"])
+    from model.checkpoints import model_dir
+
+    return model_dir.load(directory).predict_on_batch
 
 
 def _check_options(task, null_threshold, skip_invalid: bool, long_texts) -> None:

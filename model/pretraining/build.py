@@ -264,14 +264,7 @@ def build(
     """Writes the shards of `files` into the new directory `output`; returns its info.
     `workers` processes make the pools' records (the same bytes for any number)."""
 
-    if masking not in ("dynamic", "static"):
-        raise ValueError(f"masking must be 'dynamic' or 'static', got {masking!r}")
-    try:
-        Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
-    except ValueError as e:
-        raise ValueError(f"{tokenizer.vocab_path}: {e}") from None
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        raise FileExistsError(f"{output}: output exists and is not an empty directory")
+    _check(tokenizer, output, masking, masking_config)
     parent = os.path.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
@@ -304,29 +297,53 @@ def build(
             "num_instances": sum(shards.values()),
             "shards": shards,
             **stats,
-            "max_seq_length": instance_config.max_seq_length,
-            "input_format": instance_config.inputs,
-            "next_sentence": instance_config.next_sentence,
-            # The packed formats never shorten an instance on purpose.
-            "short_seq_prob": 0.0 if instance_config.packed else instance_config.short_seq_prob,
-            "masking": masking,
-            "masking_config": dataclasses.asdict(masking_config) if masking == "static" else None,
-            "dupe_factor": dupe_factor,
-            "lowercase": tokenizer.lowercase,
-            "vocab_sha256": file_sha256(tokenizer.vocab_path),
+            **_recipe(tokenizer, instance_config, masking, masking_config, dupe_factor),
             "seed": seed,
             "inputs": files,
         }
-        with open(os.path.join(tmp, INFO), "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=2)
-        if os.path.isdir(output):
-            os.rmdir(output)  # empty, checked above
-        os.chmod(tmp, 0o755)  # mkdtemp made it private
-        os.replace(tmp, output)
+        _publish(tmp, output, info)
         return info
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _check(tokenizer, output: str, masking: str, masking_config: MaskingConfig) -> None:
+    """Stops a build that would fail late (or overwrite): before any text is read."""
+    if masking not in ("dynamic", "static"):
+        raise ValueError(f"masking must be 'dynamic' or 'static', got {masking!r}")
+    try:
+        Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
+    except ValueError as e:
+        raise ValueError(f"{tokenizer.vocab_path}: {e}") from None
+    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+        raise FileExistsError(f"{output}: output exists and is not an empty directory")
+
+
+def _recipe(tokenizer, instance_config, masking, masking_config, dupe_factor: int) -> dict:
+    """The dataset info's fields that say how its instances were made."""
+    return {
+        "max_seq_length": instance_config.max_seq_length,
+        "input_format": instance_config.inputs,
+        "next_sentence": instance_config.next_sentence,
+        # The packed formats never shorten an instance on purpose.
+        "short_seq_prob": 0.0 if instance_config.packed else instance_config.short_seq_prob,
+        "masking": masking,
+        "masking_config": dataclasses.asdict(masking_config) if masking == "static" else None,
+        "dupe_factor": dupe_factor,
+        "lowercase": tokenizer.lowercase,
+        "vocab_sha256": file_sha256(tokenizer.vocab_path),
+    }
+
+
+def _publish(tmp: str, output: str, info: dict) -> None:
+    """Writes the info into the finished folder `tmp` and renames it to `output`."""
+    with open(os.path.join(tmp, INFO), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+    if os.path.isdir(output):
+        os.rmdir(output)  # empty, checked before the build
+    os.chmod(tmp, 0o755)  # mkdtemp made it private
+    os.replace(tmp, output)
 
 
 def _write_shards(folder: str, pool_records, num_shards: int, progress) -> dict[str, int]:

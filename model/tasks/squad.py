@@ -1030,6 +1030,15 @@ def write_predictions(output_dir: str, predictions: SquadPredictions, version_2:
 
 
 def main(argv=None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "negatives-report":
+        return _negatives_report(args)
+    if args.command == "split-dev":
+        return _split_dev(args)
+    return _make_v2_train(args)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m model.tasks.squad", description="SQuAD data tools.")
     sub = p.add_subparsers(dest="command", required=True)
     make = sub.add_parser(
@@ -1083,11 +1092,11 @@ def main(argv=None) -> int:
     split.add_argument("--input", required=True, help="a SQuAD v1.1 or v2.0 JSON")
     split.add_argument("--tune", required=True, help="JSON to write the 1st, 3rd, ... articles to")
     split.add_argument("--report", required=True, help="JSON for the 2nd, 4th, ... articles")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command == "negatives-report":
-        return _negatives_report(args)
-    if args.command == "split-dev":
-        return _split_dev(args)
+    return p
+
+
+def _make_v2_train(args) -> int:
+    """`make-v2-train`: the v2.0-format train set, its summary printed as JSON."""
     try:
         ratios = parse_negatives(args.negatives, args.negative_ratio)
         # Read through the strict reader first: a malformed input stops here.
