@@ -589,26 +589,8 @@ DEFAULT_VOCAB = os.path.join(
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.tasks.glue", description="GLUE data tools.")
-    sub = p.add_subparsers(dest="command", required=True)
-    make = sub.add_parser(
-        "make-long-reviews",
-        help="a long-text check in SST-2's format from SST-2 dev",
-        description=make_long_reviews.__doc__,
-    )
-    make.add_argument("--input", required=True, help="an SST-2 file (sentence, label): dev.tsv")
-    make.add_argument("--output", required=True, help="the SST-2-format .tsv file to write")
-    make.add_argument("--min-wordpieces", type=int, default=200)
-    make.add_argument("--max-wordpieces", type=int, default=400)
-    make.add_argument("--seed", type=int, default=0)
-    make.add_argument(
-        "--vocab",
-        default=DEFAULT_VOCAB,
-        help="the vocabulary WordPieces are counted with, lower-cased "
-        "(default: the shipped sentiment bundle's, assets/models/sst2/vocab.txt)",
-    )
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    from model.io.files import atomic_path
+    """`make-long-reviews`: the rows written, their summary printed as JSON."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     from model.text.wordpiece import WordPieceTokenizer
 
     try:
@@ -634,14 +616,48 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 1
-    # Joined by one space, a row reads as its sentences' WordPieces one after another.
-    with atomic_path(args.output) as tmp:
+    _write_rows(args.output, sentences, [examples[row[0]].label for row in rows], rows)
+    print(json.dumps(_summary(args, examples, rows, lengths), indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m model.tasks.glue", description="GLUE data tools.")
+    sub = p.add_subparsers(dest="command", required=True)
+    make = sub.add_parser(
+        "make-long-reviews",
+        help="a long-text check in SST-2's format from SST-2 dev",
+        description=make_long_reviews.__doc__,
+    )
+    make.add_argument("--input", required=True, help="an SST-2 file (sentence, label): dev.tsv")
+    make.add_argument("--output", required=True, help="the SST-2-format .tsv file to write")
+    make.add_argument("--min-wordpieces", type=int, default=200)
+    make.add_argument("--max-wordpieces", type=int, default=400)
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument(
+        "--vocab",
+        default=DEFAULT_VOCAB,
+        help="the vocabulary WordPieces are counted with, lower-cased "
+        "(default: the shipped sentiment bundle's, assets/models/sst2/vocab.txt)",
+    )
+    return p
+
+
+def _write_rows(path: str, sentences: list[str], labels: list[str], rows) -> None:
+    """The rows in SST-2's format: each its sentences joined by one space (so that it
+    reads as their WordPieces one after another), and its label."""
+    from model.io.files import atomic_path
+
+    with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write("sentence\tlabel\n")
-            for row in rows:
-                f.write(" ".join(sentences[k] for k in row) + "\t" + examples[row[0]].label + "\n")
+            for row, label in zip(rows, labels):
+                f.write(" ".join(sentences[k] for k in row) + "\t" + label + "\n")
+
+
+def _summary(args, examples, rows, lengths: list[int]) -> dict:
     sizes = [sum(lengths[k] for k in row) for row in rows]
-    summary = {
+    return {
         "output": args.output,
         "rows": len(rows),
         "rows_by_label": {
@@ -657,8 +673,6 @@ def main(argv=None) -> int:
         },
         "seed": args.seed,
     }
-    print(json.dumps(summary, indent=2))
-    return 0
 
 
 if __name__ == "__main__":
