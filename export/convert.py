@@ -271,9 +271,6 @@ def to_tflite(
         encoder_signature: add the "encoder" signature (`signatures`).
         generator_signature: add the "generator" signature (`signatures`).
     """
-    import keras
-    import tensorflow as tf
-
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; choose from {QUANTIZATIONS}")
     if quantization == "int8" and representative is None:
@@ -283,24 +280,8 @@ def to_tflite(
     )
     mask = attention_mask_value(mask_value) if mask_value is not None else contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="export-savedmodel-") as saved_model, mask:
-        archive = keras.export.ExportArchive()
-        for key, (fn, signature, tracked) in functions.items():
-            archive.track(tracked)
-            # Named as the TFLite signatures: from_saved_model keeps only "serving_default"
-            # of a Keras archive that also has Keras' default "serve" endpoint.
-            archive.add_endpoint(key, fn, input_signature=[signature])
-        archive.write_out(saved_model, verbose=False)
-        converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantization != "float32":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if quantization == "float16":
-            converter.target_spec.supported_types = [tf.float16]
-        if quantization == "int8":
-            converter.representative_dataset = lambda: _calibration_samples(
-                representative, functions
-            )
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        _write_archive(functions, saved_model)
+        converter = _converter(saved_model, quantization, representative, functions)
         with warnings.catch_warnings():
             # int8 calibration runs TensorFlow's own (deprecated) tf.lite.Interpreter.
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
@@ -310,6 +291,35 @@ def to_tflite(
     if quantization == "dynamic":  # a tied decoder reads the embedding's own int8 table
         result, _ = share_tied_embeddings(result)
     return result
+
+
+def _write_archive(functions: dict, saved_model: str) -> None:
+    """The signatures' functions as a SavedModel in the folder `saved_model`."""
+    import keras
+
+    archive = keras.export.ExportArchive()
+    for key, (fn, signature, tracked) in functions.items():
+        archive.track(tracked)
+        # Named as the TFLite signatures: from_saved_model keeps only "serving_default"
+        # of a Keras archive that also has Keras' default "serve" endpoint.
+        archive.add_endpoint(key, fn, input_signature=[signature])
+    archive.write_out(saved_model, verbose=False)
+
+
+def _converter(saved_model: str, quantization: str, representative, functions: dict):
+    """The TFLite converter of `saved_model`, set for `quantization`."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if quantization == "int8":
+        converter.representative_dataset = lambda: _calibration_samples(representative, functions)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter
 
 
 def _calibration_samples(representative, functions: dict):
