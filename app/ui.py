@@ -225,55 +225,8 @@ def _fill_mask_view(gr, slot, limits):
 
 def _attention_view(gr, slot, limits):
     _header(gr, slot)
-    layers, heads = slot.layers_heads or (1, 1)
-    with gr.Row():
-        text = gr.Textbox(label="Sentence", lines=2, elem_id="attention-text")
-        pair = gr.Textbox(
-            label="Second sentence (optional; shown after [SEP])", lines=2, elem_id="attention-pair"
-        )
-    button = gr.Button("Show attention", variant="primary", elem_id="attention-run")
-    with gr.Row():
-        # String values: Gradio's API schema advertises a Radio's choices as strings
-        # (Literal['1', '2', ...]) and refuses any other type.
-        layer = gr.Radio(
-            [str(i) for i in range(1, layers + 1)],
-            value="1",
-            label="Layer",
-            elem_id="attention-layer",
-        )
-        head = gr.Radio(
-            [str(i) for i in range(1, heads + 1)], value="1", label="Head", elem_id="attention-head"
-        )
-        token = gr.Dropdown(
-            choices=[],
-            value=None,
-            label="Attending token",
-            allow_custom_value=True,
-            elem_id="attention-token",
-        )
-    status = gr.Markdown(label="status", show_label=False, elem_id="attention-status")
-    attends_to = gr.HighlightedText(
-        label="What the chosen token attends to (click a token to choose it)",
-        show_legend=False,
-        elem_id="attention-attends",
-    )
-    with gr.Row():
-        head_map = gr.HTML(
-            label="head map",
-            show_label=False,
-            elem_id="attention-head-map",
-            js_on_load=_CLICK_TOKEN,
-        )
-        average_map = gr.HTML(
-            label="average map",
-            show_label=False,
-            elem_id="attention-average-map",
-            js_on_load=_CLICK_TOKEN,
-        )
-    gr.Markdown("All heads of the layer (click one to show it above):")
-    grid = gr.HTML(
-        label="all heads", show_label=False, elem_id="attention-grid", js_on_load=_CLICK_HEAD
-    )
+    text, pair, button, layer, head, token = _attention_controls(gr, slot)
+    status, attends_to, head_map, average_map, grid = _attention_maps(gr)
     raw = _raw(gr)
     state = gr.State(None)
     gr.Examples(EXAMPLES["attention"], inputs=[text, pair], cache_examples=False)
@@ -325,6 +278,65 @@ def _attention_view(gr, slot, limits):
     grid.click(
         choose_head, [state, layer, token], [head] + views, api_visibility="private", **SHARED
     )
+
+
+def _attention_controls(gr, slot) -> tuple:
+    """The sentence boxes, the button and the layer/head/token choosers."""
+    layers, heads = slot.layers_heads or (1, 1)
+    with gr.Row():
+        text = gr.Textbox(label="Sentence", lines=2, elem_id="attention-text")
+        pair = gr.Textbox(
+            label="Second sentence (optional; shown after [SEP])", lines=2, elem_id="attention-pair"
+        )
+    button = gr.Button("Show attention", variant="primary", elem_id="attention-run")
+    with gr.Row():
+        # String values: Gradio's API schema advertises a Radio's choices as strings
+        # (Literal['1', '2', ...]) and refuses any other type.
+        layer = gr.Radio(
+            [str(i) for i in range(1, layers + 1)],
+            value="1",
+            label="Layer",
+            elem_id="attention-layer",
+        )
+        head = gr.Radio(
+            [str(i) for i in range(1, heads + 1)], value="1", label="Head", elem_id="attention-head"
+        )
+        token = gr.Dropdown(
+            choices=[],
+            value=None,
+            label="Attending token",
+            allow_custom_value=True,
+            elem_id="attention-token",
+        )
+    return text, pair, button, layer, head, token
+
+
+def _attention_maps(gr) -> tuple:
+    """Where the attention shows: status, the token's row, two maps, the heads' grid."""
+    status = gr.Markdown(label="status", show_label=False, elem_id="attention-status")
+    attends_to = gr.HighlightedText(
+        label="What the chosen token attends to (click a token to choose it)",
+        show_legend=False,
+        elem_id="attention-attends",
+    )
+    with gr.Row():
+        head_map = gr.HTML(
+            label="head map",
+            show_label=False,
+            elem_id="attention-head-map",
+            js_on_load=_CLICK_TOKEN,
+        )
+        average_map = gr.HTML(
+            label="average map",
+            show_label=False,
+            elem_id="attention-average-map",
+            js_on_load=_CLICK_TOKEN,
+        )
+    gr.Markdown("All heads of the layer (click one to show it above):")
+    grid = gr.HTML(
+        label="all heads", show_label=False, elem_id="attention-grid", js_on_load=_CLICK_HEAD
+    )
+    return status, attends_to, head_map, average_map, grid
 
 
 def _event_value(evt, *names):
