@@ -163,23 +163,13 @@ def run(args, log=None) -> str:
     """The markdown report (see the module docstring)."""
     from export import bundle
     from export.__main__ import load
-    from model import tasks
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     variants = parse_variants(args.variants)
     model, info, tokenizer = load(args.model)
     if info.get("task") in bundle.ELECTRA_TASKS:
         return run_replaced_tokens(args, (model, info, tokenizer), variants, log)
-    task_name = args.task or info.get("finetuned_task")
-    if not task_name:
-        raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
-    task = tasks.get(task_name)
-    task.read_as(info)  # as it was fine-tuned
-    if info.get("task") != task.head:
-        raise ValueError(
-            f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "
-            f"{task.head!r} one"
-        )
+    task = _task(args, info)
     seq_len = info.get("max_seq_length") or task.default_seq_len
     examples = task.read(args.data)
     if args.max_examples:
@@ -188,25 +178,7 @@ def run(args, log=None) -> str:
     timing_x = {k: v[:1] for k, v in task.encode(examples[:1], tokenizer, timing_len).x.items()}
 
     log(f"scoring the Keras model on {len(examples)} examples of {args.data}")
-    start = time.time()
-    metric, keras_points = in_points(
-        task,
-        task.evaluate(
-            model.predict_on_batch, examples, tokenizer, seq_len, batch_size=args.batch_size
-        ),
-    )
-    keras_seconds = time.time() - start
-    keras_latency = latency(model.predict_on_batch, timing_x, args.runs, args.warmup)
-    weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
-    keras_row = (
-        "Keras float32 (model.weights.h5)",
-        weights,
-        keras_points,
-        None,
-        keras_latency,
-        "reference",
-        keras_seconds,
-    )
+    metric, keras_row = _keras_row(args, task, model, examples, tokenizer, seq_len, timing_x)
     score = lambda lite: in_points(  # noqa: E731
         task, task.evaluate(lite, examples, tokenizer, seq_len, batch_size=args.batch_size)
     )[1]
@@ -224,6 +196,48 @@ def run(args, log=None) -> str:
         float32_size,
         notes,
     )
+
+
+def _task(args, info: dict):
+    """The task the report scores on (--task, or the one the model was fine-tuned on),
+    set to read as the model was fine-tuned."""
+    from model import tasks
+
+    task_name = args.task or info.get("finetuned_task")
+    if not task_name:
+        raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
+    task = tasks.get(task_name)
+    task.read_as(info)  # as it was fine-tuned
+    if info.get("task") != task.head:
+        raise ValueError(
+            f"{args.model}: a {info.get('task')!r} model; task {task.name} needs a "
+            f"{task.head!r} one"
+        )
+    return task
+
+
+def _keras_row(args, task, model, examples, tokenizer, seq_len: int, timing_x) -> tuple:
+    """(the metric's name, the Keras float32 model's row): its score, latency, size."""
+    start = time.time()
+    metric, keras_points = in_points(
+        task,
+        task.evaluate(
+            model.predict_on_batch, examples, tokenizer, seq_len, batch_size=args.batch_size
+        ),
+    )
+    keras_seconds = time.time() - start
+    keras_latency = latency(model.predict_on_batch, timing_x, args.runs, args.warmup)
+    weights = os.path.getsize(os.path.join(args.model, "model.weights.h5"))
+    row = (
+        "Keras float32 (model.weights.h5)",
+        weights,
+        keras_points,
+        None,
+        keras_latency,
+        "reference",
+        keras_seconds,
+    )
+    return metric, row
 
 
 def score_variants(args, variants, loaded, seq_len, timing_x, timing_len, score, log):
