@@ -199,16 +199,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         (("generator_lm_head.weight", f"{prefix}embeddings.word_embeddings.weight"),),
         source,
     )
-    if (
-        getattr(model, "masked_lm_head", None) is not None
-        and "generator_predictions.dense.weight" in tensors
-        and config.activation != GELU
-    ):
-        raise ValueError(
-            f"{path}: hidden_act {data.get('hidden_act')!r}: transformers' ELECTRA generator "
-            f"head always applies the exact GELU, ours the encoder's activation, so this "
-            f"masked LM would not compute what it computes there"
-        )
+    _check_generator_activation(model, config, tensors, data, path)
     entries = model_entries(model, prefix)
     unmapped = _unmapped_heads(model, entries, source, allow_new_heads)
     notes = assign(
@@ -233,6 +224,20 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         f"random initialisation (a head on pooled_output trains it from there)"
     )
     return model, hf.check_vocabulary(directory, config), notes
+
+
+def _check_generator_activation(model, config, tensors: dict, data: dict, path: str) -> None:
+    """Refuses a generator whose head would compute otherwise here than in transformers."""
+    if (
+        getattr(model, "masked_lm_head", None) is not None
+        and "generator_predictions.dense.weight" in tensors
+        and config.activation != GELU
+    ):
+        raise ValueError(
+            f"{path}: hidden_act {data.get('hidden_act')!r}: transformers' ELECTRA generator "
+            f"head always applies the exact GELU, ours the encoder's activation, so this "
+            f"masked LM would not compute what it computes there"
+        )
 
 
 def _unmapped_heads(model, entries: list[Entry], source: str, allow_new_heads: bool) -> list[str]:
