@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from model.experiments.experiment import select_runs, steps
     from model.experiments.plan import Work
     from model.experiments.prepare import prepared_work
-    from model.experiments.report import accelerators, record_hardware, write
+    from model.experiments.report import accelerators, write
     from model.recipes.runner import STOPPED, run
 
     args = parse_args(argv)
@@ -141,14 +141,7 @@ def main(argv=None) -> int:
         )
         return 2
     if not (args.dry_run or args.report):
-        from model.io.files import write_json
-
-        for path, fields in work.config_files().items():
-            if not os.path.exists(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_json(path, fields)
-        os.makedirs(work.work, exist_ok=True)
-        record_hardware(work)
+        _set_up(work)
     print(f"# {table.title}, scale {scale.name}, work {args.work}")
     rc = (
         0
@@ -170,6 +163,20 @@ def main(argv=None) -> int:
     write(table, work, commands, report)
     print(f"wrote {report}")
     return rc
+
+
+def _set_up(work) -> None:
+    """The work folder of a run: the configs its commands read (kept when there), and
+    the hardware it runs on, recorded for the report."""
+    from model.experiments.report import record_hardware
+    from model.io.files import write_json
+
+    for path, fields in work.config_files().items():
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_json(path, fields)
+    os.makedirs(work.work, exist_ok=True)
+    record_hardware(work)
 
 
 def share_the_accelerator(jobs: int) -> None:
