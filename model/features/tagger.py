@@ -147,9 +147,8 @@ def evaluate(directory: str, path: str) -> dict:
 
 def train(args) -> int:
     from model.features.layers import LayerFeatures, load_encoder, parse_layers
-    from model.io.files import atomic_path, check_writable_dir, write_json
+    from model.io.files import check_writable_dir, write_json
     from model.tasks import get
-    from model.tasks.ner import conll_metrics
     from model.text import tokenizer_class
 
     task = get("conll2003")
@@ -172,31 +171,8 @@ def train(args) -> int:
         f"dev sentences in {time.time() - start:.0f} s"
     )
     tagger = _compiled_tagger(args, train_x[0].shape[1], len(labels))
-    info = {
-        "task": "feature_tagger",
-        "encoder": os.path.abspath(args.model),
-        "layers": list(layers),
-        "combine": args.combine,
-        "lstm_units": args.lstm_units,
-        "lstm_layers": args.lstm_layers,
-        "dropout": args.dropout,
-        "max_seq_length": args.max_seq_length,
-        "id2label": dict(enumerate(labels)),
-    }
-    history, best = [], None
-    for epoch in range(args.epochs):
-        loss = _train_epoch(tagger, train_x, train_y, args.batch_size, args.seed + epoch)
-        record = {"epoch": epoch + 1, "train_loss": loss}
-        if dev_set:
-            predicted = predict_tags(tagger, dev_x, labels)
-            record.update(conll_metrics([s.tags for s in dev_set], predicted))
-            print(f"epoch {epoch + 1}: dev f1 {record['f1']:.4f}")
-        history.append(record)
-        if best is None or not dev_set or record["f1"] > best["f1"]:
-            best = record
-            with atomic_path(os.path.join(args.output, TAGGER_WEIGHTS)) as tmp:
-                tagger.save_weights(tmp)
-            write_json(os.path.join(args.output, "config.json"), info)
+    info = _info(args, layers, labels)
+    history, best = _fit(tagger, args, (train_x, train_y), (dev_x, dev_set), labels, info)
     summary = {
         "dev": {k: v for k, v in best.items() if k != "epoch"} if dev_set else {},
         "best_epoch": best["epoch"],
@@ -211,6 +187,45 @@ def train(args) -> int:
     write_json(os.path.join(args.output, "metrics.json"), summary)
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
     return 0
+
+
+def _info(args, layers, labels: list[str]) -> dict:
+    """The tagger folder's config.json."""
+    return {
+        "task": "feature_tagger",
+        "encoder": os.path.abspath(args.model),
+        "layers": list(layers),
+        "combine": args.combine,
+        "lstm_units": args.lstm_units,
+        "lstm_layers": args.lstm_layers,
+        "dropout": args.dropout,
+        "max_seq_length": args.max_seq_length,
+        "id2label": dict(enumerate(labels)),
+    }
+
+
+def _fit(tagger, args, train, dev, labels: list[str], info: dict) -> tuple[list, dict]:
+    """(history, best epoch's record): `args.epochs` epochs, the best on dev (by F1; the
+    last without a dev set) saved to `args.output` with `info` as its config.json."""
+    from model.io.files import atomic_path, write_json
+    from model.tasks.ner import conll_metrics
+
+    (train_x, train_y), (dev_x, dev_set) = train, dev
+    history, best = [], None
+    for epoch in range(args.epochs):
+        loss = _train_epoch(tagger, train_x, train_y, args.batch_size, args.seed + epoch)
+        record = {"epoch": epoch + 1, "train_loss": loss}
+        if dev_set:
+            predicted = predict_tags(tagger, dev_x, labels)
+            record.update(conll_metrics([s.tags for s in dev_set], predicted))
+            print(f"epoch {epoch + 1}: dev f1 {record['f1']:.4f}")
+        history.append(record)
+        if best is None or not dev_set or record["f1"] > best["f1"]:
+            best = record
+            with atomic_path(os.path.join(args.output, TAGGER_WEIGHTS)) as tmp:
+                tagger.save_weights(tmp)
+            write_json(os.path.join(args.output, "config.json"), info)
+    return history, best
 
 
 def _read(task, args) -> tuple:
