@@ -393,7 +393,7 @@ def load_keras(directory: str):
     config = model_dir.read_info(directory)
     keras_model = model_dir.load(directory)
     task = config.get("task", "encoder")
-    lowercase = config.get("lowercase", config["encoder"].get("lowercase", True))
+    lowercase = config["encoder"].get("lowercase", True)
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     seq_len = min(
         config.get("max_seq_length") or KERAS_DEFAULT_SEQ_LEN,

@@ -316,6 +316,36 @@ def test_resuming_with_another_model_stops_instead_of_starting_over(
     assert checkpoint_steps(output) == [20, 30, 40]
 
 
+def test_a_model_pretrained_on_cased_records_reads_text_cased(tmp_path):
+    """The records' casing is the model's (the tiny preset's default is uncased): before, the
+    encoder kept the preset's, and fine-tuning, evaluation and export lowercased the text."""
+    from model.checkpoints import model_dir
+
+    cased = make_records(tmp_path, "cased", num_documents=4, extra=["--cased"])
+    output = tmp_path / "run"
+    assert train.main(pretrain_argv(cased, output, steps=0, extra=["--strategy", "cpu"])) == 0
+    info = json.load(open(output / "config.json"))
+    assert info["encoder"]["lowercase"] is False and "lowercase" not in info
+    assert model_dir.load(str(output)).encoder.config.lowercase is False
+    # A directory written before keeps its records' casing at the top: the reader moves it in.
+    info["lowercase"], info["encoder"]["lowercase"] = False, True
+    (output / "config.json").write_text(json.dumps(info))
+    assert model_dir.read_info(str(output))["encoder"]["lowercase"] is False
+
+
+def test_a_config_file_naming_the_other_casing_stops(records, tmp_path, capsys):
+    from model.config import BertConfig
+
+    config = BertConfig.preset(
+        "tiny", vocabulary_size=len(open(records + "/vocab.txt").readlines())
+    )
+    (tmp_path / "cased.json").write_text(json.dumps(config.replace(lowercase=False).to_dict()))
+    argv = pretrain_argv(records, tmp_path / "run", steps=0, extra=["--strategy", "cpu"])
+    argv[argv.index("tiny")] = str(tmp_path / "cased.json")
+    assert train.main(argv) != 0
+    assert "lowercase is False, but the records were tokenised uncased" in capsys.readouterr().err
+
+
 # === Bad input ===
 
 

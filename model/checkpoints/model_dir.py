@@ -242,6 +242,10 @@ def read_info(directory: str) -> dict:
     if "encoder" not in info:
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
+    if "lowercase" in info:
+        # Pre-training wrote its records' casing here before the encoder's config held it
+        # (the encoder kept its preset's default): the records' is the model's.
+        info["encoder"] = {**info["encoder"], "lowercase": bool(info.pop("lowercase"))}
     return info
 
 

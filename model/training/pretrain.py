@@ -234,7 +234,7 @@ def _data(args):
 def _check(args, runtime, data):
     """The encoder's config, once every flag is known to fit the records and the devices."""
     config = resolve_config(args.config, len(data.vocabulary), _dropout(args))
-    config = data.objective.encoder_config(config)
+    config = data.objective.encoder_config(_records_casing(config, args.config, data))
     if data.seq_len > config.max_sequence_length:
         raise ValueError(
             f"records of {data.seq_len} tokens exceed the model's "
@@ -271,6 +271,23 @@ def _check(args, runtime, data):
 
         data.objective.device_batches(VocabularyTables.from_vocabulary(data.vocabulary))
     return config
+
+
+def _records_casing(config, spec: str, data):
+    """`config` with the records' casing: the model reads text as they were tokenised
+    (a preset's default gives way; a config file that names the other casing stops)."""
+    from model.config import PRESETS
+    from model.io.files import read_json_object
+
+    lowercase = bool(data.info.get("lowercase", True))
+    if spec not in PRESETS and config.lowercase != lowercase:
+        named = read_json_object(spec, "config")
+        if "lowercase" in named or "do_lower_case" in named:
+            raise ValueError(
+                f"{spec}: lowercase is {config.lowercase}, but the records were tokenised "
+                f"{'uncased' if lowercase else 'cased'} (make them again, or change the file)"
+            )
+    return config.replace(lowercase=lowercase)
 
 
 def _dropout(args):
@@ -493,7 +510,6 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         extra={
             "objective": objective.name,
             "max_seq_length": seq_len,
-            "lowercase": data.info.get("lowercase", True),
         },
     )
     elapsed = time.time() - timing.start if timing.start else 0.0
