@@ -162,12 +162,12 @@ def replaced_tokens(
 
     generator: `predict(inputs) -> {"mlm": (batch, masks, vocabulary) logits}`
         (the generator's serving function); a token is drawn from the softmax at
-        every chosen position, as pre-training draws. None: random vocabulary
-        tokens (never special ones) instead.
+        every chosen position, as pre-training draws (never a special one). None:
+        random vocabulary tokens (never special ones either) instead.
     Row i draws from `default_rng([seed, i])` alone: the same rows whatever
     `count` and `batch_size`.
     """
-    from export.runtime import sample_tokens, softmax
+    from export.runtime import draw_words, softmax
     from model.objectives import ObjectiveOptions, get
 
     texts, source = (
@@ -195,10 +195,11 @@ def replaced_tokens(
         for i in range(rows):
             drawn[i] = rngs[i].choice(pool, size=positions.shape[1])
     else:
+        specials = tokenizer.special_ids()
         for batch_rows, inputs in masked.batches(batch_size):
             logits = np.asarray(generator(inputs)["mlm"])  # (batch, masks, vocabulary)
             for row, row_logits in zip(batch_rows, logits):
-                drawn[row] = sample_tokens(softmax(row_logits), rngs[row])
+                drawn[row] = draw_words(softmax(row_logits), specials, rngs[row])
     token_ids = masked.x["token_ids"].copy()
     for i in range(rows):
         token_ids[i, positions[i][real[i]]] = drawn[i][real[i]]

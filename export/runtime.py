@@ -686,11 +686,7 @@ class EdgeModel:
         if "mlm" not in out:
             raise ValueError(f"the model's outputs {sorted(out)} have no generator logits (mlm)")
         probs = softmax(np.asarray(out["mlm"])[0, : len(positions)])  # (chosen, vocab)
-        # [CLS], [SEP], [MASK]... cannot be written into a text: drawn among the others,
-        # as the pre-trainer draws them (ElectraPretrainer's excluded_ids).
-        words = probs.copy()
-        words[:, self.tokenizer.special_ids()] = 0.0
-        drawn = sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)
+        drawn = draw_words(probs, self.tokenizer.special_ids(), rng)
         return drawn, probs[np.arange(len(positions)), drawn]
 
     def _masker(self, rate: float) -> Masker:
@@ -793,6 +789,17 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64)
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def draw_words(probs: np.ndarray, special_ids, rng: np.random.Generator) -> np.ndarray:
+    """The generator's draw at each row of `probs` (..., vocabulary), as the pre-trainer draws
+    it (ElectraPretrainer's excluded_ids): among the tokens that are not `special_ids`
+    ([CLS], [SEP], [MASK]... cannot be written into a text); a row with no mass left on
+    them draws from all."""
+    probs = np.asarray(probs)
+    words = probs.copy()
+    words[..., list(special_ids)] = 0.0
+    return sample_tokens(np.where(words.sum(-1, keepdims=True) > 0, words, probs), rng)
 
 
 def sample_tokens(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -377,7 +377,6 @@ def evaluate_replaced_tokens(
     from model.checkpoints import model_dir
     from model.text import tokenizer_class
 
-    electra_tasks = ("replaced_token_detection", "electra_pretraining")
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
 
@@ -392,7 +391,7 @@ def evaluate_replaced_tokens(
         generate = lite.signature("generator").predict if "generator" in lite.signatures else None
     else:
         info = model_dir.read_info(directory)
-        if info.get("task") not in electra_tasks:
+        if info.get("task") not in bundle.ELECTRA_TASKS:
             raise ValueError(
                 f"{directory}: a {info.get('task')!r} model has no replaced-token detection "
                 f"head (python -m model.train pretrain --objective electra makes one)"

@@ -569,6 +569,26 @@ def keras_predict(model):
     return predict
 
 
+def test_the_generator_draws_words_in_the_app_and_in_evaluation_alike(tok):
+    """A generator sure of [MASK] and [UNK]: neither the app's corruption nor the evaluation's
+    (export.examples) writes one into the text; before, the evaluation drew from all tokens."""
+    from export import examples
+
+    specials = tok.special_ids()
+    logits = np.zeros(len(tok.vocabulary), np.float32)
+    logits[specials] = 12.0  # ~0.8 of the mass on five special tokens
+
+    def generator(x):
+        return {"mlm": np.broadcast_to(logits, (*x["mask_positions"].shape, len(logits)))}
+
+    rng = np.random.default_rng(0)
+    drawn = runtime.draw_words(runtime.softmax(np.stack([logits] * 200)), specials, rng)
+    assert not np.isin(drawn, specials).any() and len(set(drawn.tolist())) > 100
+    rows = examples.replaced_tokens(tok, 32, None, None, generator)
+    written = rows.corrupted.x["token_ids"][rows.labels > 0]
+    assert written.size > 0 and not np.isin(written, specials).any()
+
+
 @pytest.fixture(scope="session")
 def keras_models():
     """Tiny random models over the BERT vocabulary, one per bundle task."""
