@@ -386,7 +386,7 @@ def warm(view: View, model) -> tuple | None:
 
 def load_keras(directory: str):
     """A Keras model directory as a runtime.EdgeModel (imports TensorFlow)."""
-    from export import runtime
+    from export import bundle, runtime
     from model.checkpoints import model_dir
     from model.text.tokenizer import WordPieceTokenizer
 
@@ -400,15 +400,7 @@ def load_keras(directory: str):
         config["encoder"].get("max_sequence_length", 512),
     )
     info = {
-        "format": 1,
-        "task": task,
-        "finetuned_task": config.get("finetuned_task"),
-        "max_seq_length": seq_len,
-        "lowercase": lowercase,
-        "quantization": None,
-        "id2label": config.get("id2label"),
-        "null_threshold": config.get("null_threshold"),
-        "top_k": KERAS_TOP_K if task == "pretraining" else None,
+        **bundle.describe(config, task, seq_len, None, KERAS_TOP_K),
         "source": {"model_dir": directory, "config": config},
         "backend": "keras",
     }

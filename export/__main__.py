@@ -465,20 +465,7 @@ def bundle_info(
         }
         if key != bundle.DEFAULT_SIGNATURE:
             signatures[key]["verification"] = (signature_reports or {}).get(key)
-    result = {
-        "format": bundle.FORMAT,
-        "task": task,
-        "finetuned_task": info.get("finetuned_task"),
-        "max_seq_length": seq_len,
-        "lowercase": bool(info["encoder"].get("lowercase", True)),
-        "quantization": quantization,
-        "id2label": info.get("id2label"),
-        "null_threshold": info.get("null_threshold"),
-    }
-    if info.get("document_context"):
-        result["document_context"] = True  # a CoNLL-2003 model fine-tuned on documents
-    if task == "pretraining":
-        result["top_k"] = top_k
+    result = bundle.describe(info, task, seq_len, quantization, top_k)
     result.update(
         {
             "methods": list(dict.fromkeys(m for s in signatures.values() for m in s["methods"])),

@@ -166,6 +166,27 @@ def publish(tmp: str, directory: str) -> None:
         os.rename(tmp, directory)
 
 
+def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_k: int) -> dict:
+    """The fields of bundle.json that the model directory's config.json (`info`) gives: what
+    a runtime reads to serve `task` (the bundle's; an ELECTRA run's is its discriminator's).
+    The Keras backend of the app describes a model directory with them too."""
+    described = {
+        "format": FORMAT,
+        "task": task,
+        "finetuned_task": info.get("finetuned_task"),
+        "max_seq_length": seq_len,
+        "lowercase": bool(info["encoder"].get("lowercase", True)),
+        "quantization": quantization,
+        "id2label": info.get("id2label"),
+        "null_threshold": info.get("null_threshold"),
+    }
+    if info.get("document_context"):
+        described["document_context"] = True  # a CoNLL-2003 model fine-tuned on documents
+    if task == "pretraining":
+        described["top_k"] = top_k
+    return described
+
+
 def write_files(directory: str, vocab: str, info: dict) -> None:
     """vocab.txt (copied from `vocab`), bundle.json and, with labels, label_map.json."""
     shutil.copyfile(vocab, os.path.join(directory, VOCAB))
