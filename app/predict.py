@@ -249,20 +249,12 @@ def filled_spans(text: str, masks: list[dict]) -> list[tuple]:
         if i == len(pieces) - 1:
             break
         if i < len(masks) and masks[i]["predictions"]:
-            p = best_word(masks[i]["predictions"])
-            word = p["token"][2:] if p["token"].startswith("##") else p["token"]
+            p = masks[i]["predictions"][masks[i]["best"]]  # the word the runtime filled in
+            word = p["token"].removeprefix("##")
             spans.append((word, f"[MASK] {i + 1}, {p['score']:.0%} sure"))
         else:
             spans.append((MASK, "not read"))
     return spans
-
-
-SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def best_word(predictions: list[dict]) -> dict:
-    """The likeliest prediction that is a word, not a special token (as the runtime fills)."""
-    return next((p for p in predictions if p["token"] not in SPECIAL), predictions[0])
 
 
 def bars_html(masks: list[dict]) -> str:

@@ -256,8 +256,9 @@ class EdgeModel:
                 {"token": tok.vocabulary[int(i)], "token_id": int(i), "score": float(p)}
                 for i, p in zip(pid, prob)
             ]
-            out_masks.append({"position": position, "predictions": predictions})
-            fills[k] = _fill_word(predictions, set(tok.special_ids()))
+            best = _best_word(predictions, set(tok.special_ids()))
+            out_masks.append({"position": position, "predictions": predictions, "best": best})
+            fills[k] = predictions[best]["token"].removeprefix("##")
         found = _MASK.findall(text)
         filled = parts[0] + "".join(
             fills.get(k, found[k]) + parts[k + 1] for k in range(len(found))
@@ -895,11 +896,10 @@ def _fixed_dim(info: dict, name: str, axis: int) -> int | None:
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
-def _fill_word(predictions: list[dict], special: set[int]) -> str:
-    """The best prediction that is a word (not [UNK], [SEP], ...), `##` dropped."""
-    best = next((p for p in predictions if p["token_id"] not in special), predictions[0])
-    token = best["token"]
-    return token[2:] if token.startswith("##") else token
+def _best_word(predictions: list[dict], special: set[int]) -> int:
+    """The index of the likeliest prediction that is a word (not [UNK], [SEP], ...): the
+    one `fill_mask` writes into the text (the first when all are special)."""
+    return next((k for k, p in enumerate(predictions) if p["token_id"] not in special), 0)
 
 
 def _jsonable(value):

@@ -252,6 +252,7 @@ def test_fill_mask(tok):
     assert [p["token"] for p in out["masks"][0]["predictions"]] == ["paris", "[UNK]", "he"]
     assert out["masks"][0]["predictions"][0] == {"token": "paris", "token_id": 3000, "score": 0.5}
     assert out["filled"] == "The capital of France is paris, said paris."
+    assert [mask["best"] for mask in out["masks"]] == [0, 0]
     assert not out["truncated"] and calls == [(1, 2)]
     # A bundle with one mask position a call asks once per [MASK]; more than k is k.
     calls.clear()
@@ -264,6 +265,21 @@ def test_fill_mask(tok):
     out = m.fill_mask("word " * 100 + "[MASK] end")
     assert out["truncated"] and len(out["tokens"]) == 32 and out["tokens"].count("[MASK]") == 1
     assert out["filled"].endswith(" paris end")
+
+
+def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
+    """[UNK] first: the second prediction is written, its index is `best` (the app labels it)."""
+
+    def topk(x):
+        ids = np.array([[ids_of(tok, "[UNK]", "##s", "paris")]], np.int32)
+        return {"topk_ids": ids, "topk_probs": np.array([[[0.6, 0.3, 0.1]]], np.float32)}
+
+    m = EdgeModel(stub(topk), tok, {"task": "pretraining", "max_seq_length": 32, "top_k": 3})
+    out = m.fill_mask("It [MASK].", top_k=3)
+    assert out["masks"][0]["best"] == 1 and out["filled"] == "It s."
+    from app.predict import filled_spans
+
+    assert filled_spans("It [MASK].", out["masks"])[1] == ("s", "[MASK] 1, 30% sure")
 
 
 def test_fill_mask_errors(tok, tmp_path):
