@@ -13,7 +13,8 @@ import os
 import numpy as np
 import pytest
 
-from model.pretraining.span_masking import EDGE_TOKENS, SpanMasker, SpanMaskingConfig, SpanMasks
+from model.pretraining.span_masking import SpanMasker, SpanMaskingConfig, SpanMasks
+from model.pretraining.vocabulary_tables import EDGE_TOKENS
 from model.text.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer, load_vocabulary
 from tests.helpers import BERT_VOCAB, SHARED_DATA, tiny_vocabulary
 

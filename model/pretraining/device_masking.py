@@ -21,45 +21,11 @@ Shapes: B batch, L sequence length, P max_predictions, V vocabulary.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from model.pretraining.span_masking import EDGE_TOKENS
-from model.text.wordpiece import SPECIAL_TOKENS
-
-
-@dataclasses.dataclass(frozen=True)
-class VocabularyTables:
-    """What masking needs of a vocabulary, as arrays (built once on the host).
-
-    special: (V,) bool, never chosen ([PAD], [UNK], [CLS], [SEP], [MASK]);
-    continuation: (V,) bool, "##" pieces (whole-word masking);
-    random_pool: (R,) int32, the ids a random replacement draws from;
-    mask_id: the [MASK] id;
-    edge: (V,) bool, the tokens next to which a SpanBERT span touches the segment's edge.
-    """
-
-    special: np.ndarray
-    continuation: np.ndarray
-    random_pool: np.ndarray
-    mask_id: int
-    edge: np.ndarray
-
-    @classmethod
-    def from_vocabulary(cls, vocabulary: list[str]) -> VocabularyTables:
-        if "[MASK]" not in vocabulary:
-            raise ValueError("the vocabulary has no [MASK] token; masked-LM pre-training needs one")
-        special = np.isin(np.array(vocabulary, dtype=object), SPECIAL_TOKENS)
-        return cls(
-            special=special,
-            continuation=np.array([t.startswith("##") for t in vocabulary]),
-            random_pool=np.flatnonzero(~special).astype(np.int32),
-            mask_id=vocabulary.index("[MASK]"),
-            edge=np.isin(np.array(vocabulary, dtype=object), EDGE_TOKENS),
-        )
+from model.pretraining.vocabulary_tables import VocabularyTables
 
 
 def masking_rates(mask_rate: float, mask_token_rate: float, random_token_rate: float) -> dict:

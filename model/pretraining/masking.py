@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from model.text.wordpiece import SPECIAL_TOKENS
+from model.pretraining.vocabulary_tables import VocabularyTables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,18 +60,11 @@ class Masker:
     """
 
     def __init__(self, vocabulary: list[str], config: MaskingConfig = MaskingConfig()):
-        if "[MASK]" not in vocabulary:
-            raise ValueError("the vocabulary has no [MASK] token; masked-LM pre-training needs one")
+        tables = VocabularyTables.from_vocabulary(vocabulary)
         self.config = config
-        self.mask_id = vocabulary.index("[MASK]")
-        special = np.zeros(len(vocabulary), dtype=bool)
-        for token in SPECIAL_TOKENS:
-            if token in vocabulary:
-                special[vocabulary.index(token)] = True
-        self.special = special
-        self.continuation = np.array([t.startswith("##") for t in vocabulary], dtype=bool)
-        # Random replacements are real words, never [CLS]/[SEP]/[PAD]/[MASK].
-        self.random_pool = np.flatnonzero(~special).astype(np.int32)
+        self.mask_id = tables.mask_id
+        self.special, self.continuation = tables.special, tables.continuation
+        self.random_pool = tables.random_pool
 
     def __call__(self, token_ids: np.ndarray, rng: np.random.Generator):
         """Masks one sequence.

@@ -52,13 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model.text.wordpiece import SPECIAL_TOKENS
-
-# A span next to one of these (or next to the end of the row) touches the
-# segment's edge: its boundary is not a token of the text, so it has no SBO
-# target. The reference masks the text without [CLS]/[SEP] and drops the spans
-# at its first and last token (`--endpoints external`): the same spans.
-EDGE_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
+from model.pretraining.vocabulary_tables import VocabularyTables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +151,7 @@ class SpanMasker:
     the budget are masked, and are never cut.
 
     A span touches the edge when its left neighbour s - 1 or its right
-    neighbour e + 1 is outside the row or one of `EDGE_TOKENS` ([CLS],
+    neighbour e + 1 is outside the row or one of `vocabulary_tables.EDGE_TOKENS` ([CLS],
     [SEP], [PAD]): its tokens are masked-LM targets only (sbo_weights 0), as
     the reference's `--endpoints external`. An [UNK] neighbour is a token of
     the text, as in the reference, and serves as a boundary.
@@ -173,18 +167,15 @@ class SpanMasker:
     """
 
     def __init__(self, vocabulary: list[str], config: SpanMaskingConfig = SpanMaskingConfig()):
-        if "[MASK]" not in vocabulary:
-            raise ValueError("the vocabulary has no [MASK] token; span masking needs one")
+        tables = VocabularyTables.from_vocabulary(vocabulary)
         self.config = config
-        self.mask_id = vocabulary.index("[MASK]")
-        index = {token: i for i, token in enumerate(vocabulary)}
-        self.special = np.zeros(len(vocabulary), dtype=bool)
-        self.special[[index[t] for t in SPECIAL_TOKENS if t in index]] = True
-        self.edge = np.zeros(len(vocabulary), dtype=bool)
-        self.edge[[index[t] for t in EDGE_TOKENS if t in index]] = True
-        self.continuation = np.array([t.startswith("##") for t in vocabulary], dtype=bool)
-        # Random replacements are real words, never [CLS]/[SEP]/[PAD]/[MASK].
-        self.random_pool = np.flatnonzero(~self.special).astype(np.int32)
+        self.mask_id = tables.mask_id
+        self.special, self.edge, self.continuation = (
+            tables.special,
+            tables.edge,
+            tables.continuation,
+        )
+        self.random_pool = tables.random_pool
         self.lengths = np.arange(1, config.max_span_words + 1)  # (L,) words
         self.length_probs = config.length_distribution()  # (L,)
 

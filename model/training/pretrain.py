@@ -267,7 +267,7 @@ def _check(args, runtime, data):
             f"of the {runtime.replicas} replicas"
         )
     if args.device_data:
-        from model.pretraining.device_masking import VocabularyTables
+        from model.pretraining.vocabulary_tables import VocabularyTables
 
         data.objective.device_batches(VocabularyTables.from_vocabulary(data.vocabulary))
     return config
@@ -463,7 +463,7 @@ def _datasets(args, runtime, data, model, start_step, stop):
 
 def _device_dataset(args, data, model, start_step, stop):
     from model.pretraining.device_data import DeviceCorpus
-    from model.pretraining.device_masking import VocabularyTables
+    from model.pretraining.vocabulary_tables import VocabularyTables
     from model.training import device_loop
 
     objective = data.objective
