@@ -310,7 +310,7 @@ def _signature_options(job: _Job, top_k: int) -> dict:
 def _examples(job: _Job, needed: int, data: str | None):
     """(ELECTRA's replaced-token rows or None, the model's inputs): `needed` real examples
     (`export/examples.py`) to verify and calibrate on."""
-    from export import bundle, convert, examples
+    from export import convert, examples
 
     if not job.electra:
         return None, examples.load(
@@ -318,10 +318,7 @@ def _examples(job: _Job, needed: int, data: str | None):
         )
     # Text corrupted as in pre-training: the run's own generator draws the replacements
     # (whether or not the bundle keeps it), a discriminator alone gets random tokens.
-    sampler = None
-    if job.source_task == "electra_pretraining":
-        generator_fn = convert.serving(job.model, bundle.GENERATOR_SIGNATURE)[0]
-        sampler = lambda x: convert.keras_outputs(generator_fn, x)  # noqa: E731
+    sampler = convert.keras_generator(job.model, job.source_task)
     rows = examples.replaced_tokens(job.tokenizer, job.seq_len, needed, data, sampler)
     return rows, rows.corrupted
 

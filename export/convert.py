@@ -212,6 +212,16 @@ def keras_outputs(fn, x: dict) -> dict:
     return {k: v.numpy() if hasattr(v, "numpy") else v for k, v in out.items()}
 
 
+def keras_generator(model, task: str):
+    """`predict(inputs) -> {"mlm": logits}`: the generator of an ELECTRA pre-training run
+    (`task` the model directory's, "electra_pretraining"), run by Keras, which corrupts text
+    as pre-training does; None for any other model (a discriminator alone has none)."""
+    if task != "electra_pretraining":
+        return None
+    fn = serving(model, "generator")[0]
+    return lambda x: keras_outputs(fn, x)
+
+
 def _as_int32(v):
     import numpy as np
 

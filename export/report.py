@@ -309,10 +309,7 @@ def run_replaced_tokens(args, loaded, variants, log) -> str:
             f"scored on replaced-token detection only"
         )
     seq_len = info.get("max_seq_length") or DEFAULT_SEQ_LEN
-    sampler = None
-    if info.get("task") == "electra_pretraining":  # the run's own generator corrupts the text
-        generator = convert.serving(model, "generator")[0]
-        sampler = lambda x: convert.keras_outputs(generator, x)  # noqa: E731
+    sampler = convert.keras_generator(model, info.get("task"))  # the run's own corrupts
     log(f"corrupting {args.data} as in ELECTRA's pre-training")
     held_out = examples.replaced_tokens(
         tokenizer, seq_len, args.max_examples, args.data, sampler, batch_size=args.batch_size

@@ -400,10 +400,8 @@ def evaluate_replaced_tokens(
 
         model = model_dir.load(directory)
         length, lowercase = info.get("max_seq_length"), info["encoder"].get("lowercase", True)
-        generate = None
-        if info["task"] == "electra_pretraining":
-            generator = convert.serving(model, "generator")[0]
-            generate = lambda x: convert.keras_outputs(generator, x)  # noqa: E731
+        generate = convert.keras_generator(model, info["task"])
+        if generate is not None:
             model = model.discriminator()  # the pre-trainer's call would corrupt again
         discriminate = lambda x: model.predict_on_batch(x)["rtd"]  # noqa: E731
     seq_len = seq_len or length or 128
