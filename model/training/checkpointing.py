@@ -115,7 +115,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             try:
                 if not model.optimizer.built:
                     create_optimizer_variables(model)
-                _read(os.path.join(path, "model.weights.h5"), model.load_weights)
+                _read(os.path.join(path, WEIGHTS), model.load_weights)
                 rng = _read(os.path.join(path, "rng.npz"), _read_npz)
                 variables = _rng_variables(model)
                 if len(rng) != len(variables):
@@ -152,7 +152,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         os.makedirs(self.directory, exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".ckpt-{step:08d}.tmp-", dir=self.directory)
         try:
-            self.model.save_weights(os.path.join(tmp, "model.weights.h5"))
+            self.model.save_weights(os.path.join(tmp, WEIGHTS))
             np.savez(
                 os.path.join(tmp, "rng.npz"),
                 **{
