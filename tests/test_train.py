@@ -333,13 +333,17 @@ def test_a_model_pretrained_on_cased_records_reads_text_cased(tmp_path):
     assert model_dir.read_info(str(output))["encoder"]["lowercase"] is False
 
 
-def test_a_config_file_naming_the_other_casing_stops(records, tmp_path, capsys):
+@pytest.mark.parametrize("layout", ["config", "model directory"])
+def test_a_config_file_naming_the_other_casing_stops(records, tmp_path, capsys, layout):
     from model.config import BertConfig
 
     config = BertConfig.preset(
         "tiny", vocabulary_size=len(open(records + "/vocab.txt").readlines())
     )
-    (tmp_path / "cased.json").write_text(json.dumps(config.replace(lowercase=False).to_dict()))
+    fields = config.replace(lowercase=False).to_dict()
+    if layout == "model directory":  # a run's config.json nests the encoder's
+        fields = {"task": "pretraining", "encoder": fields}
+    (tmp_path / "cased.json").write_text(json.dumps(fields))
     argv = pretrain_argv(records, tmp_path / "run", steps=0, extra=["--strategy", "cpu"])
     argv[argv.index("tiny")] = str(tmp_path / "cased.json")
     assert train.main(argv) != 0

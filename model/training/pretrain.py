@@ -282,6 +282,7 @@ def _records_casing(config, spec: str, data):
     lowercase = bool(data.info.get("lowercase", True))
     if spec not in PRESETS and config.lowercase != lowercase:
         named = read_json_object(spec, "config")
+        named = named.get("encoder", named)  # a model directory's config.json nests it
         if "lowercase" in named or "do_lower_case" in named:
             raise ValueError(
                 f"{spec}: lowercase is {config.lowercase}, but the records were tokenised "
