@@ -44,8 +44,6 @@ MARKER = {"litert": "bundle.json", "keras": "config.json"}
 DEFAULT_MODELS = "assets/models"
 # Predictions per mask a Keras pre-training model returns (a bundle stores its own "top_k").
 KERAS_TOP_K = 10
-# Sequence length of a Keras model directory whose config.json names none (e.g. a bare encoder).
-KERAS_DEFAULT_SEQ_LEN = 128
 
 
 @dataclass(frozen=True)
@@ -396,7 +394,7 @@ def load_keras(directory: str):
     lowercase = config["encoder"].get("lowercase", True)
     tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     seq_len = min(
-        config.get("max_seq_length") or KERAS_DEFAULT_SEQ_LEN,
+        config.get("max_seq_length") or bundle.DEFAULT_SEQ_LEN,
         config["encoder"].get("max_sequence_length", 512),
     )
     info = {

@@ -47,13 +47,13 @@ import os
 import sys
 import time
 
+from export.bundle import DEFAULT_SEQ_LEN
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
 from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
 DEFAULT_VERIFY_EXAMPLES = 64
-DEFAULT_SEQ_LEN = 128  # encoder and pre-training models (fine-tuned ones store theirs)
 CALIBRATION_BATCH = 8
 
 

@@ -62,6 +62,9 @@ ENCODER_SIGNATURE = "encoder"
 # run it also holds the generator, a small masked LM whose samples corrupt a text as in
 # pre-training (`export/convert.py`).
 REPLACED_TOKEN_TASK = "replaced_token_detection"
+# The length a model directory that names none (an encoder, a pre-training run) is exported,
+# served and evaluated at; fine-tuned ones store theirs (`max_seq_length`).
+DEFAULT_SEQ_LEN = 128
 ELECTRA_TASKS = ("electra_pretraining", REPLACED_TOKEN_TASK)  # the model directories' tasks
 GENERATOR_SIGNATURE = "generator"
 

@@ -299,7 +299,7 @@ def run_replaced_tokens(args, loaded, variants, log) -> str:
     accuracies on replaced and on original tokens, held-out text of --data corrupted as in
     pre-training (`export.examples.replaced_tokens`), for the Keras model and every variant."""
     from export import convert, examples
-    from export.__main__ import DEFAULT_SEQ_LEN
+    from export.bundle import DEFAULT_SEQ_LEN
     from export.detection import detection_scores
 
     model, info, tokenizer = loaded

@@ -404,7 +404,7 @@ def evaluate_replaced_tokens(
         if generate is not None:
             model = model.discriminator()  # the pre-trainer's call would corrupt again
         discriminate = lambda x: model.predict_on_batch(x)["rtd"]  # noqa: E731
-    seq_len = seq_len or length or 128
+    seq_len = seq_len or length or bundle.DEFAULT_SEQ_LEN
     if length and seq_len > length:
         raise ValueError(f"{directory}: --seq-len {seq_len} is longer than the model's {length}")
     tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
