@@ -464,6 +464,8 @@ def evaluate_task(
     _check_model(task, directory, info)
     _configure(task, info, null_threshold, skip_invalid, long_texts)
     examples = task.read(path)  # malformed files fail before the model loads
+    if not examples:
+        raise ValueError(f"{path}: no examples to evaluate")
     if predictions_dir is not None:
         check_writable_dir(predictions_dir)
     predict = _predictor(directory, info, bundled)

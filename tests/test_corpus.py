@@ -73,6 +73,23 @@ def test_google_format_blank_line_between_documents(tmp_path):
     ]
 
 
+def test_text_about_project_gutenberg_is_plain_text(tmp_path):
+    path = write(
+        tmp_path / "pg.txt", "The Project Gutenberg is a volunteer effort.\nIt digitises books.\n"
+    )
+    assert detect_format(path) == "text"
+    assert list(iter_documents(path)) == [
+        ["The Project Gutenberg is a volunteer effort.", "It digitises books."]
+    ]
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    wiki = '\ufeff<doc id="1" url="u" title="T">\nT\n\nThe cat sat.\n</doc>\n'
+    path = write(tmp_path / "wiki_00", wiki)
+    assert detect_format(path) == "wiki"
+    assert list(iter_documents(path)) == [["The cat sat."]]
+
+
 def test_wikitext_top_level_headings_start_articles(tmp_path):
     # WikiText: " \n" lines separate paragraphs of one article; only " = Title = "
     # starts a new one, " = = Section = = " lines are dropped.

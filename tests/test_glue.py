@@ -157,6 +157,26 @@ def test_mnli_has_matched_and_mismatched_dev_files(tmp_path):
     }
 
 
+def test_whitespace_only_lines_are_blank_lines(tmp_path):
+    path = tmp_path / "dev.tsv"
+    path.write_text("sentence\tlabel\ngood\t1\n  \nbad\t0\n \t \n", encoding="utf-8")
+    assert [(e.text_a, e.label) for e in tasks.get("sst2").read(str(path))] == [
+        ("good", "1"),
+        ("bad", "0"),
+    ]
+
+
+def test_evaluating_a_file_without_examples_names_it(tmp_path, capsys):
+    from model import evaluate
+
+    path = tmp_path / "dev.tsv"
+    path.write_text("sentence\tlabel\n", encoding="utf-8")
+    model_dir = os.path.join(os.path.dirname(os.path.dirname(__file__)), "assets", "models", "sst2")
+    argv = ["--task", "sst2", "--model", model_dir, "--data", str(path)]
+    assert evaluate.main(argv) != 0
+    assert f"{path}: no examples to evaluate" in capsys.readouterr().err
+
+
 def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
     path = tmp_path / "train.tsv"
     path.write_text(

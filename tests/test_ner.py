@@ -256,6 +256,17 @@ def write_documents(path, documents: list[list[tuple[list[str], list[str]]]]) ->
     return str(path)
 
 
+def test_reader_reads_past_a_byte_order_mark(tmp_path):
+    plain = write_documents(tmp_path / "plain.txt", [random_sentences(2, seed=1)])
+    with open(plain, encoding="utf-8") as f:
+        (tmp_path / "bom.txt").write_text("\ufeff" + f.read(), encoding="utf-8")
+    task = tasks.get("ner")
+    bom, expected = task.read(str(tmp_path / "bom.txt")), task.read(plain)
+    assert [(s.words, s.tags, s.document) for s in bom] == [
+        (s.words, s.tags, s.document) for s in expected
+    ]
+
+
 def test_reader_numbers_the_documents(tmp_path):
     documents = [random_sentences(2, seed=1), random_sentences(1, seed=2)]
     sentences = tasks.get("ner").read(write_documents(tmp_path / "d.txt", documents))

@@ -176,7 +176,6 @@ def test_reader_rejects_with_location(tmp_path, entry, v2, message):
             '{"data": [{"paragraphs": [{"qas": []}]}]}',
             'paragraphs[0]: a paragraph needs a "context"',
         ),
-        ('{"data": [{"paragraphs": [{"context": " ", "qas": []}]}]}', "the context has no text"),
     ],
 )
 def test_reader_rejects_malformed_structure(tmp_path, content, message):
@@ -184,6 +183,29 @@ def test_reader_rejects_malformed_structure(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ValueError, match=rf"^{path}.*{__import__('re').escape(message)}"):
         Squad1Task(skip_invalid=True).read(str(path))
+
+
+def test_reader_takes_a_bom_an_empty_paragraph_and_a_second_answer_placed_wrong(tmp_path):
+    """As the official scripts score: the gold answers are texts; only the first answer's
+    place is read (training's span). A paragraph without text or questions is nothing."""
+    entry = qa("q1", "Who sat?", CONTEXT, "The cat")
+    entry["answers"].append({"text": "the cat", "answer_start": 1})  # off by one
+    data = dataset([(CONTEXT, [entry]), (" ", [])])
+    path = tmp_path / "v1.json"
+    path.write_text("\ufeff" + json.dumps(data), encoding="utf-8")
+    [example] = Squad1Task().read(str(path))
+    assert [a["text"] for a in example.answers] == ["The cat", "the cat"]
+
+
+def test_a_context_without_text_stops_its_questions_or_skips_them(tmp_path):
+    data = dataset(
+        [(CONTEXT, [qa("q1", "Who sat?", CONTEXT, "The cat")]), (" ", [qa("q2", "Who?")])]
+    )
+    path = write_json(tmp_path / "v1.json", data)
+    with pytest.raises(ValueError, match="paragraphs\\[1\\]: the context has no text"):
+        Squad1Task().read(path)
+    task = Squad1Task(skip_invalid=True)
+    assert [e.qas_id for e in task.read(path)] == ["q1"] and len(task.skipped) == 1
 
 
 def test_files(tmp_path):

@@ -76,7 +76,8 @@ def open_text(path: str) -> io.TextIOBase:
         raw.close()
         raise ValueError(f"{path}: looks like a binary file (NUL bytes), not UTF-8 text")
     raw.seek(0)
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)
+    # utf-8-sig: a byte-order mark is not text (nor hides a WikiExtractor file's first "<doc").
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)
 
 
 def _not_utf8(path: str, error: UnicodeDecodeError) -> ValueError:
@@ -99,7 +100,9 @@ def detect_format(path: str) -> str:
             raise _not_utf8(path, e) from None
     if head.lstrip().startswith("<doc "):
         return "wiki"
-    if "*** START OF" in head or "Project Gutenberg" in head[:4096]:
+    # A line that starts the book or ends the old licence: a text that names Project
+    # Gutenberg (an article about it) is still plain text.
+    if any(_PG_START.match(line) or _PG_OLD_LICENCE.match(line) for line in head.splitlines()):
         return "gutenberg"
     return "text"
 

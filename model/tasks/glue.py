@@ -87,7 +87,7 @@ def _rows(path: str):
             reader = csv.reader(limited_lines(f, path), delimiter="\t", quoting=csv.QUOTE_NONE)
             try:
                 for row in reader:
-                    if row:
+                    if any(cell.strip() for cell in row):  # blank and whitespace-only lines
                         yield reader.line_num, row
             except csv.Error as e:
                 raise ValueError(f"{path}:{reader.line_num}: {e}") from None

@@ -295,7 +295,8 @@ class Conll2003(Task):
             words, tags, first_line = [], [], None
 
         with reading(path):
-            with open(path, encoding="utf-8") as f:
+            # utf-8-sig: a byte-order mark is not part of the first word.
+            with open(path, encoding="utf-8-sig") as f:
                 for line_no, line in enumerate(limited_lines(f, path), 1):
                     parts = line.split()
                     if not parts:

@@ -70,10 +70,12 @@ the question with an entity swapped for one the paragraph never mentions;
 `negatives-report` measures how each kind looks.
 
 Files are read strictly: a missing field, a wrong type, a duplicate question
-id or an answer whose `answer_start` is past the context (out of range) or
-whose text is not the context at `answer_start` (mismatch) stops the reader
+id or a first answer whose `answer_start` is past the context (out of range)
+or whose text is not the context at `answer_start` (mismatch) stops the reader
 with the file and the article/paragraph/question; `skip_invalid=True` skips
-such questions and counts them instead.
+such questions and counts them instead. Only the first answer's place is read
+(training's span, as in Google's reader): the others are gold texts, scored by
+text as the official scripts score them.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def load_json(path: str):
     with reading(path):
         try:
             check_size(path)
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON
                 return json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
@@ -204,8 +206,12 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
             if not isinstance(para.get("qas"), list):
                 raise ValueError(f'{where_para}: a paragraph needs a "qas" list')
             paragraph = Paragraph(para["context"])
-            if not paragraph.words:
-                raise ValueError(f"{where_para}: the context has no text")
+            if not paragraph.words and para["qas"]:
+                problem = f"{where_para}: the context has no text"
+                if not skip_invalid:
+                    raise ValueError(f"{problem} (skip_invalid skips its questions)")
+                skipped += [f"{problem} (its qas[{qi}])" for qi in range(len(para["qas"]))]
+                continue
             for qi, qa in enumerate(para["qas"]):
                 qid = qa.get("id") if isinstance(qa, dict) else None
                 where = f"{where_para}, qas[{qi}]" + (f" (id {qid!r})" if qid is not None else "")
@@ -264,6 +270,10 @@ def _check_question(qa, context: str, version_2: bool) -> str | None:
             return f'answers[{k}]: "text" must be a non-empty string'
         if not isinstance(start, int) or isinstance(start, bool):
             return f'answers[{k}]: "answer_start" must be an integer, not {start!r}'
+        if k > 0:
+            # Only the first answer's place is read (training's span, as Google's reader);
+            # the others are gold texts, scored by text as the official scripts score them.
+            continue
         if start < 0 or start + len(text) > len(context):
             return (
                 f"answers[{k}]: answer_start {start} is out of range: {text!r} "
