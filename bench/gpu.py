@@ -295,7 +295,7 @@ def build(args, preset, dropout):
 
     from model import objectives
     from model.config import BertConfig
-    from model.pretraining.device_masking import VocabularyTables
+    from model.pretraining.vocabulary_tables import VocabularyTables
     from model.training import device_loop
     from model.training.pretrain import build_model
 

@@ -81,6 +81,8 @@ def test_text_about_project_gutenberg_is_plain_text(tmp_path):
     assert list(iter_documents(path)) == [
         ["The Project Gutenberg is a volunteer effort.", "It digitises books."]
     ]
+    bullets = write(tmp_path / "notes.md", "Before you sign:\n* Read the SMALL PRINT! twice.\n")
+    assert detect_format(bullets) == "text"
 
 
 def test_a_byte_order_mark_is_not_text(tmp_path):

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from model.pretraining.masking import Masker, MaskingConfig
+from model.pretraining.vocabulary_tables import VocabularyTables
 from model.text.wordpiece import SPECIAL_TOKENS, load_vocabulary
 from tests.helpers import (
     BLOCK_TENSORFLOW,
@@ -92,7 +93,7 @@ def host_masks(vocabulary, rows, rates, whole_word):
 
 
 def device_masks(vocabulary, rows, rates, whole_word):
-    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    tables = VocabularyTables.from_vocabulary(vocabulary)
     out = jax.jit(
         lambda key, ids, r: device_masking.mask_tokens(key, ids, tables, r, PREDICTIONS, whole_word)
     )(jax.random.PRNGKey(1), rows, device_masking.masking_rates(0.15, *rates))
@@ -214,7 +215,7 @@ def test_device_span_masking_has_the_host_statistics(vocabulary, rows):
     config = SpanMaskingConfig(max_predictions=16)
     keys = np.stack([np.zeros(ROWS, np.int64), np.arange(ROWS)], axis=1)
     host = SpanMasker(vocabulary, config).mask_batch(rows, keys)._asdict()
-    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    tables = VocabularyTables.from_vocabulary(vocabulary)
     device = jax.jit(lambda k, x, r: span_masks(k, x, tables, r, config))(
         jax.random.PRNGKey(2), rows, device_masking.masking_rates(0.15, 0.8, 0.1)
     )
@@ -228,7 +229,7 @@ def test_device_span_masking_has_the_host_statistics(vocabulary, rows):
 
 def test_masking_rates_are_arguments_not_constants(vocabulary, rows):
     """One compiled program serves every rate (Table 8's rows share it)."""
-    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    tables = VocabularyTables.from_vocabulary(vocabulary)
     traces = []
 
     @jax.jit
@@ -333,7 +334,7 @@ def test_device_batches_have_the_host_layout(record_sets, name):
         shuffle_buffer=16,
     )[0]
     corpus = device_data.DeviceCorpus.read(records, objective.next_sentence)
-    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    tables = VocabularyTables.from_vocabulary(vocabulary)
     device = device_data.make_batch(
         corpus,
         objective.device_batches(tables),
@@ -438,7 +439,7 @@ def test_the_mask_rate_of_the_command_line_is_realised(record_sets, objective, t
 
     records = record_sets["segments"]
     vocabulary = load_vocabulary(os.path.join(records, "vocab.txt"))
-    tables = device_masking.VocabularyTables.from_vocabulary(vocabulary)
+    tables = VocabularyTables.from_vocabulary(vocabulary)
     for rate in (0.15, 0.30, 0.40):
         argv = pretrain_argv(records, tmp_path / f"run-{rate}", extra=["--mask-rate", str(rate)])
         args = parse_args(
@@ -473,7 +474,7 @@ import numpy as np, jax, jax.numpy as jnp, keras
 from model import objectives
 from model.config import BertConfig
 from model.pretraining.device_data import DeviceCorpus, make_batch
-from model.pretraining.device_masking import VocabularyTables
+from model.pretraining.vocabulary_tables import VocabularyTables
 from model.text.wordpiece import load_vocabulary
 from model.training import device_loop
 from model.training.pretrain import build_model

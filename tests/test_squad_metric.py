@@ -195,6 +195,14 @@ def test_command_line_v1(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     # b: [on, mat] vs [mat]: P 1/2, R 1, F1 2/3.
     assert out == {"exact_match": pytest.approx(50.0), "f1": pytest.approx(100 * (1 + 2 / 3) / 2)}
+    # The same files behind a byte-order mark score the same.
+    for path in (data, preds):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\ufeff" + text)
+    assert m.main([data, preds]) == 0
+    assert json.loads(capsys.readouterr().out) == out
 
 
 def test_command_line_v2_with_na_probs(tmp_path, capsys):

@@ -316,7 +316,7 @@ def test_resuming_with_another_model_stops_instead_of_starting_over(
     assert checkpoint_steps(output) == [20, 30, 40]
 
 
-def test_a_model_pretrained_on_cased_records_reads_text_cased(tmp_path):
+def test_a_model_pretrained_on_cased_records_reads_text_cased(records, tmp_path):
     """The records' casing is the model's (the tiny preset's default is uncased): before, the
     encoder kept the preset's, and fine-tuning, evaluation and export lowercased the text."""
     from model.checkpoints import model_dir
@@ -331,6 +331,13 @@ def test_a_model_pretrained_on_cased_records_reads_text_cased(tmp_path):
     info["lowercase"], info["encoder"]["lowercase"] = False, True
     (output / "config.json").write_text(json.dumps(info))
     assert model_dir.read_info(str(output))["encoder"]["lowercase"] is False
+    # Such a config.json configures a run on cased records; and any casing starts from its
+    # weights (--init: the casing is the records', a Google config does not state one).
+    argv = pretrain_argv(cased, tmp_path / "again", steps=0, extra=["--strategy", "cpu"])
+    argv[argv.index("tiny")] = str(output / "config.json")
+    assert train.main(argv) == 0
+    extra = ["--strategy", "cpu", "--init", str(output)]
+    assert train.main(pretrain_argv(records, tmp_path / "uncased", steps=0, extra=extra)) == 0
 
 
 @pytest.mark.parametrize("layout", ["config", "model directory"])

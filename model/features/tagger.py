@@ -129,6 +129,8 @@ def evaluate(directory: str, path: str) -> dict:
     if not os.path.isfile(weights):
         raise FileNotFoundError(f"{weights}: missing (the tagger's weights)")
     sentences = get("conll2003").read(path)  # a malformed file fails before anything loads
+    if not sentences:
+        raise ValueError(f"{path}: no examples to evaluate")
     check_labelled(sentences, "tags")
     encoder, vocab_path = load_encoder(info["encoder"])
     tokenizer = tokenizer_class()(vocab_path, lowercase=encoder.config.lowercase)

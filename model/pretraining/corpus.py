@@ -100,11 +100,20 @@ def detect_format(path: str) -> str:
             raise _not_utf8(path, e) from None
     if head.lstrip().startswith("<doc "):
         return "wiki"
-    # A line that starts the book or ends the old licence: a text that names Project
-    # Gutenberg (an article about it) is still plain text.
-    if any(_PG_START.match(line) or _PG_OLD_LICENCE.match(line) for line in head.splitlines()):
+    if _is_gutenberg(head):
         return "gutenberg"
     return "text"
+
+
+def _is_gutenberg(head: str) -> bool:
+    """A line that starts the book; or, in a file that names the project (books from before
+    ~2002), one of its licence's "small print" lines. A text about Project Gutenberg, or
+    one with a "* ... small print" bullet, is plain text."""
+    lines = head.splitlines()
+    if any(_PG_START.match(line) for line in lines):
+        return True
+    names = "Project Gutenberg" in head or "Etext" in head
+    return names and any(_PG_OLD_LICENCE.match(line) for line in lines)
 
 
 def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:

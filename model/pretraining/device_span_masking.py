@@ -25,7 +25,7 @@ from model.pretraining.span_masking import SpanMaskingConfig
 
 def span_masks(key, ids, tables, rates: dict, config: SpanMaskingConfig) -> dict:
     """SpanMasker's outputs for a batch, as a dict of its `SpanMasks` field names. `tables`:
-    the vocabulary's `device_masking.VocabularyTables`; `rates`: its `masking_rates`."""
+    the vocabulary's `vocabulary_tables.VocabularyTables`; `rates`: its `masking_rates`."""
     keys = jax.random.split(key, ids.shape[0])
     return jax.vmap(lambda k, row: _row(k, row, tables, rates, config))(keys, ids)
 

@@ -167,7 +167,7 @@ class SpanMasker:
     """
 
     def __init__(self, vocabulary: list[str], config: SpanMaskingConfig = SpanMaskingConfig()):
-        tables = VocabularyTables.from_vocabulary(vocabulary)
+        tables = VocabularyTables.from_vocabulary(vocabulary, "span masking")
         self.config = config
         self.mask_id = tables.mask_id
         self.special, self.edge, self.continuation = (

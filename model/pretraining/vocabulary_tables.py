@@ -37,9 +37,11 @@ class VocabularyTables:
     edge: np.ndarray
 
     @classmethod
-    def from_vocabulary(cls, vocabulary: list[str]) -> VocabularyTables:
+    def from_vocabulary(
+        cls, vocabulary: list[str], needs: str = "masked-LM pre-training"
+    ) -> VocabularyTables:
         if "[MASK]" not in vocabulary:
-            raise ValueError("the vocabulary has no [MASK] token; masked-LM pre-training needs one")
+            raise ValueError(f"the vocabulary has no [MASK] token; {needs} needs one")
         tokens = np.array(vocabulary, dtype=object)
         special = np.isin(tokens, SPECIAL_TOKENS)
         return cls(

@@ -207,14 +207,18 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
                 raise ValueError(f'{where_para}: a paragraph needs a "qas" list')
             paragraph = Paragraph(para["context"])
             if not paragraph.words and para["qas"]:
-                problem = f"{where_para}: the context has no text"
                 if not skip_invalid:
-                    raise ValueError(f"{problem} (skip_invalid skips its questions)")
-                skipped += [f"{problem} (its qas[{qi}])" for qi in range(len(para["qas"]))]
+                    raise ValueError(
+                        f"{where_para}: the context has no text (skip_invalid skips its questions)"
+                    )
+                skipped += [
+                    f"{_where_question(where_para, qi, qa)}: the context has no text"
+                    for qi, qa in enumerate(para["qas"])
+                ]
                 continue
             for qi, qa in enumerate(para["qas"]):
                 qid = qa.get("id") if isinstance(qa, dict) else None
-                where = f"{where_para}, qas[{qi}]" + (f" (id {qid!r})" if qid is not None else "")
+                where = _where_question(where_para, qi, qa)
                 problem = _check_question(qa, paragraph.context, version_2)
                 if problem is None and qid in seen:
                     problem = f"duplicate question id (first at {seen[qid]})"
@@ -238,6 +242,11 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
                     )
                 )
     return examples, skipped
+
+
+def _where_question(where_para: str, qi: int, qa) -> str:
+    qid = qa.get("id") if isinstance(qa, dict) else None
+    return f"{where_para}, qas[{qi}]" + (f" (id {qid!r})" if qid is not None else "")
 
 
 def _check_question(qa, context: str, version_2: bool) -> str | None:

@@ -296,13 +296,14 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        with open(args.data_file, encoding="utf-8") as f:
+        # utf-8-sig: a byte-order mark before the JSON is read past, as the task's reader does.
+        with open(args.data_file, encoding="utf-8-sig") as f:
             dataset_json = json.load(f)
-        with open(args.pred_file, encoding="utf-8") as f:
+        with open(args.pred_file, encoding="utf-8-sig") as f:
             preds = json.load(f)
         na_probs = None
         if args.na_prob_file:
-            with open(args.na_prob_file, encoding="utf-8") as f:
+            with open(args.na_prob_file, encoding="utf-8-sig") as f:
                 na_probs = json.load(f)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -56,8 +56,10 @@ def init_from_checkpoint(model, path: str) -> list[str]:
     src_encoder = source.encoder if hasattr(source, "encoder") else source
     ours, theirs = model.encoder.config, src_encoder.config
     # Dropout is the run's; causal attention the objective's (a left-to-right run may
-    # start from a bidirectional encoder's weights): the rest must match.
-    if ours.replace(dropout=0.0, causal=False) != theirs.replace(dropout=0.0, causal=False):
+    # start from a bidirectional encoder's weights); the casing the records' (a Google
+    # bert_config.json does not state one): the rest must match.
+    same = {"dropout": 0.0, "causal": False, "lowercase": ours.lowercase}
+    if ours.replace(**same) != theirs.replace(**same):
         raise ValueError(f"{path}: its encoder config {theirs} differs from this run's {ours}")
     model.encoder.set_weights(src_encoder.get_weights())
     fresh = []
@@ -280,15 +282,21 @@ def _records_casing(config, spec: str, data):
     from model.io.files import read_json_object
 
     lowercase = bool(data.info.get("lowercase", True))
-    if spec not in PRESETS and config.lowercase != lowercase:
-        named = read_json_object(spec, "config")
-        named = named.get("encoder", named)  # a model directory's config.json nests it
-        if "lowercase" in named or "do_lower_case" in named:
-            raise ValueError(
-                f"{spec}: lowercase is {config.lowercase}, but the records were tokenised "
-                f"{'uncased' if lowercase else 'cased'} (make them again, or change the file)"
-            )
+    named = None if spec in PRESETS else _named_casing(read_json_object(spec, "config"))
+    if named is not None and named != lowercase:
+        raise ValueError(
+            f"{spec}: lowercase is {named}, but the records were tokenised "
+            f"{'uncased' if lowercase else 'cased'} (make them again, or change the file)"
+        )
     return config.replace(lowercase=lowercase)
+
+
+def _named_casing(fields: dict) -> bool | None:
+    """The casing a config file states (ours, Google's or Hugging Face's), or None."""
+    if "encoder" in fields:  # a model directory's config.json
+        # One written before the encoder held its records' casing kept it at the top.
+        return fields.get("lowercase", fields["encoder"].get("lowercase"))
+    return fields.get("lowercase", fields.get("do_lower_case"))
 
 
 def _dropout(args):
