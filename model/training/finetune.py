@@ -280,6 +280,9 @@ def _data(args, task):
         prefix: _remembered(("read", task.name, _stamp(path)), task.read, path)
         for prefix, path in dev_files.items()
     }
+    for prefix, path in dev_files.items():
+        if not dev_sets[prefix]:  # found now, not after the training it would end
+            raise ValueError(f"{path}: no dev examples")
     check_writable_dir(args.output)
     for name in os.listdir(args.output):
         if name.startswith(SCRATCH_PREFIX):
