@@ -146,6 +146,10 @@ def test_finetune_with_an_empty_dev_file_stops_before_training(tmp_path, capsys)
     rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 1 and "dev.tsv: no dev examples" in err and "Traceback" not in err
+    (data / "dev.tsv").write_text("index\tsentence\n0\ta\n")  # a test.tsv: no labels
+    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert rc == 1 and "dev.tsv:2: no label: this file is unlabelled" in err
 
 
 def _squad(context: str, answer: str, start: int) -> dict:

@@ -269,6 +269,7 @@ def _data(args, task):
     """The training and dev examples, read and checked; OUTPUT made writable and
     cleared of the scratch folders a killed run left."""
     from model.io.files import check_writable_dir
+    from model.tasks.base import check_labelled
 
     train_file, _ = task.files(args.data)
     dev_files = task.dev_files(args.data)
@@ -280,9 +281,12 @@ def _data(args, task):
         prefix: _remembered(("read", task.name, _stamp(path)), task.read, path)
         for prefix, path in dev_files.items()
     }
-    for prefix, path in dev_files.items():
-        if not dev_sets[prefix]:  # found now, not after the training it would end
+    for prefix, path in dev_files.items():  # found now, not after the training they would end
+        if not dev_sets[prefix]:
             raise ValueError(f"{path}: no dev examples")
+        labels = next((a for a in ("label", "tags") if hasattr(dev_sets[prefix][0], a)), None)
+        if labels:  # a GLUE test.tsv given as dev (SQuAD's reader refuses a question unanswered)
+            check_labelled(dev_sets[prefix], labels)
     check_writable_dir(args.output)
     for name in os.listdir(args.output):
         if name.startswith(SCRATCH_PREFIX):
