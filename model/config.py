@@ -17,6 +17,8 @@ import dataclasses
 GELU = "gelu"
 GELU_APPROXIMATE = "gelu_approximate"
 ACTIVATIONS = (GELU, GELU_APPROXIMATE, "relu")
+# transformers' names of the tanh approximation (Google's "gelu" is one too)
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +143,13 @@ class BertConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> BertConfig:
-        """Reads our own keys, or Google's / Hugging Face's `bert_config.json` keys."""
+    def from_dict(
+        cls, data: dict, source: str = "config", hugging_face: bool | None = None
+    ) -> BertConfig:
+        """Reads our own keys, or Google's / Hugging Face's `bert_config.json` keys.
+        `hugging_face`: the caller knows whose keys they are (None: guessed from them)."""
         if "hidden_size" in data:
-            return cls._from_reference_dict(data, source)
+            return cls._from_reference_dict(data, source, hugging_face)
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - fields)
         if unknown:
@@ -152,13 +157,29 @@ class BertConfig:
         return cls(**data)
 
     @classmethod
-    def _from_reference_dict(cls, data: dict, source: str) -> BertConfig:
-        # Hugging Face configs name their model type; Google's never do. Only
-        # then can "gelu" be read: Google's modeling.py meant the tanh form.
-        is_hf = "model_type" in data or "architectures" in data
+    def _from_reference_dict(cls, data: dict, source: str, hugging_face: bool | None) -> BertConfig:
+        # Hugging Face configs name their model type (all but the oldest, whose reader says
+        # so); Google's never do. Only then can "gelu" be read: Google's modeling.py meant
+        # the tanh form.
+        is_hf = hugging_face
+        if is_hf is None:
+            is_hf = "model_type" in data or "architectures" in data
         act = data.get("hidden_act", "gelu")
-        if act in ("gelu_new", "gelu_pytorch_tanh") or (act == "gelu" and not is_hf):
+        if act in TANH_GELUS or (act == "gelu" and not is_hf):
             act = GELU_APPROXIMATE
+        elif act == "gelu_python":  # transformers' erf GELU written in Python
+            act = GELU
+        if act not in ACTIVATIONS:
+            raise ValueError(
+                f"{source}: hidden_act {act!r}: this project builds gelu (exact), "
+                f"{', '.join(TANH_GELUS)} (the tanh form) and relu"
+            )
+        position = data.get("position_embedding_type", "absolute")
+        if position != "absolute":
+            raise ValueError(
+                f"{source}: position_embedding_type {position!r}: this project builds "
+                f"BERT's absolute position embeddings only"
+            )
         try:
             return cls(
                 vocabulary_size=data["vocab_size"],

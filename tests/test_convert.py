@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 
@@ -296,6 +297,81 @@ def test_google_skips_optimizer_state_and_says_so(tmp_path):
     back, _, notes = read(str(tmp_path))
     assert_same_weights(m, back)
     assert any("global_step" in n for n in notes)
+
+
+# === Valid folders that differ from transformers' current output ===
+
+
+def edit_config(folder: str, **changes) -> None:
+    """`changes` into the folder's config.json; a value of None removes the key."""
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    for key, value in changes.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+def test_legacy_layer_norm_names_read_as_transformers_reads_them(tmp_path):
+    """bert-base-uncased's own model.safetensors names LayerNorm's tensors gamma and beta."""
+    folder = copy_hf("BertForPreTraining", tmp_path)
+    weights = os.path.join(folder, "model.safetensors")
+    tensors = safetensors_io.read(weights)
+    legacy = {
+        n.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        ): a
+        for n, a in tensors.items()
+    }
+    assert legacy.keys() != tensors.keys()
+    safetensors_io.write(weights, legacy)
+    assert_same_weights(model.load(folder), model.load(os.path.join(TINY, "BertForPreTraining")))
+
+
+def test_an_old_config_without_model_type_or_architectures_is_read_as_hugging_faces(tmp_path):
+    # Its "gelu" is transformers' exact GELU (Google's would be the tanh form).
+    folder = copy_hf("BertForSequenceClassification", tmp_path)
+    edit_config(folder, model_type=None, architectures=None)
+    m = model.load(folder, task="classifier")
+    assert model_dir.encoder_of(m).config.activation == "gelu"
+
+
+def test_a_label_count_without_label_names_is_read(tmp_path):
+    folder = copy_hf("BertForSequenceClassification", tmp_path)
+    edit_config(folder, id2label=None, label2id=None, num_labels=3)
+    assert model.load(folder).num_labels == 3
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"hidden_act": "gelu_fast"}, None),  # the tanh form under another name
+        ({"hidden_act": "gelu_python"}, None),  # the exact one
+        ({"hidden_act": "quick_gelu"}, "config.json: hidden_act 'quick_gelu'"),
+        ({"position_embedding_type": "relative_key"}, "config.json: position_embedding_type"),
+        ({"problem_type": "multi_label_classification"}, "config.json: problem_type multi_"),
+    ],
+)
+def test_settings_this_project_cannot_build_stop_naming_the_file(tmp_path, changes, message):
+    folder = copy_hf("BertForSequenceClassification", tmp_path)
+    edit_config(folder, **changes)
+    if message is None:
+        expected = {"gelu_fast": "gelu_approximate", "gelu_python": "gelu"}[changes["hidden_act"]]
+        assert model_dir.encoder_of(model.load(folder)).config.activation == expected
+        return
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model.load(folder)
+
+
+def test_a_file_in_the_folder_names_the_folder_and_casing_is_warned(tmp_path):
+    folder = copy_hf("BertModel", tmp_path)
+    with pytest.raises(ValueError, match="a file; pass the model folder that holds it"):
+        model.load(os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": True, "strip_accents": False}, f)
+    with pytest.warns(UserWarning, match="strip_accents false"):
+        model.load(folder)
 
 
 # === Errors, never silence ===

@@ -162,7 +162,7 @@ def model_entries(model, prefix: str) -> list[Entry]:
 def encoder_config(data: dict, source: str) -> BertConfig:
     """Our `BertConfig` of an ElectraConfig dict: BERT's keys, plus `embedding_size`
     (our `embedding_dim`, None when it equals `hidden_size`)."""
-    config = BertConfig.from_dict(data, source=source)
+    config = BertConfig.from_dict(data, source, hugging_face=True)
     embedding = data.get("embedding_size", DEFAULT_EMBEDDING_SIZE)
     if not isinstance(embedding, int) or isinstance(embedding, bool) or embedding < 1:
         raise ValueError(f"{source}: embedding_size must be a positive integer, got {embedding!r}")

@@ -33,6 +33,11 @@ def detect_format(path: str) -> str:
     if not os.path.isdir(path):
         if os.path.isfile(path + ".index") or path.endswith(".index"):
             return "google"
+        if os.path.isfile(path):
+            raise ValueError(
+                f"{path}: a file; pass the model folder that holds it "
+                f"({os.path.dirname(path) or '.'})"
+            )
         raise FileNotFoundError(f"{path}: no such model folder or file")
     files = set(os.listdir(path))
     from model.checkpoints import keras_hub_preset
@@ -80,6 +85,7 @@ def read(
             in the notes) instead of stopping.
         **options: `num_labels`, `num_choices`, `dropout` for task heads.
     """
+    path = os.path.expanduser(path)  # "~/models/x" from Python as from a shell
     fmt = fmt or detect_format(path)
     ours, options = _task_args(task, {k: v for k, v in options.items() if v is not None})
     if fmt == "hf":

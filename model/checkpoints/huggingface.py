@@ -123,16 +123,45 @@ def read_config(directory: str, expected_type: str = "bert") -> dict:
     data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
     if data.get("model_type", "bert") != expected_type:
         raise ValueError(f"{path}: model_type is {data.get('model_type')!r}, not {expected_type!r}")
+    if data.get("problem_type") == "multi_label_classification":
+        raise ValueError(
+            f"{path}: problem_type multi_label_classification: this project's classifier is "
+            f"single-label (softmax); its sigmoid labels would be read as one choice"
+        )
     tok_path = os.path.join(directory, TOKENIZER_CONFIG)
-    if "do_lower_case" not in data and os.path.isfile(tok_path):
-        tok = read_json_object(tok_path, "tokenizer config")
-        if "do_lower_case" in tok:
-            data["do_lower_case"] = bool(tok["do_lower_case"])
+    tok = read_json_object(tok_path, "tokenizer config") if os.path.isfile(tok_path) else {}
+    if "do_lower_case" not in data and "do_lower_case" in tok:
+        data["do_lower_case"] = bool(tok["do_lower_case"])
+    if data.get("do_lower_case", True) and tok.get("strip_accents") is False:
+        import warnings
+
+        warnings.warn(
+            f"{tok_path}: do_lower_case true but strip_accents false; ours strips accents as "
+            f"it lowercases, so accented words get other ids than transformers'",
+            stacklevel=2,
+        )
     return data
 
 
 def read_tensors(directory: str) -> tuple[dict[str, np.ndarray], str]:
-    """(tensors, the file they came from), refusing pickled weights."""
+    """(tensors, the file they came from), refusing pickled weights; LayerNorm's legacy
+    `gamma`/`beta` names (bert-base-uncased's own file) read as `weight`/`bias`, as
+    transformers reads them."""
+    tensors, source = _read_weight_files(directory)
+    return {_current_name(name): array for name, array in tensors.items()}, source
+
+
+def _current_name(name: str) -> str:
+    for legacy, current in (
+        ("LayerNorm.gamma", "LayerNorm.weight"),
+        ("LayerNorm.beta", "LayerNorm.bias"),
+    ):
+        if name.endswith(legacy):
+            return name[: -len(legacy)] + current
+    return name
+
+
+def _read_weight_files(directory: str) -> tuple[dict[str, np.ndarray], str]:
     single = os.path.join(directory, WEIGHTS)
     index = os.path.join(directory, WEIGHTS_INDEX)
     if os.path.isfile(single):
@@ -177,7 +206,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
 
         return electra.read(directory, task, allow_new_heads, **task_options)
     data = read_config(directory)
-    config = BertConfig.from_dict(data, source=os.path.join(directory, CONFIG))
+    config = BertConfig.from_dict(data, os.path.join(directory, CONFIG), hugging_face=True)
     info, arch = description(data, config, os.path.join(directory, CONFIG), task, task_options)
     model = build_model(info)
 
@@ -241,6 +270,8 @@ def description(
     ):
         info["id2label"] = {str(k): v for k, v in id2label.items()}
         info["num_labels"] = len(id2label)
+    elif info["task"] in ("classifier", "token_classifier") and data.get("num_labels"):
+        info["num_labels"] = data["num_labels"]  # a config that names the count alone
     if data.get("classifier_dropout") is not None:
         info["dropout"] = data["classifier_dropout"]
     info.update({k: v for k, v in task_options.items() if v is not None})
