@@ -130,6 +130,7 @@ def main(argv=None) -> int:
             None if src_fmt == "auto" else src_fmt,
             task=args.task,
             allow_new_heads=args.allow_new_heads,
+            vocab=args.vocab,
             num_labels=args.num_labels,
             num_choices=args.num_choices,
         )

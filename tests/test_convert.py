@@ -374,6 +374,17 @@ def test_a_file_in_the_folder_names_the_folder_and_casing_is_warned(tmp_path):
         model.load(folder)
 
 
+def test_vocab_rescues_a_folder_that_ships_only_tokenizer_json(tmp_path):
+    folder = copy_hf("BertModel", tmp_path)
+    vocab = str(tmp_path / "vocab.txt")
+    shutil.move(os.path.join(folder, "vocab.txt"), vocab)
+    with pytest.raises(FileNotFoundError, match="vocab.txt"):
+        read(folder)
+    out = str(tmp_path / "k")
+    assert main(["--from", "hf", folder, "--to", "keras", out, "--vocab", vocab]) == 0
+    assert os.path.isfile(os.path.join(out, "vocab.txt"))
+
+
 # === Errors, never silence ===
 
 

@@ -169,7 +169,13 @@ def encoder_config(data: dict, source: str) -> BertConfig:
     return config.replace(embedding_dim=None if embedding == config.hidden_dim else embedding)
 
 
-def read(directory: str, task: str | None = None, allow_new_heads: bool = False, **task_options):
+def read(
+    directory: str,
+    task: str | None = None,
+    allow_new_heads: bool = False,
+    vocab: str | None = None,
+    **task_options,
+):
     """(model, vocab_path, notes) from a Hugging Face ELECTRA folder.
 
     Args:
@@ -223,7 +229,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         f"pooled_dense: not in {source} (ELECTRA has no pooler); created fresh with "
         f"random initialisation (a head on pooled_output trains it from there)"
     )
-    return model, hf.check_vocabulary(directory, config), notes
+    return model, hf.check_vocabulary(directory, config, vocab), notes
 
 
 def _check_generator_activation(model, config, tensors: dict, data: dict, path: str) -> None:

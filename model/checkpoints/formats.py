@@ -73,6 +73,7 @@ def read(
     fmt: str | None = None,
     task: str | None = None,
     allow_new_heads: bool = False,
+    vocab: str | None = None,
     **options,
 ):
     """(model, vocab_path or None, notes) for a checkpoint in any of the formats.
@@ -83,6 +84,7 @@ def read(
         task: a key of `TASKS`; None keeps the checkpoint's own.
         allow_new_heads: create heads absent from the source fresh (reported
             in the notes) instead of stopping.
+        vocab: a vocab.txt for a Hugging Face folder without one (tokenizer.json alone).
         **options: `num_labels`, `num_choices`, `dropout` for task heads.
     """
     path = os.path.expanduser(path)  # "~/models/x" from Python as from a shell
@@ -91,7 +93,7 @@ def read(
     if fmt == "hf":
         from model.checkpoints import huggingface as hf_checkpoint
 
-        return hf_checkpoint.read(path, ours, allow_new_heads, **options)
+        return hf_checkpoint.read(path, ours, allow_new_heads, vocab, **options)
     if fmt == "google":
         from model.checkpoints import google as google_checkpoint
 

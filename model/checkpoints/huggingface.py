@@ -188,7 +188,13 @@ def _read_weight_files(directory: str) -> tuple[dict[str, np.ndarray], str]:
     raise FileNotFoundError(f"{directory}: no {WEIGHTS} (or {WEIGHTS_INDEX}) found")
 
 
-def read(directory: str, task: str | None = None, allow_new_heads: bool = False, **task_options):
+def read(
+    directory: str,
+    task: str | None = None,
+    allow_new_heads: bool = False,
+    vocab: str | None = None,
+    **task_options,
+):
     """(model, vocab_path, notes) from a Hugging Face BERT folder (or an ELECTRA
     one, read by `model.checkpoints.electra.read`).
 
@@ -204,7 +210,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
     if model_type(directory) == "electra":
         from model.checkpoints import electra
 
-        return electra.read(directory, task, allow_new_heads, **task_options)
+        return electra.read(directory, task, allow_new_heads, vocab, **task_options)
     data = read_config(directory)
     config = BertConfig.from_dict(data, os.path.join(directory, CONFIG), hugging_face=True)
     info, arch = description(data, config, os.path.join(directory, CONFIG), task, task_options)
@@ -232,7 +238,7 @@ def read(directory: str, task: str | None = None, allow_new_heads: bool = False,
         ignored=lambda n: n == f"{prefix}embeddings.position_ids",
     )
 
-    return model, check_vocabulary(directory, config), notes
+    return model, check_vocabulary(directory, config, vocab), notes
 
 
 def description(
@@ -278,11 +284,12 @@ def description(
     return info, arch
 
 
-def check_vocabulary(directory: str, config: BertConfig) -> str:
-    """The folder's vocab.txt, refused (with its path) unless it fits the token embedding."""
+def check_vocabulary(directory: str, config: BertConfig, vocab_path: str | None = None) -> str:
+    """The folder's vocab.txt (or `vocab_path`, for a folder that ships only tokenizer.json),
+    refused (with its path) unless it fits the token embedding."""
     from model.text.wordpiece import load_vocabulary
 
-    vocab_path = os.path.join(directory, VOCAB)
+    vocab_path = vocab_path or os.path.join(directory, VOCAB)
     vocab = load_vocabulary(vocab_path)
     if len(vocab) != config.vocabulary_size:
         raise ValueError(
