@@ -321,7 +321,7 @@ def token_index(token, tokens: list[str]) -> int | None:
     number = text.split(":", 1)[0].strip()
     try:
         return int(float(number))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; "inf"
         pass
     lowered = [t.lower() for t in tokens]
     if text.lower() in lowered:

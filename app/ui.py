@@ -507,8 +507,8 @@ def _replaced_tokens_view(gr, slot, limits):
 
     def run_corrupt(text, rate, seed):
         result = predict.corrupt(slot, text, rate, seed, limits)
-        # On an error the text box keeps what the user wrote.
-        new_text = gr.update() if result["text"] is None else result["text"]
+        # On an error the text box keeps what the user wrote (an API caller gets it back).
+        new_text = text if result["text"] is None else result["text"]
         return (new_text,) + _outputs(result, "replaced_tokens")
 
     gr.on(

@@ -336,6 +336,9 @@ def test_attention_views_and_token_choice():
     assert predict.token_choices(tokens)[6] == ("6: where", 6)
     # A token index past the new sentence's end falls back to the first word.
     assert predict.attention(slot, "a b", "", 1, 1, 30, LIMITS)["raw"]["token"] == 1
+    # "inf" is no number: the app's own message, not the model's failure.
+    status = predict.attention(slot, "a b", "", 1, 1, "inf", LIMITS)["status"]
+    assert "is not in the text; its tokens:" in status, status
     # The attending token by number, by its choice label or by its word; not an unknown word.
     for token in (6, "6", "6: where", "Where"):
         out = predict.attention(slot, "The cat sat.", "Where?", 1, 1, token, LIMITS)
@@ -997,6 +1000,8 @@ def test_cli_serves_the_replaced_tokens_view(electra_models):
         for endpoint, args in (("/replaced_tokens", ("\u200b",)), ("/corrupt", (" ", 0.2, 1))):
             status = client.predict(*args, api_name=endpoint)[-4]
             assert status.startswith(predict.WARNING) and "Traceback" not in status
+        # A failed corruption gives the caller its own text back (the box keeps it).
+        assert client.predict(" ", 0.2, 1, api_name="/corrupt")[0] == " "
         # The other views answer as before.
         assert client.predict("A good film.", api_name="/sentiment")[0].startswith("**")
 
