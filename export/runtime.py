@@ -256,7 +256,9 @@ class EdgeModel:
                 {"token": tok.vocabulary[int(i)], "token_id": int(i), "score": float(p)}
                 for i, p in zip(pid, prob)
             ]
-            best = _best_word(predictions, set(tok.special_ids()))
+            before = parts[k]  # the text right before this [MASK]
+            glued = before[-1:].isalnum() or (not before and k > 0)  # "play[MASK]"
+            best = _best_word(predictions, set(tok.special_ids()), starts_word=not glued)
             out_masks.append({"position": position, "predictions": predictions, "best": best})
             fills[k] = predictions[best]["token"].removeprefix("##")
         found = _MASK.findall(text)
@@ -896,10 +898,13 @@ def _fixed_dim(info: dict, name: str, axis: int) -> int | None:
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
-def _best_word(predictions: list[dict], special: set[int]) -> int:
-    """The index of the likeliest prediction that is a word (not [UNK], [SEP], ...): the
-    one `fill_mask` writes into the text (the first when all are special)."""
-    return next((k for k, p in enumerate(predictions) if p["token_id"] not in special), 0)
+def _best_word(predictions: list[dict], special: set[int], starts_word: bool = True) -> int:
+    """The index of the likeliest prediction that is a word (not [UNK], [SEP], ...; where
+    the [MASK] starts a word, not a "##" piece, which only ends one): the one `fill_mask`
+    writes into the text (the likeliest non-special one, else the first, when none is)."""
+    words = [k for k, p in enumerate(predictions) if p["token_id"] not in special]
+    starts = [k for k in words if not (starts_word and predictions[k]["token"].startswith("##"))]
+    return (starts or words or [0])[0]
 
 
 def _jsonable(value):

@@ -268,7 +268,9 @@ def test_fill_mask(tok):
 
 
 def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
-    """[UNK] first: the second prediction is written, its index is `best` (the app labels it)."""
+    """[UNK] first, then "##s": a [MASK] that starts a word gets the likeliest whole word
+    ("paris"), one glued to a word's start its likeliest piece; `best` says which (the app
+    labels that one)."""
 
     def topk(x):
         ids = np.array([[ids_of(tok, "[UNK]", "##s", "paris")]], np.int32)
@@ -276,10 +278,12 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
 
     m = EdgeModel(stub(topk), tok, {"task": "pretraining", "max_seq_length": 32, "top_k": 3})
     out = m.fill_mask("It [MASK].", top_k=3)
-    assert out["masks"][0]["best"] == 1 and out["filled"] == "It s."
+    assert out["masks"][0]["best"] == 2 and out["filled"] == "It paris."
+    glued = m.fill_mask("Cat[MASK] sat.", top_k=3)
+    assert glued["masks"][0]["best"] == 1 and glued["filled"] == "Cats sat."
     from app.predict import filled_spans
 
-    assert filled_spans("It [MASK].", out["masks"])[1] == ("s", "[MASK] 1, 30% sure")
+    assert filled_spans("It [MASK].", out["masks"])[1] == ("paris", "[MASK] 1, 10% sure")
 
 
 def test_fill_mask_errors(tok, tmp_path):
