@@ -391,8 +391,6 @@ def load_keras(directory: str):
     config = model_dir.read_info(directory)
     keras_model = model_dir.load(directory)
     task = config.get("task", "encoder")
-    lowercase = config["encoder"].get("lowercase", True)
-    tokenizer = WordPieceTokenizer(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     seq_len = min(
         config.get("max_seq_length") or bundle.DEFAULT_SEQ_LEN,
         config["encoder"].get("max_sequence_length", 512),
@@ -402,6 +400,8 @@ def load_keras(directory: str):
         "source": {"model_dir": directory, "config": config},
         "backend": "keras",
     }
+    vocab = os.path.join(directory, model_dir.VOCAB)
+    tokenizer = WordPieceTokenizer(vocab, lowercase=info["lowercase"])
     next_sentence = bool(config.get("next_sentence", True))
     signatures = None
     if task == "pretraining":

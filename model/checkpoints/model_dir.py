@@ -242,11 +242,17 @@ def read_info(directory: str) -> dict:
     if "encoder" not in info:
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
-    if "lowercase" in info:
-        # Pre-training wrote its records' casing here before the encoder's config held it
-        # (the encoder kept its preset's default): the records' is the model's.
-        info["encoder"] = {**info["encoder"], "lowercase": bool(info.pop("lowercase"))}
-    return info
+    return with_records_casing(info)
+
+
+def with_records_casing(info: dict) -> dict:
+    """A model directory's config.json fields, the casing of a run written before the encoder's
+    config held it moved in: pre-training wrote its records' casing at the top, and the
+    encoder kept its preset's default; the records' is the model's."""
+    if "lowercase" not in info:
+        return info
+    rest = {k: v for k, v in info.items() if k != "lowercase"}
+    return {**rest, "encoder": {**info["encoder"], "lowercase": bool(info["lowercase"])}}
 
 
 def load(directory: str) -> keras.Model:

@@ -296,15 +296,12 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        # utf-8-sig: a byte-order mark before the JSON is read past, as the task's reader does.
-        with open(args.data_file, encoding="utf-8-sig") as f:
-            dataset_json = json.load(f)
-        with open(args.pred_file, encoding="utf-8-sig") as f:
-            preds = json.load(f)
-        na_probs = None
-        if args.na_prob_file:
-            with open(args.na_prob_file, encoding="utf-8-sig") as f:
-                na_probs = json.load(f)
+        # The task's reader of JSON: bounded, past a byte-order mark, errors at file:line.
+        from model.tasks.squad import load_json
+
+        dataset_json = load_json(args.data_file)
+        preds = load_json(args.pred_file)
+        na_probs = load_json(args.na_prob_file) if args.na_prob_file else None
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -294,8 +294,9 @@ def _records_casing(config, spec: str, data):
 def _named_casing(fields: dict) -> bool | None:
     """The casing a config file states (ours, Google's or Hugging Face's), or None."""
     if "encoder" in fields:  # a model directory's config.json
-        # One written before the encoder held its records' casing kept it at the top.
-        return fields.get("lowercase", fields["encoder"].get("lowercase"))
+        from model.checkpoints.model_dir import with_records_casing
+
+        return with_records_casing(fields)["encoder"].get("lowercase")
     return fields.get("lowercase", fields.get("do_lower_case"))
 
 
