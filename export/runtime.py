@@ -28,8 +28,9 @@ The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores i
     bundle's null_threshold for SQuAD v2.0 bundles, and the answer mapped back
     to the context's own characters (`model.tasks.squad.postprocess`).
   * tag: the text is split into CoNLL-like words (whitespace, with leading
-    and trailing punctuation and a final "'s" as words of their own; "U.S."
-    stays one word); each word's tag is read at its first WordPiece, long
+    and trailing punctuation, a comma or other separator between words
+    ("Paris,London") and a final "'s" as words of their own; "U.S." and
+    "1,000" stay one word); each word's tag is read at its first WordPiece, long
     texts run as several features (`model.tasks.ner.encode_sentences`), and
     entities are the conlleval chunks of the tags (`ner.chunks`), each with
     its character span and the mean probability of its words' tags.
@@ -526,7 +527,7 @@ class EdgeModel:
         for word in self.tokenizer.words(text):
             groups.setdefault(word.chunk, []).append(word)
         spans = []
-        for chunk in groups.values():
+        for chunk in (part for group in groups.values() for part in _separated(group)):
             punct = [len(w.text) == 1 and wordpiece.is_punctuation(w.text) for w in chunk]
             i, j = 0, len(chunk)
             while i < j and punct[i]:
@@ -834,6 +835,29 @@ def _rewrite(text: str, pieces: list, ids: list[int], vocabulary: list[str]) -> 
         out += [text[cursor:start], spelled]
         cursor = end
     return "".join(out) + text[cursor:]
+
+
+# Punctuation that parts two words written without a space ("Paris,London", "yes;no") and is
+# never inside a CoNLL-2003 word, but for a comma between digits ("1,000", "12,900-13,100").
+_SEPARATORS = frozenset(',;!?"()[]{}')
+
+
+def _separated(chunk: list) -> list[list]:
+    """A whitespace chunk's words cut at each separator, which stands alone."""
+    parts, current = [], []
+    for k, w in enumerate(chunk):
+        in_number = (
+            w.text == ","
+            and 0 < k < len(chunk) - 1
+            and chunk[k - 1].text[-1].isdigit()
+            and chunk[k + 1].text[0].isdigit()
+        )
+        if w.text in _SEPARATORS and not in_number:
+            parts += [current, [w]] if current else [[w]]
+            current = []
+        else:
+            current.append(w)
+    return parts + [current] if current else parts
 
 
 def _a(word: str) -> str:

@@ -550,6 +550,12 @@ def test_tag_words_follow_conll(tok):
         ("John’s (U.K.) ...", ["John", "’s", "(", "U.K.", ")", ".", ".", "."]),
         ("東京 is big", ["東京", "is", "big"]),
         ("x\u200by s", ["x\u200by", "s"]),
+        ("Paris,London;Rome", ["Paris", ",", "London", ";", "Rome"]),
+        (
+            "1,000 12,900-13,100 U.S., Bonn(Germany)",
+            ["1,000", "12,900-13,100", "U.S.", ",", "Bonn", "(", "Germany", ")"],
+        ),
+        ("a,1 1,a", ["a", ",", "1", "1", ",", "a"]),
     ]:
         assert [text[s:e] for s, e in m.tag_words(text)] == words, text
 
