@@ -303,12 +303,21 @@ def attention(
     """The attention endpoint: runs the model, then `render_attention`; also returns the
     model's answer as "state" (None on error), so that choosing another head or token
     re-renders without running the model again. A `token` past the new text's end falls back
-    to the default."""
+    to the default, with a note (the selector keeps the old text's choice)."""
     state = attention_state(slot, text, text_pair, limits)
-    token = token_index(token, state["tokens"])
-    if token is not None and not 0 <= token < len(state["tokens"]):
+    tokens = state["tokens"]
+    token = token_index(token, tokens)
+    note = None
+    if token is not None and not 0 <= token < len(tokens):
+        note = (
+            f"WordPiece {token} is not in this text (0 to {len(tokens) - 1}): "
+            f"showing WordPiece {default_token(tokens)}, “{tokens[default_token(tokens)]}”."
+        )
         token = None
-    return {**render_attention(state, layer, head, token), "state": state}
+    out = render_attention(state, layer, head, token)
+    if note:
+        out["status"] = status_line(out["status"], [note])
+    return {**out, "state": state}
 
 
 def token_index(token, tokens: list[str]) -> int | None:
@@ -626,9 +635,12 @@ def _no_answer_headline(slot, result: dict, nbest: list) -> str:
     span's, and the raw scores against the tuned threshold, the decision's own terms."""
     best = next((a for a in nbest if a["start"] >= 0), None)
     null = result.get("null_score")
+    if null is None:  # a v1.1 model, which cannot decline: no start and end made a span
+        return (
+            "**No span found**: none of the model's likeliest starts and ends make a valid "
+            "answer in this context (a SQuAD v1.1 model answers whenever one does)"
+        )
     headline = "**No answer** in the context"
-    if null is None:
-        return headline
     headline += f": no answer {_percent(result.get('null_probability'))}"
     if best is not None:
         headline += f", the best span “{best['text']}” {_percent(best.get('span_probability'))}"

@@ -123,6 +123,15 @@ class StandIn:
             for i, m in enumerate(reversed(spans))
         ][:n_best]
         windows = 1 + len(context) // 400
+        if not nbest:  # SQuAD 1.1 without a valid span: google's "empty", as the runtime has it
+            empty = {"text": "", "start": -1, "end": -1, "score": 0.0, "probability": 1.0}
+            return {
+                **{key: empty[key] for key in ("text", "start", "end", "score")},
+                **dict(null_score=None, span_probability=None, null_probability=None),
+                "no_answer": True,
+                "nbest": [{**empty, "span_probability": None}],
+                "windows": windows,
+            }
         if "nobody" in question.lower():  # SQuAD 2.0: the null score wins
             return {
                 "text": "",
@@ -334,8 +343,10 @@ def test_attention_views_and_token_choice():
     assert again["status"].startswith("Layer 1, head 1: “where” (WordPiece 6 of the input)")
     assert 'class="r sel"><th class="row seg1" data-token="6">where' in again["head_map"]
     assert predict.token_choices(tokens)[6] == ("6: where", 6)
-    # A token index past the new sentence's end falls back to the first word.
-    assert predict.attention(slot, "a b", "", 1, 1, 30, LIMITS)["raw"]["token"] == 1
+    # A token index past the new sentence's end falls back to the first word, and says so.
+    out = predict.attention(slot, "a b", "", 1, 1, 30, LIMITS)
+    assert out["raw"]["token"] == 1
+    assert "WordPiece 30 is not in this text (0 to 3): showing WordPiece 1, “a”" in out["status"]
     # "inf" is no number: the app's own message, not the model's failure.
     status = predict.attention(slot, "a b", "", 1, 1, "inf", LIMITS)["status"]
     assert "is not in the text; its tokens:" in status, status
@@ -391,6 +402,9 @@ def test_answer_highlights_the_span_or_says_no_answer():
         "more than the tuned threshold 1.500)" in out["status"]
     )
     assert out["context"]["entities"] == []
+    out = predict.answer(stand_in_slots()["answer"], "Where?", "?!", 3, LIMITS)
+    assert out["status"].startswith("**No span found**: none of the model's likeliest")
+    assert "**No answer**" not in out["status"] and out["nbest"][0][1] == predict.NO_ANSWER
     long = predict.answer(slot, "Where?", "the cat sat . " * 60, 3, predict.Limits())
     assert "read in 3 overlapping windows" in long["status"]
 
