@@ -751,6 +751,14 @@ def corrupt(slot, text, rate=CORRUPT_RATE, seed=None, limits: Limits = Limits())
     )
     truth = [t["replaced"] for t in corrupted["tokens"]] if same else None
     out = detection_outputs(model, corrupted["text"], detected, truth, corrupted)
+    if len(corrupted["text"]) > limits.max_chars:  # drawn words longer than those they replaced
+        out["status"] = status_line(
+            out["status"],
+            [
+                f"The corrupted text is {len(corrupted['text']):,} characters, over this app's "
+                f"{limits.max_chars:,} (--max-input-chars): shorten it before asking again."
+            ],
+        )
     out["text"] = corrupted["text"]
     out["raw"] = {"corrupt": jsonable(corrupted), "detect_replaced": out["raw"]}
     return out

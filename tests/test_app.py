@@ -932,6 +932,14 @@ def test_replaced_tokens_views_on_a_real_bundle(electra_models):
         assert [e["entity"] for e in out["spans"]["entities"]] == expected
         assert f"Caught {sum(c and r for c, r in zip(called, truth))}, missed" in out["status"]
     assert checked  # most corrupted texts read as the generator's pieces
+    # Drawn words longer than theirs can take the text past the app's limit: the status says so.
+    tight = predict.Limits(max_chars=len(ELECTRA_TEXT))
+    longer = 0
+    for seed in range(1, 11):
+        out = predict.corrupt(slot, ELECTRA_TEXT, 0.5, seed, tight)
+        longer += len(out["text"]) > tight.max_chars
+        assert ("over this app's" in out["status"]) == (len(out["text"]) > tight.max_chars)
+    assert longer
     # A new draw without a seed; the seed used is in the raw output.
     assert predict.corrupt(slot, ELECTRA_TEXT, 0.15, None, LIMITS)["raw"]["corrupt"]["seed"] >= 0
 
