@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 from model.checkpoints import bert_names as names
-from model.checkpoints.mapping import Entry, assign, export
+from model.checkpoints.mapping import Entry, assign, check_vocabulary, export
 from model.config import BertConfig
 from model.io.files import atomic_path, write_json
 
@@ -136,7 +136,6 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
     `BertEncoder`.
     """
     from model.checkpoints.model_dir import build_model
-    from model.text.wordpiece import load_vocabulary
 
     prefix = find_checkpoint(path)
     directory = os.path.dirname(prefix)
@@ -179,13 +178,7 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
             f"logits ({task} head): not in {prefix}; created fresh with random initialisation"
         )
 
-    vocab_path = os.path.join(directory, VOCAB)
-    vocab = load_vocabulary(vocab_path)
-    if len(vocab) != config.vocabulary_size:
-        raise ValueError(
-            f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
-            f"embedding has {config.vocabulary_size} rows (vocab_size)"
-        )
+    vocab_path = check_vocabulary(os.path.join(directory, VOCAB), config.vocabulary_size)
     return model, vocab_path, notes
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from model.checkpoints import bert_names as names
 from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
+from model.checkpoints.mapping import check_vocabulary as check_vocabulary_size
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
 from model.io.files import atomic_path, read_json_object, write_json
 
@@ -287,16 +288,9 @@ def description(
 def check_vocabulary(directory: str, config: BertConfig, vocab_path: str | None = None) -> str:
     """The folder's vocab.txt (or `vocab_path`, for a folder that ships only tokenizer.json),
     refused (with its path) unless it fits the token embedding."""
-    from model.text.wordpiece import load_vocabulary
-
-    vocab_path = vocab_path or os.path.join(directory, VOCAB)
-    vocab = load_vocabulary(vocab_path)
-    if len(vocab) != config.vocabulary_size:
-        raise ValueError(
-            f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
-            f"embedding has {config.vocabulary_size} rows (vocab_size)"
-        )
-    return vocab_path
+    return check_vocabulary_size(
+        vocab_path or os.path.join(directory, VOCAB), config.vocabulary_size
+    )
 
 
 def _check_tied(tensors: dict, prefix: str, source: str) -> None:
