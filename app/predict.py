@@ -250,8 +250,7 @@ def filled_spans(text: str, masks: list[dict]) -> list[tuple]:
             break
         if i < len(masks) and masks[i]["predictions"]:
             p = masks[i]["predictions"][masks[i]["best"]]  # the word the runtime filled in
-            word = p["token"].removeprefix("##")
-            spans.append((word, f"[MASK] {i + 1}, {p['score']:.0%} sure"))
+            spans.append((masks[i]["fill"], f"[MASK] {i + 1}, {p['score']:.0%} sure"))
         else:
             spans.append((MASK, "not read"))
     return spans

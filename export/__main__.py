@@ -47,7 +47,7 @@ import os
 import sys
 import time
 
-from export.bundle import DEFAULT_SEQ_LEN
+from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
 from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
@@ -479,8 +479,9 @@ def bundle_info(
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        check_paths(args.model, args.data)
-    except FileNotFoundError as e:
+        check_paths(args.model, files=(args.data,))
+        check_output(args.out)
+    except (FileNotFoundError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     import_tensorflow_quietly(args.verbose)
@@ -507,7 +508,7 @@ def main(argv=None) -> int:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)
         print(json.dumps(e.report, indent=2), file=sys.stderr)
         return 1
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     v = info["verification"]

@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 
-from model.io.files import read_json_object, write_json
+from model.io.files import read_json_object, staging_dir, write_json
 
 FORMAT = 1
 MODEL = "model.tflite"
@@ -52,6 +52,22 @@ TASKS = (
 )
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 REQUIRED = ("format", "task", "max_seq_length", "lowercase", "quantization", "inputs", "outputs")
+# The type of each field a runtime reads (None allowed where the field is optional).
+FIELD_TYPES = {
+    "max_seq_length": int,
+    "lowercase": bool,
+    "inputs": dict,
+    "outputs": dict,
+    "top_k": int,
+    "null_threshold": (int, float),
+    "id2label": dict,
+}
+FIELD_WORDS = {
+    int: "a whole number",
+    bool: "true or false",
+    dict: "an object",
+    (int, float): "a number",
+}
 # The signature with the bundle's own task's outputs (the one `model.evaluate` and
 # verification read), and the extra one of a pre-training bundle: its encoder's
 # outputs, as an "encoder" bundle's (named after the task whose contract it follows).
@@ -90,6 +106,16 @@ def read_info(directory: str) -> dict:
         raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
     if info["quantization"] not in QUANTIZATIONS:
         raise ValueError(f"{path}: unknown quantization {info['quantization']!r}")
+    for key, kinds in FIELD_TYPES.items():
+        value = info.get(key)
+        if (value is not None or key in REQUIRED) and (
+            isinstance(value, bool) != (kinds is bool) or not isinstance(value, kinds)
+        ):
+            raise ValueError(f"{path}: {key!r} must be {FIELD_WORDS[kinds]}, not {value!r}")
+    if info["max_seq_length"] < 3:
+        raise ValueError(
+            f"{path}: 'max_seq_length' must be at least 3, not {info['max_seq_length']}"
+        )
     for name in (MODEL, VOCAB):
         if not os.path.isfile(os.path.join(directory, name)):
             raise FileNotFoundError(f"{os.path.join(directory, name)}: missing from the bundle")
@@ -136,13 +162,24 @@ def staging(directory: str):
     directory = os.path.abspath(directory)
     parent, name = os.path.split(directory)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+    tmp = staging_dir(parent, f".{name}.tmp-")
     try:
         yield tmp
         publish(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_output(directory: str) -> None:
+    """FileExistsError unless `directory` can take a bundle: absent, empty, or a bundle (which
+    is replaced). Commands call it before converting, and `publish` again before it writes."""
+    if not os.path.exists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise FileExistsError(f"{directory}: exists and is not a directory")
+    if os.listdir(directory) and not is_bundle(directory):
+        raise FileExistsError(f"{directory}: exists and is not a bundle; refusing to replace it")
 
 
 def publish(tmp: str, directory: str) -> None:
@@ -153,12 +190,7 @@ def publish(tmp: str, directory: str) -> None:
     the real name holds a complete bundle or nothing.
     """
     if os.path.exists(directory):
-        if not os.path.isdir(directory):
-            raise FileExistsError(f"{directory}: exists and is not a directory")
-        if os.listdir(directory) and not is_bundle(directory):
-            raise FileExistsError(
-                f"{directory}: exists and is not a bundle; refusing to replace it"
-            )
+        check_output(directory)
         parent, name = os.path.split(directory)
         old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
         os.rmdir(old)

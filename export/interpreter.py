@@ -172,6 +172,10 @@ class TFLiteModel:
                         f"{self.path}: input {name!r} has {value.shape[-1]} tokens; "
                         f"this model takes at most {limit}"
                     )
+            if np.issubdtype(value.dtype, np.integer) and value.size and value.min() < 0:
+                raise ValueError(
+                    f"{self.path}: input {name!r} holds {value.min()}; ids are 0 or more"
+                )
             inputs[name] = np.ascontiguousarray(value, dtype=detail["dtype"])
         if not next(iter(rows.values())):
             raise ValueError(f"{self.path}: an empty batch (0 rows) has no outputs")

@@ -402,10 +402,8 @@ def detection_markdown(args, info, held_out, seq_len, timing_len, rows, float32_
         "(exact, by ranks; Keras' training metric interpolates 200 thresholds). Accuracies: "
         "a token is called replaced when its probability is above 0.5. Verification compares "
         "the discriminator's logits (and a pre-training run's generator signature) with the "
-        "Keras model as `python -m export` does and refuses a variant too far off. "
-        "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the residual "
-        "adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 traced with "
-        f"Keras' own -1e9 attention mask instead of {variants_mask()}. See export/convert.py.",
+        "Keras model as `python -m export` does and refuses a variant too far off."
+        + variant_notes([row[0] for row in rows]),
         "",
     ]
     lines += [f"- {n}" for n in notes]
@@ -445,22 +443,29 @@ def markdown(args, task, metric, count, seq_len, timing_len, rows, float32_size,
             f"| {label} | {size / 1e6:.1f} | {fraction} | {points:.2f} | {change} | "
             f"{p50:.1f} | {p90:.1f} | {agreement} | {status} | {seconds:.0f} |"
         )
-    lines += [
-        "",
-        "`int8`: full integer. `int8+float_ln`: int8 with LayerNorm's ops and the "
-        "residual adds left in float (`--int8-float-layernorm`). `int8@-1e9`: full int8 "
-        "traced with Keras' own -1e9 attention mask instead of the export's clipped "
-        f"value ({variants_mask()}). See export/convert.py.",
-        "",
-    ]
+    lines += ["", variant_notes([row[0] for row in rows]).strip(), ""]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def variants_mask() -> str:
+# What each integer variant is, said under a table that has it.
+VARIANT_NOTES = {
+    "int8": "`int8`: full integer.",
+    "int8+float_ln": "`int8+float_ln`: int8 with LayerNorm's ops and the residual adds left in "
+    "float (`--int8-float-layernorm`).",
+    "int8@-1e9": "`int8@-1e9`: full int8 traced with Keras' own -1e9 attention mask instead of "
+    "the export's clipped value ({mask}).",
+}
+
+
+def variant_notes(labels: list[str]) -> str:
+    """The notes of the integer variants among `labels`, after a space; "" for none."""
     from export.convert import DEFAULT_MASK_VALUE
 
-    return f"{DEFAULT_MASK_VALUE:g}"
+    notes = [VARIANT_NOTES[label] for label in VARIANT_NOTES if label in labels]
+    if not notes:
+        return ""
+    return " " + " ".join(notes).format(mask=f"{DEFAULT_MASK_VALUE:g}") + " See export/convert.py."
 
 
 def main(argv=None) -> int:

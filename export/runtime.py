@@ -5,9 +5,9 @@
     m.classify("A gorgeous, witty, seductive movie.")
     # {"label": "positive", "scores": {"negative": 0.02, "positive": 0.98}, "value": None, ...}
 
-    python -m export.runtime BUNDLE fill_mask "The capital of France is [MASK]."
+    python -m export.runtime BUNDLE fill_mask "The capital of France is [MASK]." [TOP_K]
     python -m export.runtime BUNDLE classify "A gorgeous film." ["SECOND TEXT"]
-    python -m export.runtime BUNDLE answer "Who wrote Hamlet?" "Shakespeare wrote Hamlet."
+    python -m export.runtime BUNDLE answer "Who wrote Hamlet?" "Shakespeare wrote Hamlet." [N_BEST]
     python -m export.runtime BUNDLE tag "Angela Merkel visited Paris."
     python -m export.runtime BUNDLE attention|features "The cat sat." ["SECOND TEXT"]
     python -m export.runtime BUNDLE detect_replaced "The cat ate on the mat."
@@ -72,6 +72,7 @@ Bad input raises ValueError with a message for the user (empty text, no
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -225,6 +226,12 @@ class EdgeModel:
         _check_text(text, "text")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ValueError(f"top_k must be a positive whole number, not {top_k!r}")
+        kept = self.info.get("top_k")
+        if kept and top_k > kept:
+            raise ValueError(
+                f"top_k {top_k}: this bundle keeps the {kept} likeliest WordPieces at each "
+                f"[MASK] (bundle.json top_k); export it again with --top-k for more"
+            )
         tok = self.tokenizer
         if tok.mask_id is None:
             raise ValueError("this model's vocabulary has no [MASK] token")
@@ -260,8 +267,10 @@ class EdgeModel:
             before = parts[k]  # the text right before this [MASK]
             glued = before[-1:].isalnum() or (not before and k > 0)  # "play[MASK]"
             best = _best_word(predictions, set(tok.special_ids()), starts_word=not glued)
-            out_masks.append({"position": position, "predictions": predictions, "best": best})
-            fills[k] = predictions[best]["token"].removeprefix("##")
+            fills[k] = _written(predictions[best]["token"], glued)
+            out_masks.append(
+                {"position": position, "predictions": predictions, "best": best, "fill": fills[k]}
+            )
         found = _MASK.findall(text)
         filled = parts[0] + "".join(
             fills.get(k, found[k]) + parts[k + 1] for k in range(len(found))
@@ -744,7 +753,7 @@ class EdgeModel:
                 if self.task == "pretraining"
                 else ")"
             )
-        raise ValueError(f"this bundle is {_a(self.task)}; {method}() needs {needs}")
+        raise ValueError(f"this is {_a(self.task)} bundle; {method}() needs {needs}")
 
     def _pack(self, text: str, text_pair: str | None):
         """({inputs}, real length, truncated) of `[CLS] A [SEP] (B [SEP])`, cut to its length."""
@@ -931,6 +940,14 @@ def _best_word(predictions: list[dict], special: set[int], starts_word: bool = T
     return (starts or words or [0])[0]
 
 
+def _written(token: str, glued: bool) -> str:
+    """How a [MASK]'s word goes into the text: a "##" piece joined to what is before it, a
+    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space."""
+    if token.startswith("##"):
+        return token[2:]
+    return " " + token if glued and token[:1].isalnum() else token
+
+
 def _jsonable(value):
     if isinstance(value, np.ndarray):
         return {
@@ -947,36 +964,45 @@ def _jsonable(value):
     return value
 
 
-# The command line's arguments that are numbers, by method (the others are texts).
-_NUMBERS = {"fill_mask": {1: int}, "answer": {2: int}, "corrupt": {1: float, 2: int}}
+# The command line's arguments of each method, in order: (name, type, required).
+_TEXT = ("TEXT", str, True)
+_SECOND = ("SECOND_TEXT", str, False)
+COMMAND_LINE = {
+    "fill_mask": (_TEXT, ("TOP_K", int, False)),
+    "classify": (_TEXT, _SECOND),
+    "answer": (("QUESTION", str, True), ("CONTEXT", str, True), ("N_BEST", int, False)),
+    "tag": (_TEXT,),
+    "attention": (_TEXT, _SECOND),
+    "features": (_TEXT, _SECOND),
+    "detect_replaced": (_TEXT,),
+    "corrupt": (_TEXT, ("RATE", float, False), ("SEED", int, False)),
+}
 
 
-def _command_line_args(method: str, args: list[str]) -> list:
-    """`args` with the method's number arguments read as numbers."""
-    out = []
-    for k, arg in enumerate(args):
-        kind = _NUMBERS.get(method, {}).get(k)
-        if kind is None:
-            out.append(arg)
-            continue
-        try:
-            out.append(kind(arg))
-        except ValueError:
-            raise ValueError(
-                f"{method}: argument {k + 1} must be {'a whole number' if kind is int else 'a number'}"
-                f", not {arg!r}"
-            ) from None
-    return out
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m export.runtime",
+        description="Runs one task method of a bundle on your text and prints its answer as "
+        "JSON, with numpy and LiteRT only. A text that starts with '-' goes after '--'.",
+        epilog="examples:\n" + __doc__.split("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory (python -m export)")
+    methods = parser.add_subparsers(dest="method", metavar="METHOD", required=True)
+    for method, arguments in COMMAND_LINE.items():
+        summary = " ".join(getattr(EdgeModel, method).__doc__.split("\n\n")[0].split())
+        sub = methods.add_parser(method, help=summary, description=summary)
+        for name, kind, required in arguments:
+            sub.add_argument(name.lower(), metavar=name, type=kind, nargs=None if required else "?")
+    return parser
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 3 or argv[1] not in TASK_METHODS:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    directory, method, args = argv[0], argv[1], argv[2:]
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    values = [getattr(args, name.lower()) for name, _, _ in COMMAND_LINE[args.method]]
     try:
-        result = getattr(load(directory), method)(*_command_line_args(method, args))
+        model = load(args.bundle)
+        result = getattr(model, args.method)(*[v for v in values if v is not None])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

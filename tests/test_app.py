@@ -69,7 +69,8 @@ class StandIn:
                     {"token": w, "token_id": 10 + j, "score": round(0.5 / (j + 1), 4)}
                     for j, w in enumerate(guesses[:top_k])
                 ],
-                "best": 0,  # the runtime's index of the word it fills in
+                "best": 0,  # the runtime's index of the word it fills in, and how it is written
+                "fill": guesses[0],
             }
             for i, t in enumerate(tokens)
             if t == "[MASK]"

@@ -94,6 +94,10 @@ MISSING_PATHS = [  # (command and arguments, what the one error line says)
     (["model.data", "--input", "README.md", "--vocab", MISSING, "--output", "o"],
      f"{MISSING}: no such file or directory"),
     (["export", "--model", MISSING, "--out", "o"], f"{MISSING}: no such file or directory"),
+    (["export", "--model", ".", "--out", "o", "--data", "tests"],
+     "tests: a directory, where a file is expected"),
+    (["export", "--model", ".", "--out", "tests"],
+     "tests: exists and is not a bundle; refusing to replace it"),
 ]  # fmt: skip
 
 

@@ -452,7 +452,7 @@ def test_corrupt_and_detect_errors(tok):
         m.corrupt("a cat")
     m = EdgeModel(None, tok, {"task": "classifier", "max_seq_length": 16})
     with pytest.raises(
-        ValueError, match="this bundle is a classifier; detect_replaced\\(\\) needs a "
+        ValueError, match="this is a classifier bundle; detect_replaced\\(\\) needs a "
     ):
         m.detect_replaced("a cat")
     m = EdgeModel(
@@ -500,8 +500,8 @@ def test_command_line(electra, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["seed"] == 7 and out["rate"] == 0.3 and out["masked"]
     assert out == json.loads(json.dumps(runtime.load(electra["float32"]).corrupt(TEXT, 0.3, 7)))
-    assert runtime.main([electra["float32"], "corrupt", TEXT, "lots"]) == 1
-    assert "corrupt: argument 2 must be a number, not 'lots'" in capsys.readouterr().err
+    assert runtime.main([electra["float32"], "corrupt", TEXT, "1.5"]) == 1
+    assert "rate must be a number above 0 and at most 1, not 1.5" in capsys.readouterr().err
     assert runtime.main([electra["discriminator-float32"], "corrupt", TEXT]) == 1
     assert 'with a "generator" signature' in capsys.readouterr().err
 
@@ -543,12 +543,14 @@ def test_report_card_of_a_run(electra, tmp_path, capsys):
     assert rows["int8"]["verification"] in ("verified", "refused")
     assert all(float(row["p50 (ms)"]) > 0 for row in rows.values())
     assert float(rows["dynamic"]["size (MB)"]) <= float(float32["size (MB)"])
+    assert "`int8`: full integer." in card and "int8+float_ln" not in card  # run variants only
 
 
 @pytest.mark.slow
 def test_report_card_of_a_discriminator_says_random_tokens(electra, tmp_path):
     card = report_card(electra["discriminator"], electra["text"], tmp_path, "float32")
     assert "random vocabulary tokens written in (a discriminator alone has no generator)" in card
+    assert "int8" not in card  # no variant notes for variants not run
     rows = card_rows(card)
     assert rows["float32"]["AUC"] == rows["Keras float32 (model.weights.h5)"]["AUC"]
 

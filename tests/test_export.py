@@ -487,6 +487,9 @@ def test_tflite_model_errors_name_the_tensor(sst2_bundle, tmp_path):
         lite.predict({**x, "padding_mask": x["padding_mask"][:1]})
     with pytest.raises(ValueError, match="at most 16"):
         lite.predict(random_encoder_inputs(1, 20, 60))
+    x_bad = {**x, "token_ids": np.where(x["token_ids"] == x["token_ids"].max(), -1, 0)}
+    with pytest.raises(ValueError, match="input 'token_ids' holds -1; ids are 0 or more"):
+        lite.predict(x_bad)  # LiteRT read -1 as an id, silently
     # Any integer dtype is cast to the model's int32.
     np.testing.assert_array_equal(
         lite.predict({k: v.astype(np.int64) for k, v in x.items()})["logits"],
@@ -499,6 +502,38 @@ def test_tflite_model_errors_name_the_tensor(sst2_bundle, tmp_path):
 # === Bundle directory ===
 
 
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("max_seq_length", "64", "'max_seq_length' must be a whole number, not '64'"),
+        ("max_seq_length", True, "'max_seq_length' must be a whole number, not True"),
+        ("max_seq_length", 1, "'max_seq_length' must be at least 3, not 1"),
+        ("lowercase", "yes", "'lowercase' must be true or false, not 'yes'"),
+        ("null_threshold", "high", "'null_threshold' must be a number, not 'high'"),
+        ("top_k", 2.5, "'top_k' must be a whole number, not 2.5"),
+        ("id2label", ["neg", "pos"], "'id2label' must be an object, not ['neg', 'pos']"),
+        ("inputs", None, "'inputs' must be an object, not None"),
+    ],
+)
+def test_a_hand_edited_bundle_json_names_the_field(tmp_path, key, value, message):
+    """A field of the wrong type is refused where the bundle is read, naming the file and
+    the field (a TypeError deep in the runtime before)."""
+    from export import bundle
+
+    info = {"format": 1, "task": "classifier", "max_seq_length": 64, "lowercase": True}
+    info |= {"quantization": "dynamic", "inputs": {}, "outputs": {}, "top_k": 5, key: value}
+    (tmp_path / "bundle.json").write_text(json.dumps(info))
+    (tmp_path / "model.tflite").write_bytes(b"")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    with pytest.raises(ValueError) as error:
+        bundle.read_info(str(tmp_path))
+    assert str(error.value) == f"{tmp_path / 'bundle.json'}: {message}"
+    valid = {"max_seq_length": 128, "lowercase": False, "inputs": {}}  # the rest: absent
+    info[key] = valid.get(key)
+    (tmp_path / "bundle.json").write_text(json.dumps(info))
+    assert bundle.read_info(str(tmp_path))[key] == valid.get(key)
+
+
 def test_bundle_staging_is_atomic(tmp_path):
     from export import bundle
 
@@ -508,6 +543,12 @@ def test_bundle_staging_is_atomic(tmp_path):
             open(os.path.join(tmp, "model.tflite"), "wb").close()
             raise RuntimeError("interrupted")
     assert leftovers(tmp_path, "b") == []
+    # A published bundle has a directory's usual permissions (mkdtemp's were 0700).
+    with bundle.staging(str(target)) as tmp:
+        open(os.path.join(tmp, "bundle.json"), "w").close()
+    (tmp_path / "made").mkdir()
+    mode = (tmp_path / "made").stat().st_mode & 0o777
+    assert mode != 0o700 and target.stat().st_mode & 0o777 == mode
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not a bundle"):

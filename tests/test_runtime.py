@@ -254,12 +254,10 @@ def test_fill_mask(tok):
     assert out["filled"] == "The capital of France is paris, said paris."
     assert [mask["best"] for mask in out["masks"]] == [0, 0]
     assert not out["truncated"] and calls == [(1, 2)]
-    # A bundle with one mask position a call asks once per [MASK]; more than k is k.
+    # A bundle with one mask position a call asks once per [MASK].
     calls.clear()
     m.info["inputs"] = {"mask_positions": [-1, 1]}
-    assert (
-        len(m.fill_mask("[MASK] and [MASK] and [MASK]", top_k=50)["masks"][2]["predictions"]) == 5
-    )
+    assert len(m.fill_mask("[MASK] and [MASK] and [MASK]", top_k=5)["masks"][2]["predictions"]) == 5
     assert calls == [(1, 1)] * 3
     # A long text keeps a window around the masks.
     out = m.fill_mask("word " * 100 + "[MASK] end")
@@ -281,6 +279,22 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
     assert out["masks"][0]["best"] == 2 and out["filled"] == "It paris."
     glued = m.fill_mask("Cat[MASK] sat.", top_k=3)
     assert glued["masks"][0]["best"] == 1 and glued["filled"] == "Cats sat."
+    assert [mask["fill"] for mask in glued["masks"]] == ["s"]
+    # A whole word glued to another [MASK] or a word is written after a space ("nextof" before).
+    words = np.array([ids_of(tok, "[UNK]", "paris", ".")], np.int32)
+
+    def whole_words(x):
+        n = x["mask_positions"].shape[1]
+        return {"topk_ids": np.stack([words] * n, 1), "topk_probs": np.full((1, n, 3), 0.3)}
+
+    m = EdgeModel(
+        stub(whole_words),
+        tok,
+        {"task": "pretraining", "max_seq_length": 32, "top_k": 3},
+    )
+    twice = m.fill_mask("The [MASK][MASK] went to[MASK]", top_k=3)
+    assert [mask["fill"] for mask in twice["masks"]] == ["paris", " paris", " paris"]
+    assert twice["filled"] == "The paris paris went to paris"
     from app.predict import filled_spans
 
     assert filled_spans("It [MASK].", out["masks"])[1] == ("paris", "[MASK] 1, 10% sure")
@@ -297,6 +311,11 @@ def test_fill_mask_errors(tok, tmp_path):
             m.fill_mask(text)
     with pytest.raises(ValueError, match="top_k must be a positive"):
         m.fill_mask("a [MASK]", top_k=0)
+    kept = EdgeModel(
+        stub(lambda x: None), tok, {"task": "pretraining", "max_seq_length": 32, "top_k": 5}
+    )
+    with pytest.raises(ValueError, match="top_k 6: this bundle keeps the 5 likeliest WordPieces"):
+        kept.fill_mask("a [MASK]", top_k=6)  # it answered with 5, silently
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n", encoding="utf-8")
     with pytest.raises(ValueError, match="no \\[MASK\\] token"):
@@ -440,7 +459,7 @@ def test_answer_errors(tok):
         m.answer("Who?", "The cat.", n_best=0)
     with pytest.raises(
         ValueError,
-        match="this bundle is a question_answerer; tag\\(\\) needs a token_classifier bundle",
+        match="this is a question_answerer bundle; tag\\(\\) needs a token_classifier bundle",
     ):
         m.tag("The cat.")
 
@@ -569,7 +588,7 @@ def test_wrong_task_and_empty_text(tok):
         (lambda: m.features("a"), "features", "an encoder"),
     ):
         with pytest.raises(
-            ValueError, match=f"this bundle is a classifier; {method}\\(\\) needs {needs}"
+            ValueError, match=f"this is a classifier bundle; {method}\\(\\) needs {needs}"
         ):
             call()
     with pytest.raises(ValueError, match="the text is empty"):
@@ -854,7 +873,34 @@ def test_command_line(bundles, capsys):
     assert out["label"] in ("negative", "positive")
     assert runtime.main([bundles["dirs"]["classifier"], "answer", "Who?", "Me."]) == 1
     assert "needs a question_answerer bundle" in capsys.readouterr().err
-    assert runtime.main([bundles["dirs"]["encoder"], "nonsense", "x"]) == 2
+    with pytest.raises(SystemExit) as stop:
+        runtime.main([bundles["dirs"]["encoder"], "nonsense", "x"])
+    assert stop.value.code == 2
+
+
+def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
+    """Each method's arguments by name, numbers read as numbers; a missing or extra argument
+    or a flag is a usage error (a traceback, or a flag read as a second text, before)."""
+    assert set(runtime.COMMAND_LINE) == set(runtime.TASK_METHODS)
+    for argv, message in (
+        (["B", "answer", "Who?"], "the following arguments are required: CONTEXT"),
+        (["B", "classify", "text", "--long-texts", "truncate"], "unrecognized arguments"),
+        (["B", "classify", "a", "b", "c"], "unrecognized arguments: c"),
+        (["B", "corrupt", "text", "lots"], "argument RATE: invalid float value: 'lots'"),
+        (["B", "fill_mask", "a [MASK]", "2.5"], "argument TOP_K: invalid int value"),
+        (["B", "nonsense", "x"], "invalid choice: 'nonsense'"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            runtime.main(argv)
+        assert stop.value.code == 2 and message in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit) as stop:
+        runtime.main(["--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and "detect_replaced" in out and "[N_BEST]" in out
+    assert "runtime.load(" not in out  # the Python example, printed as the usage before
+    # A text after "--" may start with "-"; the bundle is read only then.
+    assert runtime.main(["no-such-bundle", "classify", "--", "-great film"]) == 1
+    assert "no-such-bundle" in capsys.readouterr().err
 
 
 # === The edge environment: no TensorFlow, no Keras ===

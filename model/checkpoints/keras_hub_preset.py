@@ -36,13 +36,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
 from model.checkpoints.mapping import ENCODER, Entry, assign
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
-from model.io.files import read_json_object
+from model.io.files import read_json_object, staging_dir
 
 CONFIG = "config.json"
 TASK_CONFIG = "task.json"
@@ -110,7 +109,7 @@ def write(model, directory: str, vocab_path: str, sequence_length: int | None = 
     assign(_entries(saved, _our_name), tensors, f"our {info['task']} model")
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".keras-hub-", dir=parent)
+    tmp = staging_dir(parent, ".keras-hub-")
     try:
         saved.save_to_preset(tmp)
         if not hasattr(saved, "preprocessor"):  # a backbone: its tokenizer beside it

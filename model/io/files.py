@@ -41,6 +41,16 @@ def atomic_path(path: str):
         raise
 
 
+def staging_dir(parent: str, prefix: str) -> str:
+    """A new empty directory in `parent` for output that is renamed into place when finished,
+    with a directory's usual permissions (mkdtemp's own are private, 0700)."""
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8"):
     """`open()` for writing that only publishes the file when the block succeeds."""

@@ -21,11 +21,11 @@ import json
 import os
 import random
 import shutil
-import tempfile
 import types
 
 import numpy as np
 
+from model.io.files import staging_dir
 from model.pretraining.corpus import iter_documents
 from model.pretraining.instances import (
     InstanceConfig,
@@ -267,7 +267,7 @@ def build(
     _check(tokenizer, output, masking, masking_config)
     parent = os.path.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
+    tmp = staging_dir(parent, f".{os.path.basename(output)}.tmp-")
     try:
         progress = _bar(sum(os.path.getsize(f) for f in files), show_progress)
         stats = {"num_documents": 0, "num_tokens": 0}
@@ -342,7 +342,6 @@ def _publish(tmp: str, output: str, info: dict) -> None:
         json.dump(info, f, indent=2)
     if os.path.isdir(output):
         os.rmdir(output)  # empty, checked before the build
-    os.chmod(tmp, 0o755)  # mkdtemp made it private
     os.replace(tmp, output)
 
 

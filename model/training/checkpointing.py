@@ -37,6 +37,7 @@ import zipfile
 import keras
 import numpy as np
 
+from model.io.files import staging_dir
 from model.training.optimizer import create_optimizer_variables
 
 _NAME = re.compile(r"^ckpt-(\d{8})$")
@@ -150,7 +151,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         if not self.is_chief:
             return
         os.makedirs(self.directory, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".ckpt-{step:08d}.tmp-", dir=self.directory)
+        tmp = staging_dir(self.directory, f".ckpt-{step:08d}.tmp-")
         try:
             self.model.save_weights(os.path.join(tmp, WEIGHTS))
             np.savez(
