@@ -88,7 +88,7 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", required=True, type=str.lower, choices=TASKS)
     p.add_argument(
         "--model",
         required=True,
@@ -99,8 +99,7 @@ def parse_args(argv):
         "--output", "--out", dest="out", default=None, help="also write the metrics JSON here"
     )
     p.add_argument("--batch-size", type=int, default=32)
-    g = p.add_argument_group("mlm, rtd")
-    g.add_argument(
+    p.add_argument(
         "--seq-len",
         "--max-seq-length",
         dest="max_seq_length",
@@ -108,6 +107,7 @@ def parse_args(argv):
         default=None,
         help="mlm: instance length (default 128); other tasks: default the model's",
     )
+    g = p.add_argument_group("mlm, rtd")
     g.add_argument("--max-predictions", type=int, default=20)
     g.add_argument(
         "--seed",
@@ -150,7 +150,11 @@ def parse_args(argv):
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.max_seq_length)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be at least 1, not {value}")
+    return args
 
 
 def evaluate_mlm(
@@ -463,6 +467,13 @@ def evaluate_task(
     )
     _check_model(task, directory, info)
     _configure(task, info, null_threshold, skip_invalid, long_texts)
+    seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
+    positions = info["encoder"].get("max_sequence_length")
+    if positions and seq_len > positions:
+        raise ValueError(
+            f"{directory}: --seq-len {seq_len} exceeds the model's max_sequence_length "
+            f"{positions} (its position embeddings)"
+        )
     examples = task.read(path)  # malformed files fail before the model loads
     if not examples:
         raise ValueError(f"{path}: no examples to evaluate")
@@ -472,7 +483,6 @@ def evaluate_task(
     tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
     )
-    seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
     metrics = task.evaluate(
         predict, examples, tokenizer, seq_len, batch_size=batch_size, output_dir=predictions_dir
     )

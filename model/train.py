@@ -75,6 +75,7 @@ import argparse
 import sys
 
 from model.io.native_logs import import_tensorflow_quietly
+from model.tasks import ALIASES, TASKS
 from model.training.strategy import STRATEGIES
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -89,7 +90,19 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
-def add_common_flags(p: argparse.ArgumentParser) -> None:
+# Where fine-tuning's defaults differ from pre-training's, its help says so.
+FINETUNE_HELP = {
+    "batch_size": "global batch size (default: the task's, e.g. swag 16, squad2 48, else "
+    "the paper's 32)",
+    "learning_rate": "default: the task's (model/tasks/*): GLUE and swag 2e-5, conll2003 "
+    "3e-5, squad1 and squad2 5e-5",
+    "warmup_steps": "linear warm-up steps (default: 10%% of the run's steps, at most 10,000)",
+}
+
+
+def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None) -> None:
+    """The flags of every training run; `help_texts` replaces the help of some (by dest)."""
+    said = lambda dest, text: (help_texts or {}).get(dest, text)  # noqa: E731
     p.add_argument("--output", required=True, help="run directory (resumes if it has checkpoints)")
     p.add_argument(
         "--strategy",
@@ -99,13 +112,17 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
         "data-parallel (default: auto)",
     )
     p.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch size")
-    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument(
+        "--batch-size", type=int, default=32, help=said("batch_size", "global batch size")
+    )
+    p.add_argument("--learning-rate", type=float, default=1e-4, help=said("learning_rate", None))
     p.add_argument(
         "--warmup-steps",
         type=int,
         default=None,
-        help="linear warm-up steps (default: 10%% of --steps, at most 10,000)",
+        help=said(
+            "warmup_steps", "linear warm-up steps (default: 10%% of --steps, at most 10,000)"
+        ),
     )
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--mixed-precision", choices=PRECISIONS, default="float32")
@@ -274,7 +291,11 @@ def parse_args(argv):
         description="Fine-tune a pre-trained encoder on one task "
         "(see model/tasks/). Defaults follow the paper.",
     )
-    fine.add_argument("--task", required=True, help="task name (model.tasks.TASKS)")
+    fine.add_argument(
+        "--task",
+        required=True,
+        help=f"one of {', '.join(TASKS)}, in any case (aliases: {', '.join(ALIASES)})",
+    )
     fine.add_argument(
         "--data", required=True, help="the task's data: its directory or its train file"
     )
@@ -344,7 +365,7 @@ def parse_args(argv):
         "compiled program, each its own run; --output names each seed's directory with "
         "{seed} (runs/sst2-seed{seed})",
     )
-    add_common_flags(fine)
+    add_common_flags(fine, FINETUNE_HELP)
     # None: the task's own default (model/tasks/*), else the paper's.
     fine.set_defaults(learning_rate=None, batch_size=None)
     return p.parse_args(argv)

@@ -77,16 +77,28 @@ BAD_UTF8 = b"\xff\xfe\x80 bad"
             "sst2",
             "train.tsv",
             b"sentence\tlabel\n" + BAD_UTF8 + b"\t1\n",
-            r"train.tsv: not UTF-8 text",
+            r"train.tsv:2: not UTF-8 text \(byte 1 of the line",
         ),
         (
             "conll2003",
             "train.txt",
             b"EU NNP B-NP B-ORG\n" + BAD_UTF8 + b" O\n",
-            r"train.txt: not UTF-8 text",
+            r"train.txt:2: not UTF-8 text",
         ),
-        ("squad1", "train.json", b'{"data": "' + BAD_UTF8 + b'"}', r"train.json: not UTF-8 text"),
-        ("swag", "train.csv", b"," + BAD_UTF8 + b"\n", r"train.csv: not UTF-8 text"),
+        (
+            "squad1",
+            "train.json",
+            b'{"data": "' + BAD_UTF8 + b'"}',
+            r"train.json:1: not UTF-8 text \(byte 11 ",
+        ),
+        ("swag", "train.csv", b"," + BAD_UTF8 + b"\n", r"train.csv:1: not UTF-8 text"),
+        # Past the reader's first block of text: the line, not a byte of that block.
+        (
+            "sst2",
+            "train.tsv",
+            b"sentence\tlabel\n" + b"a good film\t1\n" * 1000 + b"x" + BAD_UTF8 + b"\t1\n",
+            r"train.tsv:1002: not UTF-8 text \(byte 2 of the line",
+        ),
         # Malformed rows and lines: the file and line.
         ("sst2", "train.tsv", b"sentence\tlabel\na good film\n", r"train.tsv:2: expected 2 "),
         ("sst2", "train.tsv", b"sentence\tlabel\na\t1\textra\n", r"train.tsv:2: expected 2 "),

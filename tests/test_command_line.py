@@ -201,6 +201,14 @@ SPELLINGS = [
 ]  # fmt: skip
 
 
+def test_negatives_report_takes_output_as_every_command_does():
+    from model.tasks import squad
+
+    for flag in ("--output", "--out"):
+        args = squad._parser().parse_args(["negatives-report", "--input", "i", flag, "x.json"])
+        assert args.out == "x.json"
+
+
 @pytest.mark.parametrize("module, before, flag, older, dest", SPELLINGS)
 def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, flag, older, dest):
     import importlib

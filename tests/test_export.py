@@ -428,6 +428,23 @@ def test_model_evaluate_scores_a_bundle_like_its_keras_model(sst2, sst2_bundle, 
     assert scores["bundle"]["accuracy"] == scores["keras"]["accuracy"]  # float32: same answers
 
 
+def test_model_evaluate_refuses_a_length_past_the_position_table(sst2, capsys):
+    """A --seq-len longer than the position embeddings: one line (a TensorFlow traceback
+    about a slice before, or a silent pass where batches stayed short); the task's name in
+    any case, as fine-tuning takes it."""
+    from tests.helpers import run_evaluate
+
+    directory, dev = sst2
+    assert (
+        run_evaluate(["--task", "SST-2", "--model", directory, "--data", dev, "--seq-len", "4096"])
+        == 1
+    )
+    assert "--seq-len 4096 exceeds the model's max_sequence_length" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_evaluate(["--task", "sst2", "--model", directory, "--data", dev, "--batch-size", "0"])
+    assert "--batch-size must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_model_evaluate_refuses_a_bundle_of_another_task(sst2, sst2_bundle, capsys):
     from tests.helpers import run_evaluate
 

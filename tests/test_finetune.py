@@ -300,6 +300,10 @@ def test_trimmed_batches_give_the_outputs_of_full_length_ones(head):
     np.testing.assert_allclose(out[real], full[real], atol=1e-5)
     assert out.shape == full.shape
     assert np.all(out[1, 16:] == PADDED_LOGIT)  # length 3: computed in a 16-wide batch
+    # Every padding position, computed or not: no output depends on the row's batch.
+    assert np.all(out[~real] == PADDED_LOGIT)
+    again = predict_in_batches(predict, x, 1, sequence_outputs=True)
+    np.testing.assert_allclose(again, out, atol=1e-5)
 
 
 # === Task defaults, the best epoch's predictions, the unused pooler ===

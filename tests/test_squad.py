@@ -579,6 +579,13 @@ def test_v2_best_threshold_is_searched_on_non_null_answers():
     assert at_zero["null_threshold"] == 0.0
     # The tuned threshold gives the best score.
     assert score(at_zero["best_f1_thresh"])["f1"] == at_zero["best_f1"]
+    # Every answer wrong: "no answer everywhere" is best, at a threshold below all the odds
+    # (the official sweep's 0.0, which q3's odds -0.5 are not above, scored 25.0).
+    best.update(q1="mouse", q2="cat")
+    odds["q3"] = -0.5
+    wrong = score(0.0)
+    assert wrong["best_f1"] == 50.0 and wrong["best_f1_thresh"] == wrong["best_exact_thresh"]
+    assert score(wrong["best_f1_thresh"])["f1"] == 50.0 == wrong["always_no_answer_f1"]
 
 
 # === SQuAD v2.0 training set from v1.1 ===

@@ -7,6 +7,7 @@ one under the real name, never a truncated one.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -75,7 +76,22 @@ def reading(path: str):
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        raise not_utf8(path, e) from None
+
+
+def not_utf8(path: str, error: UnicodeDecodeError, what: str = "") -> ValueError:
+    """The error for `path` (gzip too) naming its first line that is not UTF-8: a text reader
+    decodes blocks ahead of the lines it hands out, so `error`'s own position says little."""
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as raw:
+        for number, line in enumerate(raw, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return ValueError(
+                    f"{path}:{number}: {what}not UTF-8 text (byte {e.start + 1} of the line: "
+                    f"{e.reason})"
+                )
+    return ValueError(f"{path}: {what}not UTF-8 text ({error.reason})")
 
 
 MAX_LINE_CHARS = 16 * 2**20  # a longer line is a corrupt or binary file, not data

@@ -23,6 +23,8 @@ import os
 import re
 from collections.abc import Iterator
 
+from model.io.files import not_utf8
+
 FORMATS = ("auto", "text", "wiki", "gutenberg")
 
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space
@@ -80,24 +82,12 @@ def open_text(path: str) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)
 
 
-def _not_utf8(path: str, error: UnicodeDecodeError) -> ValueError:
-    # The text reader decodes blocks of 8 KiB ahead of the lines it hands out,
-    # so its position says little; find the first line that does not decode.
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as raw:
-        for line_no, line in enumerate(raw, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return ValueError(f"{path}:{line_no}: not UTF-8 text ({e.reason})")
-    return ValueError(f"{path}: not UTF-8 text ({error.reason})")
-
-
 def detect_format(path: str) -> str:
     with open_text(path) as f:
         try:
             head = f.read(65536)
         except UnicodeDecodeError as e:
-            raise _not_utf8(path, e) from None
+            raise not_utf8(path, e) from None
     if head.lstrip().startswith("<doc "):
         return "wiki"
     if _is_gutenberg(head):
@@ -136,7 +126,7 @@ def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
         try:
             yield from reader(numbered(f), path)
         except UnicodeDecodeError as e:
-            raise _not_utf8(path, e) from None
+            raise not_utf8(path, e) from None
         except (OSError, EOFError) as e:  # e.g. a truncated .gz
             raise ValueError(f"{path}:{line_no + 1}: cannot read ({e})") from None
 

@@ -193,7 +193,9 @@ def predict_in_batches(
     the real tokens, and short texts then cost what they are, not what
     `seq_len` is. The outputs come back in the order of `x`. With
     `sequence_outputs` (token-level heads: every output is (batch, length,
-    ...)), outputs are padded back to the full length with `PADDED_LOGIT`.
+    ...)), every padding position holds `PADDED_LOGIT`, those the batch computed
+    too, so that no output depends on the batch a row fell in (a QA head's
+    logits at padding once took places in SQuAD's n-best starts and ends).
     """
     n = len(next(iter(x.values())))
     if n == 0:
@@ -207,12 +209,14 @@ def predict_in_batches(
         out = predict({k: v[rows][..., :length] for k, v in x.items()})
         if not sequence_outputs:
             return out
-        pad = lambda a: np.pad(
-            np.asarray(a),
-            [(0, 0), (0, seq_len - length)]  # noqa: E731
-            + [(0, 0)] * (np.ndim(a) - 2),
-            constant_values=PADDED_LOGIT,
-        )
+        padding = ~np.asarray(x["padding_mask"][rows][..., :length], bool)
+
+        def pad(a):
+            a = np.array(a)  # a copy: the model's own array stays as it was
+            a[padding] = PADDED_LOGIT
+            widths = [(0, 0), (0, seq_len - length)] + [(0, 0)] * (a.ndim - 2)
+            return np.pad(a, widths, constant_values=PADDED_LOGIT)
+
         if isinstance(out, dict):
             return {k: pad(v) for k, v in out.items()}
         return [pad(v) for v in out] if isinstance(out, (list, tuple)) else pad(out)

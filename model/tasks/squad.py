@@ -1017,6 +1017,7 @@ class Squad2Task(SquadTask):
         squad_metric.find_all_best_thresh(
             metrics, predictions.best_non_null, exact_raw, f1_raw, odds, has_ans
         )
+        _no_answer_threshold(metrics, odds, has_ans, len(exact_raw))
         baseline = squad_metric.evaluate_v2(gold, {qid: "" for qid in gold})
         metrics["null_threshold"] = self.null_threshold
         metrics["always_no_answer_exact"] = baseline["exact"]
@@ -1025,6 +1026,15 @@ class Squad2Task(SquadTask):
 
 
 TASKS = {"squad1": Squad1Task, "squad2": Squad2Task}
+
+
+def _no_answer_threshold(metrics: dict, odds: dict, has_ans: dict, scored: int) -> None:
+    """Where no threshold beats "no answer everywhere", the official sweep leaves 0.0, which
+    says that for probabilities; for null odds (any sign) it is a threshold below them all."""
+    everywhere = 100.0 * sum(not has_ans[qid] for qid in has_ans) / scored
+    for key in ("exact", "f1"):
+        if metrics[f"best_{key}"] == everywhere and odds:
+            metrics[f"best_{key}_thresh"] = min(odds.values()) - 1.0
 
 
 def _first(folder: str, names: tuple[str, ...]) -> str | None:
@@ -1097,7 +1107,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--input", required=True, help="SQuAD v1.1 train JSON")
     report.add_argument("--dev", default=None, help="SQuAD v2.0 dev JSON (its real negatives)")
     report.add_argument("--seed", type=int, default=0)
-    report.add_argument("--out", default=None, help="also write the numbers to this JSON file")
+    report.add_argument(
+        "--output",
+        "--out",
+        dest="out",
+        default=None,
+        help="also write the numbers to this JSON file",
+    )
     report.add_argument(
         "--markdown", action="store_true", help="print a Markdown table instead of JSON"
     )

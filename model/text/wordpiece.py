@@ -39,6 +39,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from model.io.files import not_utf8
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The reference's `max_input_chars_per_word`: Hugging Face's WordPiece (and the
 # tokenizer.json of bert-base-uncased / all-MiniLM-L6-v2) use 100; Google's
@@ -66,7 +68,7 @@ def load_vocabulary(path: str) -> list[str]:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: vocabulary file not found") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: vocabulary is not UTF-8 text (byte {e.start})") from None
+        raise not_utf8(path, e, "vocabulary is ") from None
     while tokens and not tokens[-1]:
         tokens.pop()
     if not tokens:
