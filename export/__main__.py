@@ -49,7 +49,7 @@ import time
 
 from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
-from model.io.files import check_paths
+from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
@@ -478,6 +478,7 @@ def bundle_info(
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    exit_on_sigterm()  # a stopped export leaves no half-written bundle beside the real one
     try:
         check_paths(args.model, files=(args.data,))
         check_output(args.out)

@@ -48,6 +48,7 @@ import time
 
 import numpy as np
 
+from model.io.files import exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_VARIANTS = "float32,float16,dynamic,int8,int8+float_ln,int8@-1e9"
@@ -470,6 +471,7 @@ def variant_notes(labels: list[str]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    exit_on_sigterm()
     import_tensorflow_quietly(args.verbose)
     try:
         text = run(args)

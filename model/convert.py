@@ -51,6 +51,7 @@ import os
 import sys
 
 from model.checkpoints.formats import FORMATS, TASKS, read, verify, write
+from model.io.files import exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -116,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     import_tensorflow_quietly(args.verbose)
     (src_fmt, src), (dst_fmt, dst) = args.source, args.target
     if src_fmt not in FORMATS + ("auto",):

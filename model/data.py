@@ -55,7 +55,7 @@ import os
 import sys
 
 from model.io.cpus import usable_cpus
-from model.io.files import check_paths
+from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
@@ -180,6 +180,7 @@ def resolve_inputs(
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    exit_on_sigterm()  # a stopped build leaves no half-written records
     try:  # the paths first, before TensorFlow: a mistyped one fails in well under a second
         files = expand_inputs(args.input)
         check_paths(files=(args.vocab,))

@@ -560,6 +560,20 @@ def test_bundle_staging_is_atomic(tmp_path):
             open(os.path.join(tmp, "model.tflite"), "wb").close()
             raise RuntimeError("interrupted")
     assert leftovers(tmp_path, "b") == []
+    # A SIGTERM (`timeout`, `kill`) to a command: its half-written bundle is removed too.
+    import signal
+
+    from model.io.files import exit_on_sigterm
+
+    restore = exit_on_sigterm()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            with bundle.staging(str(target)) as tmp:
+                open(os.path.join(tmp, "model.tflite"), "wb").close()
+                os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        restore()
+    assert stop.value.code == 143 and leftovers(tmp_path, "b") == []
     # A published bundle has a directory's usual permissions (mkdtemp's were 0700).
     with bundle.staging(str(target)) as tmp:
         open(os.path.join(tmp, "bundle.json"), "w").close()

@@ -11,7 +11,10 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Callable
 
 
 @contextlib.contextmanager
@@ -169,3 +172,18 @@ def check_writable_dir(path: str) -> None:
         raise SystemExit(
             f"error: output directory {path!r}: the disk is full ({free / 2**20:.1f} MiB free)"
         )
+
+
+def exit_on_sigterm() -> Callable[[], None]:
+    """Makes a SIGTERM (a `kill PID`, `timeout`, a container stopping) raise SystemExit(143),
+    so that the command cleans up as on any error: a half-written output's temporary is
+    removed, a recipe stops its children. Returns what puts the previous handler back.
+    Signals are the main thread's: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def exit_143(signum, frame):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, exit_143)
+    return lambda: signal.signal(signal.SIGTERM, previous)

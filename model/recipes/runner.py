@@ -25,10 +25,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from model.io.files import exit_on_sigterm
 
 # `run`'s status when its time limit stopped it between two commands: sysexits' EX_TEMPFAIL
 # ("try again later"), apart from every command's own statuses (3: a training's NaN loss)
@@ -183,21 +184,6 @@ def _run_here(module: str, argv: list[str], in_process: bool) -> int:
     if in_process:
         return call_main(module, argv)
     return subprocess.call([sys.executable, "-m", module, *argv], env=child_env())
-
-
-def exit_on_sigterm() -> Callable[[], None]:
-    """Makes a SIGTERM sent to this process alone (a `kill PID`, not `timeout`'s signal to the
-    whole group) raise SystemExit(143), so that `run` stops its children on the way out
-    instead of leaving them running; returns what puts the previous handler back. Signals
-    are this process's main thread's: elsewhere it changes nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def exit_143(signum, frame):
-        raise SystemExit(128 + signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, exit_143)
-    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def finished(tag: str, command: Command, rc: int, seconds: float, log, timings) -> int:
