@@ -61,7 +61,7 @@ from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
-from model.pretraining.masking import MaskingConfig
+from model.pretraining.masking import MaskingConfig, prediction_slots
 from model.pretraining.tokenized import SUFFIX, is_tokenized
 
 SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
@@ -118,7 +118,13 @@ def parse_args(argv):
         default=1,
         help="static masking: copies of each instance with different masks",
     )
-    p.add_argument("--max-predictions", type=int, default=20)
+    p.add_argument(
+        "--max-predictions",
+        type=int,
+        default=None,
+        help="static masking: prediction slots a sequence (default: what --mask-rate needs "
+        "at --seq-len, never under 15 %%: 20 at 128 tokens)",
+    )
     p.add_argument("--mask-rate", type=float, default=0.15)
     p.add_argument("--mask-token-rate", type=float, default=0.8)
     p.add_argument("--random-token-rate", type=float, default=0.1)
@@ -201,7 +207,8 @@ def main(argv=None) -> int:
             mask_rate=args.mask_rate,
             mask_token_rate=args.mask_token_rate,
             random_token_rate=args.random_token_rate,
-            max_predictions=args.max_predictions,
+            max_predictions=args.max_predictions
+            or prediction_slots(args.mask_rate, args.max_seq_length),
             whole_word=args.whole_word_masking,
         )
         info = build(

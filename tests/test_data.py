@@ -191,6 +191,19 @@ def test_static_masking_is_deterministic(files, tmp_path):
     assert shard_bytes(outs[0]) == shard_bytes(outs[1])
 
 
+def test_static_masking_realises_the_mask_rate(files, tmp_path):
+    """Static masks at --mask-rate 0.15, 0.30, 0.40: the slots are sized from the rate at the
+    sequence length (they stayed at 20 whatever the rate, so 0.30 masked about 16 %)."""
+    for rate in (0.15, 0.30, 0.40):
+        out = tmp_path / f"static-{rate}"
+        args = ["--masking", "static", "--mask-rate", str(rate), "--inputs", "segments"]
+        assert data.main(build_args(files["corpus"], files["vocab"], out, *args)) == 0
+        records = read_records(out)
+        chosen = sum(float((r["masked_lm_weights"] > 0).sum()) for r in records)
+        text = sum(float(r["input_mask"].sum()) - 2 for r in records)  # less [CLS], [SEP]
+        assert abs(chosen / text - rate) < 0.03, (rate, chosen / text)
+
+
 # === model.data: bad input stops cleanly ===
 
 

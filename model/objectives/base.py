@@ -19,7 +19,6 @@ left-to-right LM makes its attention causal, and the config records it).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,12 +165,11 @@ class Objective:
         raise NotImplementedError
 
     def max_predictions(self, room: float = 0.0) -> int:
-        """`--max-predictions`, else the prediction slots `--mask-rate` needs (never fewer
-        than 15 % of the sequence length, BERT's 20 at 128 tokens), plus `room` of the length
-        (SpanBERT's last span may overshoot its budget), rounded up. Sized from the rate, so
-        a higher --mask-rate is not capped at 15 % for want of slots."""
-        share = max(0.15, self.options.mask_rate) + room
-        return self.options.max_predictions or math.ceil(share * self.options.seq_len)
+        """`--max-predictions`, else the slots `--mask-rate` needs (`prediction_slots`)."""
+        from model.pretraining.masking import prediction_slots
+
+        options = self.options
+        return options.max_predictions or prediction_slots(options.mask_rate, options.seq_len, room)
 
 
 def records_inputs(info: dict) -> str:

@@ -14,10 +14,19 @@ epoch in the input pipeline, as RoBERTa). It is plain numpy with an injected
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from model.pretraining.vocabulary_tables import VocabularyTables
+
+
+def prediction_slots(mask_rate: float, seq_len: int, room: float = 0.0) -> int:
+    """The prediction slots a sequence of `seq_len` needs at `mask_rate`: never fewer than
+    15 % of the length (BERT's 20 at 128 tokens), plus `room` of the length (SpanBERT's last
+    span may overshoot its budget), rounded up; sized from the rate, so a higher rate is not
+    capped at 15 % for want of slots."""
+    return math.ceil((max(0.15, mask_rate) + room) * seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
