@@ -26,9 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 
-from model.io.files import read_json_object, staging_dir, write_json
+from model.io.files import read_json_object, replace_dir, staging_dir, write_json
 
 FORMAT = 1
 MODEL = "model.tflite"
@@ -189,16 +188,8 @@ def publish(tmp: str, directory: str) -> None:
     first moved aside (to a hidden name) and deleted after: at every moment
     the real name holds a complete bundle or nothing.
     """
-    if os.path.exists(directory):
-        check_output(directory)
-        parent, name = os.path.split(directory)
-        old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-        os.rmdir(old)
-        os.rename(directory, old)
-        os.rename(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, directory)
+    check_output(directory)
+    replace_dir(tmp, directory)
 
 
 def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_k: int) -> dict:

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import model
+from model.checkpoints import formats, model_dir, safetensors_io
 from model.checkpoints import google as google_checkpoint
 from model.checkpoints import huggingface as hf_checkpoint
-from model.checkpoints import model_dir, safetensors_io
 from model.checkpoints.formats import read
 from model.config import BertConfig
 from model.convert import main
@@ -567,3 +567,23 @@ def test_cli_help_documents_the_formats(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert "--allow-new-heads" in out and "BertForMultipleChoice" in out
+
+
+def test_overwrite_replaces_the_folder_and_a_short_vocabulary_writes_nothing(tmp_path, capsys):
+    """--overwrite of a Keras directory with a Hugging Face folder: the old weights go (they
+    stayed beside the new ones, and `model.load` read them); a --vocab that does not fit the
+    embedding is refused before anything is written (a whole folder was left before)."""
+    source = os.path.join(TINY, "BertModel")
+    old = tmp_path / "old"
+    assert main(["--from", "hf", source, "--to", "keras", str(old)]) == 0
+    assert main(["--from", "hf", source, "--to", "hf", str(old), "--overwrite"]) == 0
+    assert not (old / "model.weights.h5").exists() and (old / "model.safetensors").exists()
+    assert formats.detect_format(str(old)) == "hf"
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(open(tiny_vocab(tmp_path)).read().split()[:50]) + "\n")
+    capsys.readouterr()
+    for fmt in ("hf", "google", "keras"):
+        out = tmp_path / f"short-{fmt}"
+        assert main(["--from", "hf", source, "--to", fmt, str(out), "--vocab", str(short)]) == 1
+        assert "short.txt: vocabulary has 50 tokens" in capsys.readouterr().err
+        assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".tmp-" in p]

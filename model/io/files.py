@@ -55,6 +55,24 @@ def staging_dir(parent: str, prefix: str) -> str:
     return tmp
 
 
+def replace_dir(tmp: str, directory: str) -> None:
+    """Renames the finished directory `tmp` to `directory`, replacing what is there (a file,
+    or a directory whose old files would otherwise stay beside the new ones). A directory
+    cannot be renamed over a non-empty one, so the old one is moved aside to a hidden name
+    first and deleted after: at every moment the real name holds a whole output or nothing."""
+    if os.path.isdir(directory):
+        parent, name = os.path.split(os.path.abspath(directory))
+        old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
+        os.rmdir(old)
+        os.rename(directory, old)
+        os.rename(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    if os.path.lexists(directory):
+        os.remove(directory)
+    os.rename(tmp, directory)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8"):
     """`open()` for writing that only publishes the file when the block succeeds."""
