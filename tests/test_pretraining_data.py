@@ -127,11 +127,15 @@ def test_without_next_sentence_one_segment_per_instance(corpus):
     assert np.mean(lengths) > 0.8 * 62
 
 
-def test_one_document_corpus_has_no_random_next():
-    docs, _ = make_documents(1, sentences=(30, 30), tokens=(5, 10))
+def test_one_document_corpus_draws_random_next_from_itself():
+    """A pool of one document (one book, a text without blank lines): NotNext segments come
+    from the document itself, as google-research's do (all were IsNext before, an NSP task
+    with one answer)."""
+    docs, owner = make_documents(1, sentences=(60, 60), tokens=(5, 10))
     instances = all_instances(docs, InstanceConfig(max_seq_length=32))
-    assert instances
-    assert not any(inst.is_random_next for _, inst in instances)
+    share = np.mean([inst.is_random_next for _, inst in instances])
+    assert len(instances) >= 20 and 0.3 < share < 0.7, share
+    assert all(owner[t] == 0 for _, inst in instances for t in inst.second)
 
 
 def test_same_rng_seed_same_instances(corpus):

@@ -183,8 +183,9 @@ def _read_weight_files(directory: str) -> tuple[dict[str, np.ndarray], str]:
         raise ValueError(
             f"{os.path.join(directory, PICKLE_WEIGHTS)}: refusing to read a pickled PyTorch "
             f"checkpoint (unpickling can run arbitrary code). Convert it to {WEIGHTS} where it "
-            f"is trusted, e.g. `transformers.AutoModel.from_pretrained(DIR)."
-            f"save_pretrained(DIR, safe_serialization=True)`"
+            f"is trusted, with the class config.json names (AutoModel would drop its heads), "
+            f"e.g. `getattr(transformers, AutoConfig.from_pretrained(DIR).architectures[0])"
+            f".from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)`"
         )
     raise FileNotFoundError(f"{directory}: no {WEIGHTS} (or {WEIGHTS_INDEX}) found")
 

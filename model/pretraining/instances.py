@@ -7,7 +7,8 @@
   name, with an injected `rng` so it is deterministic and testable. Segments
   are built from whole sentences of one document; half of the time segment B
   is the actual continuation (IsNext), otherwise it starts at a random
-  sentence of another document (NotNext). One deviation from the original: a
+  sentence of another document (NotNext; of the same document where the pool
+  holds one alone, as the original does). One deviation from the original: a
   chunk is closed at its target length only once it holds two sentences, so
   short targets do not tip the labels towards NotNext (google-research's rule
   gives 57 % NotNext on Wikipedia).
@@ -133,10 +134,10 @@ def create_instances_from_document(
                 first = [t for s in chunk[:a_end] for t in s.tolist()]
                 second = []
                 is_random_next = len(chunk) == 1 or rng.random() < 0.5
-                if is_random_next and len(documents) > 1:
+                if is_random_next:
                     target_b = target - len(first)
                     other = index
-                    for _ in range(10):  # a corpus of one document has no "other"
+                    for _ in range(10):  # one document alone: B comes from it (google's too)
                         other = rng.randint(0, len(documents) - 1)
                         if other != index:
                             break
