@@ -49,6 +49,31 @@ def test_split_sentences_at_ends_not_at_titles_or_initials():
     ]
 
 
+def test_split_sentences_in_other_scripts():
+    """A capital of any script, a caseless script's letter or a CJK full stop ends a sentence
+    (only A-Z and 0-9 did: a Russian or Chinese text was one sentence, and made no pairs)."""
+    assert split_sentences("Это первое. Это второе! А «третье»? Да.") == [
+        "Это первое.",
+        "Это второе!",
+        "А «третье»?",
+        "Да.",
+    ]
+    assert split_sentences("这是第一句。这是第二句！第三句？") == [
+        "这是第一句。",
+        "这是第二句！",
+        "第三句？",
+    ]
+    assert split_sentences("مرحبا بالعالم. هذه جملة ثانية.") == [
+        "مرحبا بالعالم.",
+        "هذه جملة ثانية.",
+    ]
+    assert split_sentences("Über alles. the end. «Oui.» É fin.") == [
+        "Über alles. the end.",
+        "«Oui.»",
+        "É fin.",
+    ]
+
+
 def test_split_sentences_empty_and_unterminated():
     assert split_sentences("   ") == []
     assert split_sentences("no end here") == ["no end here"]

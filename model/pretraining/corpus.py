@@ -28,9 +28,11 @@ from model.io.files import not_utf8
 FORMATS = ("auto", "text", "wiki", "gutenberg")
 
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space
-# and something that can start a sentence. Titles and initials ("Mr. Smith",
-# "J. R. R.") are not ends; the rest of the errors are harmless for NSP.
-_SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(\s+)(?=["'“‘(\[]?[A-Z0-9])""")
+# and something that can start a sentence (`_starts_sentence`: a capital of any
+# script, a digit, or a letter of a script without case), or at a CJK full stop,
+# which needs no space. Titles and initials ("Mr. Smith", "J. R. R.") are not
+# ends; the rest of the errors are harmless for NSP.
+_SENTENCE_END = re.compile(r"""[.!?]["'”’»)\]]*(\s+)(?=["'“‘«(\[]?(\w))|[。！？](\s*)""")
 _NOT_AN_END = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|Prof|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|No|Vol|"
     r"pp|Fig|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|U\.S|U\.K)\.|\b[A-Z]\.)$"
@@ -49,14 +51,24 @@ _PG_END = re.compile(
 _PG_OLD_LICENCE = re.compile(r"^\*.*SMALL PRINT", re.IGNORECASE)
 
 
+def _starts_sentence(c: str) -> bool:
+    """A capital (Latin, Cyrillic, Greek, ...), a digit, or a letter of a script without
+    case (Arabic, Hebrew, Devanagari, ...)."""
+    return c.isdigit() or c.isupper() or (c.isalpha() and not c.islower())
+
+
 def split_sentences(paragraph: str) -> list[str]:
     paragraph = paragraph.strip()
     if not paragraph:
         return []
     sentences, start = [], 0
     for m in _SENTENCE_END.finditer(paragraph):
+        if m.group(3) is not None:  # a CJK full stop: the sentence keeps it
+            sentences.append(paragraph[start : m.start(3)].strip())
+            start = m.end(3)
+            continue
         candidate = paragraph[start : m.start(1)]
-        if _NOT_AN_END.search(candidate.rstrip("\"'”’)]")):
+        if not _starts_sentence(m.group(2)) or _NOT_AN_END.search(candidate.rstrip("\"'”’»)]")):
             continue
         sentences.append(candidate.strip())
         start = m.end(1)
