@@ -357,12 +357,41 @@ def load_mlm(directory: str, max_seq_length: int):
         predict = lite.predict
     else:
         info = model_dir.read_info(directory)
-        if info.get("task") != "pretraining":
-            raise ValueError(f"{directory}: a {info.get('task')!r} model has no masked-LM head")
-        predict = model_dir.load(directory).predict_on_batch
+        if info.get("task") not in MLM_TASKS:
+            raise ValueError(
+                f"{directory}: a {info.get('task')!r} model has no masked-LM head (those of "
+                f"{', '.join(MLM_TASKS)} have)"
+            )
+        predict = masked_lm_predict(model_dir.load(directory))
         lowercase = info["encoder"].get("lowercase", True)
     tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     return predict, tokenizer
+
+
+# The model directories with a masked-LM head: BERT's pre-trainer, SpanBERT's, ELECTRA's
+# (its generator's).
+MLM_TASKS = ("pretraining", "span_pretraining", "electra_pretraining")
+
+
+def masked_lm_predict(model):
+    """predict(x) -> {"mlm": logits[, "nsp"]} at x["mask_positions"]: a BERT pre-trainer's own
+    outputs; SpanBERT's head over its encoder (its boundary inputs left out); ELECTRA's
+    generator and its head."""
+    from model.heads.pretrainer import BertPretrainer
+
+    if isinstance(model, BertPretrainer):
+        return model.predict_on_batch
+    import keras
+
+    encoder = getattr(model, "generator", None) or model.encoder
+
+    def predict(x):
+        inputs = {k: x[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+        sequence = encoder(inputs, training=False)["sequence_output"]
+        logits = model.masked_lm_head(sequence, mask_positions=x["mask_positions"])
+        return {"mlm": keras.ops.convert_to_numpy(logits)}
+
+    return predict
 
 
 def evaluate_replaced_tokens(

@@ -477,6 +477,30 @@ def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
     assert metrics["masked_positions"] > 0 and np.isfinite(metrics["mlm_loss"])
 
 
+def test_a_span_or_electra_runs_masked_lm_is_its_head_over_its_encoder():
+    """`model.evaluate --task mlm` scores SpanBERT's and ELECTRA's runs (refused before) with
+    their head over their encoder (the generator, for ELECTRA), computed as a BERT
+    pre-trainer's own forward pass computes it."""
+    import types
+
+    from model.config import BertConfig
+
+    config = BertConfig.preset("tiny").replace(vocabulary_size=60, max_sequence_length=16)
+    model = BertPretrainer(BertEncoder.from_config_object(config), next_sentence=False)
+    rng = np.random.default_rng(0)
+    x = {
+        "token_ids": rng.integers(5, 60, (3, 16)).astype("int32"),
+        "segment_ids": np.zeros((3, 16), "int32"),
+        "padding_mask": np.ones((3, 16), "int32"),
+        "mask_positions": rng.integers(1, 15, (3, 4)).astype("int32"),
+    }
+    own = model.predict_on_batch(x)["mlm"]
+    for parts in ({"encoder": model.encoder}, {"generator": model.encoder, "encoder": None}):
+        other = types.SimpleNamespace(masked_lm_head=model.masked_lm_head, **parts)
+        np.testing.assert_allclose(evaluate.masked_lm_predict(other)(x)["mlm"], own, atol=1e-5)
+    assert evaluate.masked_lm_predict(model) == model.predict_on_batch
+
+
 def test_evaluate_mlm_scores_the_mask_positions_apart(tmp_path):
     """A "model" that copies the word it is shown: never right where it sees [MASK] (80 % of
     the predictions), always where it sees the true word (10 %). The mixed accuracy says
