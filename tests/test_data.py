@@ -337,6 +337,24 @@ def test_mlm_weights_are_scaled_to_a_mean_over_real_predictions(dynamic, masker)
         np.testing.assert_array_equal(sw["nsp"], np.ones(BATCH))
 
 
+def test_several_folders_count_their_own_records_and_must_be_alike(files, dynamic, tmp_path):
+    """--data A,B: each folder's own shard counts, summed (B's files were counted by A's
+    dataset.json, where shards of the same name stood); folders made otherwise (another
+    length, casing, vocabulary, masking) are refused, naming both."""
+    other = tmp_path / "other"
+    corpus = write_corpus(tmp_path / "more.txt", num_documents=12, seed=3)
+    assert data.main(build_args(corpus, files["vocab"], other)) == 0
+    own = {str(d): find_records(str(d))[1]["num_instances"] for d in (dynamic, other)}
+    assert own[str(other)] != own[dynamic]
+    assert find_records(f"{dynamic},{other}")[1]["num_instances"] == sum(own.values())
+    longer = tmp_path / "longer"
+    args = build_args(corpus, files["vocab"], longer)
+    args[args.index("--max-seq-length") + 1] = "64"
+    assert data.main(args) == 0
+    with pytest.raises(ValueError, match=f"{longer}: records with max_seq_length 64, unlike"):
+        find_records(f"{dynamic},{longer}")
+
+
 def test_start_step_resumes_at_exactly_that_batch(dynamic, masker):
     num = find_records(dynamic)[1]["num_instances"]
     assert num % BATCH  # so some batches straddle two epochs

@@ -373,6 +373,8 @@ def bad_vocab(tmp_path):
     [
         ("missing data", r"missing-data-dir\S*: no record files match"),
         ("vocab without [MASK]", r"vocab-without-mask.txt: the vocabulary has no \[MASK\] token"),
+        ("another vocab", r"--vocab \S*other-vocab.txt: not the vocabulary \S* was made with"),
+        ("cased held-out records", r"records with lowercase False, unlike the training"),
         ("tpu without a TPU", r"--strategy tpu: no TPU found"),
     ],
 )
@@ -383,6 +385,13 @@ def test_bad_input_fails_early_with_a_message(records, bad_vocab, tmp_path, caps
         data = str(tmp_path / "missing-data-dir")
     elif case == "vocab without [MASK]":
         extra = ["--vocab", bad_vocab]
+    elif case == "another vocab":  # its ids are not the records' (an IndexError before)
+        other = write_vocab(tmp_path / "other-vocab.txt")
+        with open(other, "a", encoding="utf-8") as f:
+            f.write("extra\n")
+        extra = ["--vocab", other]
+    elif case == "cased held-out records":  # scored against an uncased run before
+        extra = ["--eval-data", make_records(tmp_path, "cased", num_documents=4, extra=["--cased"])]
     else:
         extra = ["--strategy", "tpu"]
     rc = train.main(pretrain_argv(data, output, extra=extra))

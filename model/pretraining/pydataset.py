@@ -56,11 +56,36 @@ _MAXINT32 = 2**31 - 1
 # === Records on disk ===
 
 
+# What the folders of one --data must agree on to be read as one set of records.
+SAME_ACROSS_FOLDERS = (
+    "max_seq_length", "lowercase", "vocab_sha256", "masking", "input_format", "next_sentence",
+)  # fmt: skip
+
+
 def find_records(pattern: str) -> tuple[list[str], dict]:
     """The record files matched by `pattern` (a glob, a directory, or several of them joined
-    by commas: a subset of one directory's shards, say) and their dataset.json."""
+    by commas: a subset of one directory's shards, or several directories) and their
+    dataset.json: each folder's own counts, summed; folders that differ in what
+    `SAME_ACROSS_FOLDERS` names are refused, naming both."""
     files = record_files(pattern)
-    info_path = os.path.join(os.path.dirname(files[0]), INFO)
+    by_folder: dict[str, list[str]] = {}
+    for path in files:
+        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    (first, info), *others = [(d, _folder_info(d, paths)) for d, paths in by_folder.items()]
+    for folder, other in others:
+        for key in SAME_ACROSS_FOLDERS:
+            if key in info and key in other and info[key] != other[key]:
+                raise ValueError(
+                    f"{folder}: records with {key} {other[key]!r}, unlike those of {first} "
+                    f"({info[key]!r}); one --data takes records made alike"
+                )
+        info["num_instances"] += other["num_instances"]
+    return files, info
+
+
+def _folder_info(folder: str, files: list[str]) -> dict:
+    """dataset.json of `folder`, with `num_instances` those of `files`."""
+    info_path = os.path.join(folder, INFO)
     info = {}
     if os.path.isfile(info_path):
         with open(info_path, encoding="utf-8") as f:
@@ -70,7 +95,7 @@ def find_records(pattern: str) -> tuple[list[str], dict]:
         info["num_instances"] = sum(shards[os.path.basename(p)] for p in files)
     else:  # records from elsewhere: look at them once
         info.update(_inspect(files))
-    return files, info
+    return info
 
 
 def _inspect(files: list[str]) -> dict:

@@ -186,15 +186,20 @@ def _data(args):
 
     from model import objectives
     from model.io.files import check_writable_dir
+    from model.pretraining.build import file_sha256
     from model.pretraining.pydataset import find_records
     from model.text.wordpiece import load_vocabulary
 
-    check_writable_dir(args.output)
     files, info = find_records(args.data)
     vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
     vocabulary = load_vocabulary(vocab_path)
     if "[MASK]" not in vocabulary:
         raise ValueError(f"{vocab_path}: the vocabulary has no [MASK] token")
+    if args.vocab and info.get("vocab_sha256") not in (None, file_sha256(args.vocab)):
+        raise ValueError(
+            f"--vocab {args.vocab}: not the vocabulary {args.data} was made with (its "
+            f"dataset.json's vocab_sha256); leave --vocab out, or make the records with it"
+        )
     seq_len = info["max_seq_length"]
     if args.seq_len is not None and args.seq_len != seq_len:
         raise ValueError(
@@ -224,6 +229,14 @@ def _data(args):
                 f"{args.eval_data}: records of {eval_info['max_seq_length']} tokens, "
                 f"the training records' are {seq_len}"
             )
+        for key in ("lowercase", "vocab_sha256"):  # held out as the model reads its text
+            if key in info and key in eval_info and info[key] != eval_info[key]:
+                raise ValueError(
+                    f"{args.eval_data}: records with {key} {eval_info[key]!r}, unlike the "
+                    f"training records' ({info[key]!r}); make them with the same vocabulary "
+                    f"and casing"
+                )
+    check_writable_dir(args.output)  # last: a refused run leaves no empty output behind
     return types.SimpleNamespace(
         info=info,
         vocab_path=vocab_path,
