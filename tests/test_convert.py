@@ -383,6 +383,16 @@ def test_vocab_rescues_a_folder_that_ships_only_tokenizer_json(tmp_path):
     out = str(tmp_path / "k")
     assert main(["--from", "hf", folder, "--to", "keras", out, "--vocab", vocab]) == 0
     assert os.path.isfile(os.path.join(out, "vocab.txt"))
+    # tokenizer.json alone, as transformers 5 saves a folder: its WordPiece vocabulary is read.
+    tokens = open(vocab, encoding="utf-8").read().splitlines()
+    tokenizer = {"model": {"type": "WordPiece", "vocab": {t: i for i, t in enumerate(tokens)}}}
+    (tmp_path / "BertModel" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    _, made, _ = read(folder)
+    assert open(made, encoding="utf-8").read().splitlines() == tokens
+    tokenizer["model"]["type"] = "BPE"
+    (tmp_path / "BertModel" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ValueError, match=r"tokenizer.json: not a WordPiece tokenizer \('BPE'\)"):
+        read(folder)
 
 
 # === Errors, never silence ===

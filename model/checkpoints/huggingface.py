@@ -46,6 +46,7 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 PICKLE_WEIGHTS = "pytorch_model.bin"
 VOCAB = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_JSON = "tokenizer.json"
 
 # architecture -> (our task, task options)
 ARCHITECTURES = {
@@ -287,11 +288,39 @@ def description(
 
 
 def check_vocabulary(directory: str, config: BertConfig, vocab_path: str | None = None) -> str:
-    """The folder's vocab.txt (or `vocab_path`, for a folder that ships only tokenizer.json),
+    """The folder's vocab.txt (or `vocab_path`; or, for a folder that ships only
+    tokenizer.json, as transformers 5 saves one, its WordPiece vocabulary written out),
     refused (with its path) unless it fits the token embedding."""
-    return check_vocabulary_size(
-        vocab_path or os.path.join(directory, VOCAB), config.vocabulary_size
-    )
+    own = os.path.join(directory, VOCAB)
+    if vocab_path is None and not os.path.isfile(own):
+        vocab_path = vocab_from_tokenizer_json(directory)
+    return check_vocabulary_size(vocab_path or own, config.vocabulary_size)
+
+
+def vocab_from_tokenizer_json(directory: str) -> str | None:
+    """A temporary vocab.txt of the WordPiece vocabulary in the folder's tokenizer.json (None
+    without one); removed when the process ends."""
+    import atexit
+    import tempfile
+
+    path = os.path.join(directory, TOKENIZER_JSON)
+    if not os.path.isfile(path):
+        return None
+    tokenizer = read_json_object(path, "tokenizer").get("model") or {}
+    vocab = tokenizer.get("vocab")
+    if tokenizer.get("type") != "WordPiece" or not isinstance(vocab, dict):
+        raise ValueError(
+            f"{path}: not a WordPiece tokenizer ({tokenizer.get('type')!r}) and no {VOCAB} "
+            f"beside it; pass --vocab"
+        )
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise ValueError(f"{path}: the vocabulary's ids are not 0 to {len(tokens) - 1}")
+    fd, out = tempfile.mkstemp(prefix="vocab-from-tokenizer-json-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in tokens)
+    atexit.register(lambda: os.path.exists(out) and os.remove(out))
+    return out
 
 
 def _check_tied(tensors: dict, prefix: str, source: str) -> None:
