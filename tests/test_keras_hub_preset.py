@@ -248,3 +248,19 @@ def test_exact_gelu_model_is_written_with_the_difference_measured(tmp_path, caps
     assert "the encoder's 'gelu' (keras-hub: tanh GELU)" in err
     measured = float(err.split("difference| ")[1].split()[0])
     assert 0 < measured < 1e-2
+
+
+def test_a_truncated_preset_is_refused_naming_it(tmp_path, capsys):
+    """A preset whose weights file was cut short: one line naming the preset (an h5py
+    OSError traceback before)."""
+    vocabulary = tiny_vocabulary()
+    backbone, tokenizer = keras_hub_backbone("bert", vocabulary)
+    preset = tmp_path / "preset"
+    backbone.save_to_preset(str(preset))
+    tokenizer.save_to_preset(str(preset))
+    weights = preset / "model.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:4000])
+    assert convert(["--from", "keras-hub", str(preset), "--to", "keras", str(tmp_path / "k")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {preset}: keras-hub cannot load this preset (" in err and "Traceback" not in err
+    assert not (tmp_path / "k").exists()

@@ -269,6 +269,16 @@ def _backbone_config(path: str) -> tuple[str, dict]:
     return kind, data.get("config", {})
 
 
+def _from_preset(cls, path: str):
+    """`cls.from_preset(path)`, its failures (a truncated weights file, weights that do not fit
+    the config) said in one line naming the preset."""
+    try:
+        return cls.from_preset(path)
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise ValueError(f"{path}: keras-hub cannot load this preset ({reason})") from None
+
+
 def _load(path: str, kind: str, task: str | None):
     """(our task, its options, the keras-hub model with the weights, notes) of a
     preset: its task, or its backbone alone when there is none or `task` is "encoder"."""
@@ -276,7 +286,7 @@ def _load(path: str, kind: str, task: str | None):
 
     task_file = os.path.join(path, TASK_CONFIG)
     if not os.path.isfile(task_file) or task == "encoder":
-        return "encoder", {}, keras_hub.models.Backbone.from_preset(path), []
+        return "encoder", {}, _from_preset(keras_hub.models.Backbone, path), []
     data = read_json_object(task_file, "task config")
     name = str(data.get("registered_name", "")).removeprefix(PREFIX)
     if name not in TASKS:
@@ -285,7 +295,7 @@ def _load(path: str, kind: str, task: str | None):
             f"pass --task encoder to read the {kind} alone"
         )
     own, options = TASKS[name]
-    loaded, notes = getattr(keras_hub.models, name).from_preset(path), []
+    loaded, notes = _from_preset(getattr(keras_hub.models, name), path), []
     if own == "classifier":
         config = data.get("config", {})
         if not isinstance(config.get("num_classes"), int):
