@@ -597,3 +597,27 @@ def test_overwrite_replaces_the_folder_and_a_short_vocabulary_writes_nothing(tmp
         assert main(["--from", "hf", source, "--to", fmt, str(out), "--vocab", str(short)]) == 1
         assert "short.txt: vocabulary has 50 tokens" in capsys.readouterr().err
         assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+def test_a_google_folder_without_casing_reads_the_casing_its_name_or_vocabulary_shows(tmp_path):
+    """Google's bert_config.json states no casing: a release folder named cased_... (as
+    google-research's validate_case_matches_checkpoint reads it) or a vocabulary of capitals
+    is read cased, with a note (uncased before, silently)."""
+    m = tiny_pretrainer(activation="gelu_approximate")
+    plain = tiny_vocab(tmp_path)  # w0, w1, ...: no capitals
+    capitals = tmp_path / "capitals.txt"
+    capitals.write_text(open(plain).read().replace("w", "W"))
+    for name, vocab, note in (
+        ("cased_L-2_H-32_A-4", plain, "as the folder's name says"),
+        ("uncased_L-2_H-32_A-4", capitals, None),
+        ("mine", capitals, "words of"),
+        ("mine-too", plain, None),
+    ):
+        folder = tmp_path / name
+        google_checkpoint.write(m, str(folder), str(vocab))
+        config = json.loads((folder / "bert_config.json").read_text())
+        config.pop("do_lower_case", None)
+        (folder / "bert_config.json").write_text(json.dumps(config))
+        back, _, notes = read(str(folder))
+        assert back.encoder.config.lowercase is (note is None), name
+        assert any(note in n for n in notes) if note else not notes, (name, notes)

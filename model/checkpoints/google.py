@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import tempfile
 
@@ -140,7 +141,7 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
     prefix = find_checkpoint(path)
     directory = os.path.dirname(prefix)
     config_path = os.path.join(directory, CONFIG)
-    config = BertConfig.from_json(config_path)
+    config, casing_note = _stated_casing(config_path, BertConfig.from_json(config_path))
     tensors = read_tensors(prefix)
     explicit = task is not None
     if not explicit:
@@ -179,7 +180,35 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
         )
 
     vocab_path = check_vocabulary(os.path.join(directory, VOCAB), config.vocabulary_size)
-    return model, vocab_path, notes
+    return model, vocab_path, notes + [casing_note] * bool(casing_note)
+
+
+def _stated_casing(config_path: str, config: BertConfig) -> tuple[BertConfig, str | None]:
+    """`config` with the casing its folder shows where bert_config.json states none (Google's
+    never does): a release folder's name ("cased_L-12_H-768_A-12", "multi_cased_...", as
+    google-research's own `validate_case_matches_checkpoint` reads it), else a vocabulary
+    with capitals; and the note that says which it read."""
+    from model.io.files import read_json_object
+    from model.text.wordpiece import load_vocabulary
+
+    if "do_lower_case" in read_json_object(config_path):
+        return config, None
+    directory = os.path.dirname(os.path.abspath(config_path))
+    name = os.path.basename(directory).lower()
+    if re.match(r"^(?:multi_|wwm_)?cased_", name):
+        return config.replace(lowercase=False), (
+            f"{config_path} states no casing: read as cased, as the folder's name says"
+        )
+    vocab = os.path.join(directory, VOCAB)
+    if not re.match(r"^(?:multi_|wwm_)?uncased_", name) and os.path.isfile(vocab):
+        tokens = load_vocabulary(vocab)
+        capitals = sum(t[:1].isupper() for t in tokens if not t.startswith("["))
+        if capitals > len(tokens) // 20:  # an uncased vocabulary has none
+            return config.replace(lowercase=False), (
+                f"{config_path} states no casing: read as cased, as {capitals} words of "
+                f"{vocab} start with a capital"
+            )
+    return config, None
 
 
 # === Writing ===
