@@ -159,6 +159,15 @@ def parse_args(argv):
         )
     except ValueError as e:
         p.error(str(e))
+    for flag, value in (
+        ("--num-shards", args.num_shards),
+        ("--dupe-factor", args.dupe_factor),
+        ("--max-predictions", args.max_predictions),
+    ):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be at least 1, not {value}")
+    if not 0.0 <= args.short_seq_prob <= 1.0:
+        p.error(f"--short-seq-prob is a probability, from 0 to 1, not {args.short_seq_prob}")
     return args
 
 

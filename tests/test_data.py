@@ -207,6 +207,21 @@ def test_static_masking_realises_the_mask_rate(files, tmp_path):
 # === model.data: bad input stops cleanly ===
 
 
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--num-shards", "0", "--num-shards must be at least 1, not 0"),  # a ZeroDivisionError
+        ("--dupe-factor", "0", "--dupe-factor must be at least 1"),  # "the input has no text"
+        ("--short-seq-prob", "1.5", "--short-seq-prob is a probability, from 0 to 1"),
+        ("--short-seq-prob", "-1", "--short-seq-prob is a probability"),  # taken as it was
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors(files, tmp_path, capsys, flag, value, message):
+    with pytest.raises(SystemExit):
+        data.parse_args(build_args(files["corpus"], files["vocab"], tmp_path / "o", flag, value))
+    assert message in capsys.readouterr().err
+
+
 def _bad_inputs(d, files):
     """name -> (argv changes, the path the message must name, a phrase of the message)."""
     (d / "empty.txt").write_text("")

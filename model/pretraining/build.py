@@ -40,14 +40,18 @@ INFO = "dataset.json"
 
 
 def expand_inputs(patterns: list[str]) -> list[str]:
+    """The files `patterns` (paths and globs) name, each once, in order; a directory is
+    not read (its files are: DIR/*)."""
     files = []
     for pattern in patterns:
         matched = sorted(glob.glob(pattern))
         if not matched:
             raise FileNotFoundError(f"{pattern}: no such file")
-        files.extend(p for p in matched if os.path.isfile(p))
+        files.extend(p for p in matched if os.path.isfile(p) and p not in files)
     if not files:
-        raise FileNotFoundError(f"no input files in {patterns}")
+        folders = [p for p in patterns if os.path.isdir(p)]
+        hint = f" (a directory is not read; its files are: {folders[0]}/*)" if folders else ""
+        raise FileNotFoundError(f"no input files in {patterns}{hint}")
     return files
 
 
