@@ -157,6 +157,9 @@ def test_the_time_in_steps_leaves_out_the_checkpoint_saves(records, tmp_path, mo
     # the saves happened within the run (2 s), outside its steps' time
     assert summary["seconds_this_run"] - summary["seconds_in_steps"] > 1.5
     assert 0 < summary["median_step_seconds"] <= summary["seconds_in_steps"]
+    # The printed speed is the steps' own, the one with the saves beside it (one figure that
+    # counted the saves was printed as the steps' before).
+    assert summary["tokens_per_second_in_steps"] > 1.5 * summary["tokens_per_second"]
 
 
 def test_the_median_call_is_the_step_a_calibration_reads():
@@ -202,7 +205,7 @@ def test_a_run_shorter_than_a_checkpoint_interval_counts_its_own_steps(records, 
     assert train.main([*argv, "--strategy", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "6/6" in out and "1000/1000" not in out
-    assert "step 6 of 6; " in out and "over the 5 steps after the first call" in out
+    assert "step 6 of 6; " in out and "tokens/s in the 5 steps after the first call" in out
     assert out.count("saved ") == 1
 
 

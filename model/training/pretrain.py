@@ -548,6 +548,10 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         # the median call's seconds a step (what a budget's calibration reads)
         "median_step_seconds": round(median_step, 6) if median_step is not None else None,
         "tokens_per_second": round(tokens / elapsed, 1) if elapsed else None,
+        # the same tokens over the steps' own time
+        "tokens_per_second_in_steps": round(tokens / timing.in_steps, 1)
+        if timing.in_steps
+        else None,
         "examples_seen": _step(model) * args.batch_size,
         "batch_size": args.batch_size,
         "seq_len": seq_len,
@@ -565,11 +569,13 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "train_summary.json"), summary)
-    if summary["tokens_per_second"]:
+    if summary["tokens_per_second"] and summary["tokens_per_second_in_steps"]:
         print(
-            f"step {summary['steps']} of {args.steps}; {summary['tokens_per_second']:.0f} "
-            f"tokens/s over the {timing.steps} steps after the first call (which compiles) "
-            f"in {elapsed:.0f} s (batch x seq_len, padding included)"
+            f"step {summary['steps']} of {args.steps}; "
+            f"{summary['tokens_per_second_in_steps']:.0f} tokens/s in the {timing.steps} steps "
+            f"after the first call (which compiles), {summary['tokens_per_second']:.0f} with "
+            f"their evaluations and checkpoint saves, {elapsed:.0f} s (batch x seq_len, "
+            f"padding included)"
         )
     print(f"saved {args.output}")
 
