@@ -95,6 +95,7 @@ TASK_METHODS = {
     "detect_replaced": ("replaced_token_detection",),
     "corrupt": ("generator",),  # an ELECTRA bundle's "generator" signature
 }
+DEFAULT_TOP_K = 5  # fill_mask's predictions at each [MASK] unless asked
 # ELECTRA's masking, as `model.objectives.electra.Electra` sets it (repeated here: that module
 # imports Keras; tests/test_electra_bundle.py checks they agree): 15 % of the WordPieces
 # chosen, 85 % of those made [MASK], none a random token (the rest stay as they are).
@@ -220,13 +221,16 @@ class EdgeModel:
 
     # === fill_mask ===
 
-    def fill_mask(self, text: str, top_k: int = 5) -> dict:
-        """The likeliest word pieces at each [MASK] of `text`."""
+    def fill_mask(self, text: str, top_k: int | None = None) -> dict:
+        """The likeliest word pieces at each [MASK] of `text` (`top_k` of them; None: 5, or
+        as many as the bundle keeps when fewer)."""
         self._require("fill_mask")
         _check_text(text, "text")
+        kept = self.info.get("top_k")
+        if top_k is None:
+            top_k = min(DEFAULT_TOP_K, kept or DEFAULT_TOP_K)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ValueError(f"top_k must be a positive whole number, not {top_k!r}")
-        kept = self.info.get("top_k")
         if kept and top_k > kept:
             raise ValueError(
                 f"top_k {top_k}: this bundle keeps the {kept} likeliest WordPieces at each "

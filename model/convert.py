@@ -114,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _held_by(dst: str, paths: dict) -> str | None:
+    """The name of the first of `paths` that lies inside `dst` (the folder an output replaces
+    whole), or None; `dst` itself as the source is fine (it is read before it is replaced)."""
+    outer = os.path.realpath(dst)
+    for name, path in paths.items():
+        inner = os.path.realpath(path)
+        inside = os.path.commonpath([outer, inner]) == outer
+        if inside and (inner != outer or name != "the source"):
+            return name
+    return None
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -126,6 +138,9 @@ def main(argv=None) -> int:
         parser.error(f"--to: unknown format {dst_fmt!r}; choose from {FORMATS}")
     if os.path.exists(dst) and (os.path.isfile(dst) or os.listdir(dst)) and not args.overwrite:
         parser.error(f"{dst} exists and is not empty; pass --overwrite to replace it")
+    held = _held_by(dst, {"the current directory": os.getcwd(), "the source": src})
+    if held:
+        parser.error(f"{dst} holds {held}, which replacing it would delete; write elsewhere")
     try:
         model, vocab_path, notes = read(
             src,

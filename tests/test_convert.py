@@ -621,3 +621,28 @@ def test_a_google_folder_without_casing_reads_the_casing_its_name_or_vocabulary_
         back, _, notes = read(str(folder))
         assert back.encoder.config.lowercase is (note is None), name
         assert any(note in n for n in notes) if note else not notes, (name, notes)
+
+
+def test_an_output_that_holds_the_source_or_the_working_directory_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    """The output replaces its folder whole: a folder holding the source (a file in it, a
+    folder under it) or the working directory ("--to hf .") would be deleted, so it is refused;
+    the source folder itself may be rewritten in place."""
+    outer, empty = tmp_path / "outer", tmp_path / "empty"
+    shutil.copytree(os.path.join(TINY, "BertModel"), outer / "hf")
+    empty.mkdir()
+    for argv in (
+        ["--from", "hf", str(outer / "hf"), "--to", "keras", str(outer), "--overwrite"],
+        ["--from", "hf", str(outer / "hf"), "--to", "hf", "."],
+    ):
+        monkeypatch.chdir(empty if argv[-1] == "." else tmp_path)
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "which replacing it would delete" in capsys.readouterr().err
+    assert (outer / "hf" / "model.safetensors").exists()
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(["--from", "hf", str(outer / "hf"), "--to", "hf", str(outer / "hf"), "--overwrite"])
+        == 0
+    )

@@ -67,6 +67,17 @@ def test_split_sentences_in_other_scripts():
         "مرحبا بالعالم.",
         "هذه جملة ثانية.",
     ]
+    # Initials of any script end no sentence; closing quotes stay with theirs; ？！ is one end.
+    assert split_sentences("Поэт А. С. Пушкин родился. Он писал.") == [
+        "Поэт А. С. Пушкин родился.",
+        "Он писал.",
+    ]
+    assert split_sentences("他说：“好。”然后走了。真的？！是的。") == [
+        "他说：“好。”",
+        "然后走了。",
+        "真的？！",
+        "是的。",
+    ]
     assert split_sentences("Über alles. the end. «Oui.» É fin.") == [
         "Über alles. the end.",
         "«Oui.»",

@@ -368,6 +368,14 @@ def test_several_folders_count_their_own_records_and_must_be_alike(files, dynami
     assert data.main(args) == 0
     with pytest.raises(ValueError, match=f"{longer}: records with max_seq_length 64, unlike"):
         find_records(f"{dynamic},{longer}")
+    # Static masks of another rate have other slots: each folder is parsed with the first's.
+    statics = []
+    for rate in ("0.15", "0.5"):
+        statics.append(tmp_path / f"static-{rate}")
+        args = build_args(corpus, files["vocab"], statics[-1], "--masking", "static")
+        assert data.main([*args, "--mask-rate", rate]) == 0
+    with pytest.raises(ValueError, match="records with max_predictions 16, unlike"):
+        find_records(",".join(map(str, statics)))
 
 
 def test_start_step_resumes_at_exactly_that_batch(dynamic, masker):

@@ -254,6 +254,12 @@ def test_fill_mask(tok):
     assert out["filled"] == "The capital of France is paris, said paris."
     assert [mask["best"] for mask in out["masks"]] == [0, 0]
     assert not out["truncated"] and calls == [(1, 2)]
+    # Without top_k: 5, or fewer where the bundle keeps fewer (a --top-k 3 bundle's view and
+    # command line failed when 5 became an error above the bundle's).
+    assert len(m.fill_mask("a [MASK]")["masks"][0]["predictions"]) == 5
+    m.info["top_k"] = 3
+    assert len(m.fill_mask("a [MASK]")["masks"][0]["predictions"]) == 3
+    m.info["top_k"] = 5
     # A bundle with one mask position a call asks once per [MASK].
     calls.clear()
     m.info["inputs"] = {"mask_positions": [-1, 1]}

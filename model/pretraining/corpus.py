@@ -32,7 +32,9 @@ FORMATS = ("auto", "text", "wiki", "gutenberg")
 # script, a digit, or a letter of a script without case), or at a CJK full stop,
 # which needs no space. Titles and initials ("Mr. Smith", "J. R. R.") are not
 # ends; the rest of the errors are harmless for NSP.
-_SENTENCE_END = re.compile(r"""[.!?]["'”’»)\]]*(\s+)(?=["'“‘«(\[]?(\w))|[。！？](\s*)""")
+_SENTENCE_END = re.compile(
+    r"""[.!?]["'”’»)\]]*(\s+)(?=["'“‘«(\[]?(\w))|[。！？]+[”’」』）)]*(\s*)"""
+)
 _NOT_AN_END = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|Prof|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|No|Vol|"
     r"pp|Fig|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|U\.S|U\.K)\.|\b[A-Z]\.)$"
@@ -49,6 +51,17 @@ _PG_END = re.compile(
     r"^(?:\*{3} ?END OF|End (?:of )?(?:the |this )?(?:Project Gutenb[eu]rg|Etext))", re.IGNORECASE
 )
 _PG_OLD_LICENCE = re.compile(r"^\*.*SMALL PRINT", re.IGNORECASE)
+
+
+def _initial(text: str) -> bool:
+    """Whether `text` ends with an initial, a capital of any script and a period ("J.",
+    "А. С."), which ends no sentence."""
+    return (
+        len(text) >= 2
+        and text[-1] == "."
+        and text[-2].isupper()
+        and (len(text) == 2 or not text[-3].isalnum())
+    )
 
 
 def _starts_sentence(c: str) -> bool:
@@ -68,7 +81,8 @@ def split_sentences(paragraph: str) -> list[str]:
             start = m.end(3)
             continue
         candidate = paragraph[start : m.start(1)]
-        if not _starts_sentence(m.group(2)) or _NOT_AN_END.search(candidate.rstrip("\"'”’»)]")):
+        tail = candidate.rstrip("\"'”’»)]")
+        if not _starts_sentence(m.group(2)) or _NOT_AN_END.search(tail) or _initial(tail):
             continue
         sentences.append(candidate.strip())
         start = m.end(1)

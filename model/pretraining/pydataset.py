@@ -73,14 +73,21 @@ def find_records(pattern: str) -> tuple[list[str], dict]:
         by_folder.setdefault(os.path.dirname(path), []).append(path)
     (first, info), *others = [(d, _folder_info(d, paths)) for d, paths in by_folder.items()]
     for folder, other in others:
-        for key in SAME_ACROSS_FOLDERS:
-            if key in info and key in other and info[key] != other[key]:
+        # Static masks' slots too: every folder is parsed with the first one's.
+        pairs = [(key, info.get(key), other.get(key)) for key in SAME_ACROSS_FOLDERS]
+        pairs.append(("max_predictions", _slots(info), _slots(other)))
+        for key, mine, theirs in pairs:
+            if mine is not None and theirs is not None and mine != theirs:
                 raise ValueError(
-                    f"{folder}: records with {key} {other[key]!r}, unlike those of {first} "
-                    f"({info[key]!r}); one --data takes records made alike"
+                    f"{folder}: records with {key} {theirs!r}, unlike those of {first} "
+                    f"({mine!r}); one --data takes records made alike"
                 )
         info["num_instances"] += other["num_instances"]
     return files, info
+
+
+def _slots(info: dict) -> int | None:
+    return (info.get("masking_config") or {}).get("max_predictions")
 
 
 def _folder_info(folder: str, files: list[str]) -> dict:
