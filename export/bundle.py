@@ -27,7 +27,7 @@ import contextlib
 import os
 import shutil
 
-from model.io.files import read_json_object, replace_dir, staging_dir, write_json
+from model.io.files import read_json_object, staged_directory, write_json
 
 FORMAT = 1
 MODEL = "model.tflite"
@@ -157,39 +157,24 @@ def vocab_path(directory: str) -> str:
 @contextlib.contextmanager
 def staging(directory: str):
     """Yields an empty temporary directory beside `directory`; on success it
-    replaces `directory`, on any error it is deleted (and `directory` untouched)."""
-    directory = os.path.abspath(directory)
-    parent, name = os.path.split(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = staging_dir(parent, f".{name}.tmp-")
-    try:
+    replaces `directory` (an old bundle is moved aside and deleted after: at every moment
+    the real name holds a complete bundle or nothing), on any error it is deleted (and
+    `directory` untouched). `model.io.files.staged_directory`, refusing to replace what is
+    not a bundle."""
+    with staged_directory(directory) as tmp:
         yield tmp
-        publish(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        check_output(directory)  # again at the end: it may have changed meanwhile
 
 
 def check_output(directory: str) -> None:
     """FileExistsError unless `directory` can take a bundle: absent, empty, or a bundle (which
-    is replaced). Commands call it before converting, and `publish` again before it writes."""
+    is replaced). Commands call it before converting, and `staging` again before it replaces."""
     if not os.path.exists(directory):
         return
     if not os.path.isdir(directory):
         raise FileExistsError(f"{directory}: exists and is not a directory")
     if os.listdir(directory) and not is_bundle(directory):
         raise FileExistsError(f"{directory}: exists and is not a bundle; refusing to replace it")
-
-
-def publish(tmp: str, directory: str) -> None:
-    """Renames the finished `tmp` to `directory`, replacing an existing bundle.
-
-    A directory cannot be renamed over a non-empty one, so an old bundle is
-    first moved aside (to a hidden name) and deleted after: at every moment
-    the real name holds a complete bundle or nothing.
-    """
-    check_output(directory)
-    replace_dir(tmp, directory)
 
 
 def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_k: int) -> dict:

@@ -49,40 +49,28 @@ def test_split_sentences_at_ends_not_at_titles_or_initials():
     ]
 
 
-def test_split_sentences_in_other_scripts():
+@pytest.mark.parametrize(
+    "text, sentences",
+    [
+        (
+            "Это первое. Это второе! А «третье»? Да.",
+            ["Это первое.", "Это второе!", "А «третье»?", "Да."],
+        ),
+        ("这是第一句。这是第二句！第三句？", ["这是第一句。", "这是第二句！", "第三句？"]),
+        ("مرحبا بالعالم. هذه جملة ثانية.", ["مرحبا بالعالم.", "هذه جملة ثانية."]),
+        # Initials of any script end no sentence; closing quotes stay with theirs; ？！ is one.
+        ("Поэт А. С. Пушкин родился. Он писал.", ["Поэт А. С. Пушкин родился.", "Он писал."]),
+        (
+            "他说：“好。”然后走了。真的？！是的。",
+            ["他说：“好。”", "然后走了。", "真的？！", "是的。"],
+        ),
+        ("Über alles. the end. «Oui.» É fin.", ["Über alles. the end.", "«Oui.»", "É fin."]),
+    ],
+)
+def test_split_sentences_in_other_scripts(text, sentences):
     """A capital of any script, a caseless script's letter or a CJK full stop ends a sentence
     (only A-Z and 0-9 did: a Russian or Chinese text was one sentence, and made no pairs)."""
-    assert split_sentences("Это первое. Это второе! А «третье»? Да.") == [
-        "Это первое.",
-        "Это второе!",
-        "А «третье»?",
-        "Да.",
-    ]
-    assert split_sentences("这是第一句。这是第二句！第三句？") == [
-        "这是第一句。",
-        "这是第二句！",
-        "第三句？",
-    ]
-    assert split_sentences("مرحبا بالعالم. هذه جملة ثانية.") == [
-        "مرحبا بالعالم.",
-        "هذه جملة ثانية.",
-    ]
-    # Initials of any script end no sentence; closing quotes stay with theirs; ？！ is one end.
-    assert split_sentences("Поэт А. С. Пушкин родился. Он писал.") == [
-        "Поэт А. С. Пушкин родился.",
-        "Он писал.",
-    ]
-    assert split_sentences("他说：“好。”然后走了。真的？！是的。") == [
-        "他说：“好。”",
-        "然后走了。",
-        "真的？！",
-        "是的。",
-    ]
-    assert split_sentences("Über alles. the end. «Oui.» É fin.") == [
-        "Über alles. the end.",
-        "«Oui.»",
-        "É fin.",
-    ]
+    assert split_sentences(text) == sentences
 
 
 def test_split_sentences_empty_and_unterminated():

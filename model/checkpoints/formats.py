@@ -11,7 +11,6 @@ Formats and the rules they follow are in that command's docstring (model/convert
 from __future__ import annotations
 
 import os
-import shutil
 
 FORMATS = ("google", "hf", "keras", "keras-hub")
 # CLI task names -> (our task, options); "masked_lm" is pre-training without NSP.
@@ -170,21 +169,14 @@ def write(
         raise ValueError(f"unknown format {fmt!r}; choose from {FORMATS}")
     from model.checkpoints.mapping import check_vocabulary
     from model.checkpoints.model_dir import encoder_of
-    from model.io.files import replace_dir, staging_dir
+    from model.io.files import staged_directory
 
     check_vocabulary(vocab_path, encoder_of(model).config.vocabulary_size)  # before any write
     if fmt in ("hf", "google"):
         _refuse_own_head_settings(model, fmt)
-    parent, name = os.path.split(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = staging_dir(parent, f".{name}.tmp-")
-    try:  # the whole folder, then in place of the old one: no old file stays beside the new
-        notes = _write_folder(model, fmt, tmp, vocab_path, sequence_length)
-        replace_dir(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return notes
+    # The whole folder, then in place of the old one: no old file stays beside the new.
+    with staged_directory(path) as tmp:
+        return _write_folder(model, fmt, tmp, vocab_path, sequence_length)
 
 
 def _write_folder(model, fmt: str, path: str, vocab_path: str, sequence_length) -> list[str]:

@@ -35,13 +35,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import numpy as np
 
 from model.checkpoints.mapping import ENCODER, Entry, assign
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
-from model.io.files import read_json_object, staging_dir
+from model.io.files import read_json_object
 
 CONFIG = "config.json"
 TASK_CONFIG = "task.json"
@@ -94,7 +93,8 @@ def write(model, directory: str, vocab_path: str, sequence_length: int | None = 
 
     Args:
         model: one of our models (see the module docstring for those keras-hub has).
-        directory: the preset directory, written whole or not at all.
+        directory: the preset directory (`formats.write` stages it: written whole or not at
+            all).
         vocab_path: the WordPiece vocabulary.
         sequence_length: the task preprocessor's length (default: the
             encoder's positions, at most 512).
@@ -107,18 +107,10 @@ def write(model, directory: str, vocab_path: str, sequence_length: int | None = 
     saved, tokenizer = _keras_hub_model(kind, info, cfg, vocab_path, length)
     tensors = {w.path: np.asarray(w.numpy()) for w in model.weights}
     assign(_entries(saved, _our_name), tensors, f"our {info['task']} model")
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = staging_dir(parent, ".keras-hub-")
-    try:
-        saved.save_to_preset(tmp)
-        if not hasattr(saved, "preprocessor"):  # a backbone: its tokenizer beside it
-            tokenizer.save_to_preset(tmp)
-        if os.path.isdir(directory):
-            shutil.rmtree(directory)  # the command refused a non-empty one without --overwrite
-        os.replace(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(directory, exist_ok=True)
+    saved.save_to_preset(directory)
+    if not hasattr(saved, "preprocessor"):  # a backbone: its tokenizer beside it
+        tokenizer.save_to_preset(directory)
     notes = [
         f"keras-hub computes this model with {difference}, so its outputs differ slightly "
         f"(measured below)"

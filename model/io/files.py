@@ -55,6 +55,23 @@ def staging_dir(parent: str, prefix: str) -> str:
     return tmp
 
 
+@contextlib.contextmanager
+def staged_directory(path: str):
+    """Yields an empty directory beside `path` (`staging_dir`); when the block succeeds it
+    replaces `path` whole (`replace_dir`), on any error (a SIGTERM too, with
+    `exit_on_sigterm`) it is deleted and `path` is untouched."""
+    directory = os.path.abspath(path)
+    parent, name = os.path.split(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = staging_dir(parent, f".{name}.tmp-")
+    try:
+        yield tmp
+        replace_dir(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def replace_dir(tmp: str, directory: str) -> None:
     """Renames the finished directory `tmp` to `directory`, replacing what is there (a file,
     or a directory whose old files would otherwise stay beside the new ones). A directory

@@ -35,9 +35,10 @@ FORMATS = ("auto", "text", "wiki", "gutenberg")
 _SENTENCE_END = re.compile(
     r"""[.!?]["'”’»)\]]*(\s+)(?=["'“‘«(\[]?(\w))|[。！？]+[”’」』）)]*(\s*)"""
 )
+# Titles; initials ("J.", "А.") are `_initial`'s.
 _NOT_AN_END = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|Prof|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|No|Vol|"
-    r"pp|Fig|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|U\.S|U\.K)\.|\b[A-Z]\.)$"
+    r"pp|Fig|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|U\.S|U\.K)\.)$"
 )
 _HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 # Only a top-level heading (" = Title = ") starts a WikiText article; " = = Section = = "

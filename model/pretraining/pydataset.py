@@ -74,20 +74,32 @@ def find_records(pattern: str) -> tuple[list[str], dict]:
     (first, info), *others = [(d, _folder_info(d, paths)) for d, paths in by_folder.items()]
     for folder, other in others:
         # Static masks' slots too: every folder is parsed with the first one's.
-        pairs = [(key, info.get(key), other.get(key)) for key in SAME_ACROSS_FOLDERS]
-        pairs.append(("max_predictions", _slots(info), _slots(other)))
-        for key, mine, theirs in pairs:
-            if mine is not None and theirs is not None and mine != theirs:
-                raise ValueError(
-                    f"{folder}: records with {key} {theirs!r}, unlike those of {first} "
-                    f"({mine!r}); one --data takes records made alike"
-                )
+        differs = made_otherwise(info, other, (*SAME_ACROSS_FOLDERS, "max_predictions"))
+        if differs:
+            key, mine, theirs = differs
+            raise ValueError(
+                f"{folder}: records with {key} {theirs!r}, unlike those of {first} "
+                f"({mine!r}); one --data takes records made alike"
+            )
         info["num_instances"] += other["num_instances"]
     return files, info
 
 
-def _slots(info: dict) -> int | None:
-    return (info.get("masking_config") or {}).get("max_predictions")
+def made_otherwise(info: dict, other: dict, keys) -> tuple | None:
+    """(key, `info`'s value, `other`'s) of the first of `keys` two records' dataset.json
+    state differently ("max_predictions": static masks' slots), or None: alike where both
+    say."""
+    for key in keys:
+        mine, theirs = _stated(info, key), _stated(other, key)
+        if mine is not None and theirs is not None and mine != theirs:
+            return key, mine, theirs
+    return None
+
+
+def _stated(info: dict, key: str):
+    if key == "max_predictions":  # static masks' slots
+        return (info.get("masking_config") or {}).get(key)
+    return info.get(key)
 
 
 def _folder_info(folder: str, files: list[str]) -> dict:

@@ -187,7 +187,7 @@ def _data(args):
     from model import objectives
     from model.io.files import check_writable_dir
     from model.pretraining.build import file_sha256
-    from model.pretraining.pydataset import find_records
+    from model.pretraining.pydataset import find_records, made_otherwise
     from model.text.wordpiece import load_vocabulary
 
     files, info = find_records(args.data)
@@ -229,13 +229,14 @@ def _data(args):
                 f"{args.eval_data}: records of {eval_info['max_seq_length']} tokens, "
                 f"the training records' are {seq_len}"
             )
-        for key in ("lowercase", "vocab_sha256"):  # held out as the model reads its text
-            if key in info and key in eval_info and info[key] != eval_info[key]:
-                raise ValueError(
-                    f"{args.eval_data}: records with {key} {eval_info[key]!r}, unlike the "
-                    f"training records' ({info[key]!r}); make them with the same vocabulary "
-                    f"and casing"
-                )
+        # Held out as the model reads its text.
+        differs = made_otherwise(info, eval_info, ("lowercase", "vocab_sha256"))
+        if differs:
+            key, mine, theirs = differs
+            raise ValueError(
+                f"{args.eval_data}: records with {key} {theirs!r}, unlike the training "
+                f"records' ({mine!r}); make them with the same vocabulary and casing"
+            )
     check_writable_dir(args.output)  # last: a refused run leaves no empty output behind
     return types.SimpleNamespace(
         info=info,
