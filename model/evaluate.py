@@ -8,7 +8,10 @@ Tasks:
           any raw text file (`model.pretraining.corpus` formats) exactly as for
           pre-training: 15 % masking, 80/10/10, a fixed seed; top-1/top-5 also
           on the positions that show [MASK] alone (`_mask_only`: a position
-          that shows its own word is far easier). A pre-training
+          that shows its own word is far easier); how often the top-1 word
+          and the true word stand elsewhere in the input (`_copy_rate`) and
+          in the next instance's text (`_chance_rate`: how often a word that
+          common is in view by chance). A pre-training
           bundle keeps only its top-k words at each mask (`top_k` in its
           bundle.json): it is scored on the very same instances and masks,
           top-1 and (k >= 5) top-5 only; loss and perplexity need the whole
@@ -188,6 +191,9 @@ def evaluate_mlm(
     mask_id = list(tokenizer.vocabulary).index("[MASK]")
     totals = collections.Counter()
     top_k = has_nsp = None
+    # the next instance's text, for the copy rates a word has by chance (`copy_hits`)
+    data["next_ids"] = np.roll(instance_text(data), -1, 0)
+    data["next_mask"] = np.roll(data["padding_mask"], -1, 0)
     for start in range(0, len(data["labels"]), batch_size):
         batch = {name: column[start : start + batch_size] for name, column in data.items()}
         x = {k: batch[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
@@ -200,6 +206,7 @@ def evaluate_mlm(
                 x["token_ids"],
                 x["padding_mask"],
                 x["mask_positions"],
+                other=(batch["next_ids"], batch["next_mask"]),
             )
         )
         w = batch["weights"]
@@ -265,6 +272,8 @@ def _mlm_metrics(totals: dict, top_k: int | None, instances: int, has_nsp: bool)
             metrics[f"mlm_{name}_accuracy_mask_only"] = totals[f"{name}_mask_only"] / mask_count
     for name in ("top1", "gold"):
         metrics[f"mlm_{name}_copy_rate"] = totals[f"{name}_copy"] / count
+        if f"{name}_chance" in totals:
+            metrics[f"mlm_{name}_chance_rate"] = totals[f"{name}_chance"] / count
     if "nll" in totals:
         metrics["mlm_loss"] = totals["nll"] / count
         metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
@@ -316,11 +325,16 @@ def mlm_hits(out: dict, gold):
     )
 
 
-def copy_hits(top1_id, gold, token_ids, padding_mask, positions) -> dict:
+def copy_hits(top1_id, gold, token_ids, padding_mask, positions, other=None) -> dict:
     """{"top1_copy", "gold_copy"}: (batch, P) floats, 1 where the best guess (the
     true word) stands elsewhere in the same input as the model sees it (masked;
     its own position left out). A model that copies context words guesses a word
-    already in view far more often than the true words are in view."""
+    already in view far more often than the true words are in view.
+
+    other: (token_ids, padding_mask) of unrelated text, row for row (`evaluate_mlm`
+    passes the next instance's text): adds {"top1_chance", "gold_chance"}, 1 where the
+    word stands anywhere in it. A common word ("the", ",") is in view by chance that
+    often, so a model that guesses common words when unsure copies without copying."""
     import numpy as np
 
     seq = np.arange(token_ids.shape[1])
@@ -329,7 +343,24 @@ def copy_hits(top1_id, gold, token_ids, padding_mask, positions) -> dict:
     def in_view(ids):
         return ((token_ids[:, None, :] == ids[..., None]) & elsewhere).any(-1) * 1.0
 
-    return {"top1_copy": in_view(top1_id), "gold_copy": in_view(gold)}
+    hits = {"top1_copy": in_view(top1_id), "gold_copy": in_view(gold)}
+    if other is not None:
+        other_ids, other_mask = other
+        for name, ids in (("top1", top1_id), ("gold", gold)):
+            found = (other_ids[:, None, :] == ids[..., None]) & (other_mask[:, None, :] > 0)
+            hits[f"{name}_chance"] = found.any(-1) * 1.0
+    return hits
+
+
+def instance_text(data: dict):
+    """`masked_instances`' token ids as the text has them: each masked position's true
+    word put back (padding and unweighted slots as they were)."""
+    import numpy as np
+
+    ids, positions = data["token_ids"].copy(), data["mask_positions"]
+    shown = np.take_along_axis(ids, positions, 1)
+    np.put_along_axis(ids, positions, np.where(data["weights"] > 0, data["labels"], shown), 1)
+    return ids
 
 
 def load_mlm(directory: str, max_seq_length: int):

@@ -140,6 +140,32 @@ def test_copy_rates_count_words_in_view_elsewhere_only():
     # row 1: 0 only in the padding; 6 at 3; 8 nowhere; 3 only at its own position 4
     np.testing.assert_array_equal(hits["top1_copy"], [[1, 0], [0, 1]])
     np.testing.assert_array_equal(hits["gold_copy"], [[1, 1], [0, 0]])
+    assert set(hits) == {"top1_copy", "gold_copy"}
+
+
+def test_chance_rates_look_in_the_other_text_anywhere():
+    """With `other` text, a word counts by chance when it stands at any non-padding
+    position of that text's row; `instance_text` puts the true words back first."""
+    from model.evaluate import copy_hits, instance_text
+
+    data = {
+        "token_ids": np.array([[2, 7, 103, 9, 3, 0], [2, 103, 5, 103, 3, 0]]),
+        "mask_positions": np.array([[2, 0], [1, 3]]),
+        "labels": np.array([[8, 0], [6, 4]]),
+        "weights": np.array([[1.0, 0.0], [1.0, 1.0]]),
+    }
+    text = instance_text(data)
+    np.testing.assert_array_equal(text, [[2, 7, 8, 9, 3, 0], [2, 6, 5, 4, 3, 0]])
+    np.testing.assert_array_equal(data["token_ids"][0], [2, 7, 103, 9, 3, 0])  # unchanged
+    other = (np.roll(text, -1, 0), np.roll((text > 0).astype(np.int32), -1, 0))
+    top1 = np.array([[4, 0], [8, 7]])  # 0: in the other row's padding only
+    hits = copy_hits(
+        top1, data["labels"], data["token_ids"], text > 0, data["mask_positions"], other
+    )
+    # row 0 looks in row 1's text (2 6 5 4 3): 4 yes, 0 no; gold 8 no, 0 no
+    # row 1 looks in row 0's text (2 7 8 9 3): 8 yes, 7 yes; gold 6 no, 4 no
+    np.testing.assert_array_equal(hits["top1_chance"], [[1, 0], [1, 1]])
+    np.testing.assert_array_equal(hits["gold_chance"], [[0, 0], [0, 0]])
 
 
 @pytest.mark.slow
