@@ -188,6 +188,13 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
         os.path.join(straight, "checkpoints", "ckpt-00000040", "model.weights.h5"),
         os.path.join(output, "checkpoints", "ckpt-00000040", "model.weights.h5"),
     )
+    # Asked for fewer steps than the checkpoint holds: it says so, and writes the model as is.
+    capsys.readouterr()
+    assert run_train(pretrain_argv(records, output, **{**run, "steps": 30})) == 0
+    out = capsys.readouterr().out
+    assert "nothing to train: the newest checkpoint is at step 40, at or past --steps 30" in out
+    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
+        assert json.load(f)["steps"] == 40
 
 
 # === Every other pre-training objective: killed once ===

@@ -542,3 +542,17 @@ def test_help_names_the_main_flags(monkeypatch, capsys, argv):
     out = capsys.readouterr().out
     for flag in ("--strategy", "--mixed-precision", "--jit", "--init-checkpoint"):
         assert flag in out, flag
+
+
+def test_a_held_out_set_read_more_than_once_is_noted(capsys):
+    import types
+
+    from model.training.pretrain import _note_repeated_eval
+
+    args = types.SimpleNamespace(eval_data="held", eval_steps=20, batch_size=32)
+    _note_repeated_eval(args, 100)
+    out = capsys.readouterr().out
+    assert "held holds 100 instances" in out and "6.4 times" in out
+    assert "--eval-steps 3 reads each once" in out
+    _note_repeated_eval(args, 640)
+    assert capsys.readouterr().out == ""

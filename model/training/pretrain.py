@@ -131,11 +131,31 @@ def pretrain(args) -> int:
         interval_losses = _fit(args, runtime, data, model, checkpoint, timing, start_step, stop)
         if interval_losses is None:
             return 3
+    elif start_step:
+        flag = "--stop-at" if stop < args.steps else "--steps"
+        print(
+            f"nothing to train: the newest checkpoint is at step {start_step}, at or past "
+            f"{flag} {stop}; writing the model as it is at step {start_step} (raise {flag} "
+            f"to train on)"
+        )
     if not runtime.chief:
         print(f"worker done at step {_step(model)}; the chief writes {args.output}")
         return 0
     _save(args, runtime, data, config, model, timing, interval_losses)
     return 0
+
+
+def _note_repeated_eval(args, instances: int) -> None:
+    """Says so when --eval-steps batches hold more than the held-out records: the
+    stream goes round again, so the curve weighs some instances twice or more."""
+    wanted = args.eval_steps * args.batch_size
+    if instances and wanted > instances:
+        print(
+            f"note: {args.eval_data} holds {instances} instances, fewer than --eval-steps "
+            f"{args.eval_steps} x --batch-size {args.batch_size} = {wanted}: each score "
+            f"reads them {wanted / instances:.1f} times over; --eval-steps "
+            f"{max(1, instances // args.batch_size)} reads each once at most"
+        )
 
 
 def _runtime(args):
@@ -237,6 +257,7 @@ def _data(args):
                 f"{args.eval_data}: records with {key} {theirs!r}, unlike the training "
                 f"records' ({mine!r}); make them with the same vocabulary and casing"
             )
+        _note_repeated_eval(args, eval_info["num_instances"])
     check_writable_dir(args.output)  # last: a refused run leaves no empty output behind
     return types.SimpleNamespace(
         info=info,
