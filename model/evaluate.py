@@ -43,6 +43,12 @@ its beginning, as training reads it. Texts that fit are read the same either
 way; sentence pairs are always cut. When a file has long texts, the metrics
 count them (`long_examples`) and the windows read (`windows`).
 
+GLUE: --predictions-dir DIR writes DIR/<TASK>.tsv (CoLA.tsv, SST-2.tsv, ...,
+MNLI-m.tsv, MNLI-mm.tsv for a *mismatched* file, AX.tsv for the diagnostic set):
+`index` and `prediction` columns, as gluebenchmark.com's submission takes them.
+With it, --data may be an unlabelled test.tsv: only the file is written (the
+metrics say "labelled": false); without it such a file is refused.
+
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
 questions (counted as `skipped`) instead of stopping at the first. squad2
@@ -59,6 +65,8 @@ model's config.json; 0 for a model without one), or --null-threshold X.
     python -m model.evaluate --task sst2 --model runs/sst2 --data ../shared/data/glue/SST-2/dev.tsv
     python -m model.evaluate --task sst2 --model bundles/sst2 \\
         --data ../shared/data/glue/SST-2/dev.tsv
+    python -m model.evaluate --task sst2 --model runs/sst2 --predictions-dir runs/sst2/glue \\
+        --data ../shared/data/glue/SST-2/test.tsv
     python -m model.tasks.glue make-long-reviews --input ../shared/data/glue/SST-2/dev.tsv \\
         --output runs/sst2-long/dev.tsv --min-wordpieces 200 --max-wordpieces 400 --seed 0
     python -m model.evaluate --task sst2 --model assets/models/sst2 \\
@@ -128,12 +136,13 @@ def parse_args(argv):
         "overlapping windows, their probabilities averaged (the default), or cut "
         "to its beginning, as in training",
     )
-    g = p.add_argument_group("squad1, squad2")
+    g = p.add_argument_group("squad1, squad2, GLUE")
     g.add_argument(
         "--predictions-dir",
         default=None,
-        help="write the task's prediction files (SQuAD: predictions.json, "
-        "nbest_predictions.json, null_odds.json) here; tasks without any ignore it",
+        help="write the task's prediction files here (SQuAD: predictions.json, "
+        "nbest_predictions.json, null_odds.json; GLUE: <TASK>.tsv as the benchmark's "
+        "submission takes it, also for an unlabelled test.tsv); tasks without any ignore it",
     )
     g.add_argument(
         "--null-threshold",
@@ -499,7 +508,8 @@ def evaluate_task(
 ) -> dict:
     """The metrics of the fine-tuned model in `directory` on the labelled file `path`.
 
-    predictions_dir: where the task writes its prediction files (SQuAD's).
+    predictions_dir: where the task writes its prediction files (SQuAD's; GLUE's
+        submission file, and then `path` may be unlabelled: a test set).
     null_threshold: squad2 only; None takes the model's stored `null_threshold`.
     skip_invalid: skip malformed examples (tasks with a `skip_invalid` reader
         only); their count is the `skipped` metric.
@@ -511,6 +521,8 @@ def evaluate_task(
     from model.checkpoints import model_dir
     from model.features import tagger as feature_tagger
     from model.io.files import check_writable_dir
+    from model.tasks import glue
+    from model.tasks.base import check_labelled
     from model.text import tokenizer_class
 
     task = tasks.get(name)
@@ -539,6 +551,8 @@ def evaluate_task(
         raise ValueError(f"{path}: no examples to evaluate")
     if predictions_dir is not None:
         check_writable_dir(predictions_dir)
+    elif isinstance(task, glue.GlueTask):  # a test file is only predicted, before the model loads
+        check_labelled(examples, hint=glue.UNLABELLED_HINT)
     predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
@@ -552,6 +566,8 @@ def evaluate_task(
         metrics["long_texts"] = task.long_texts
     if hasattr(task, "document_context"):
         metrics["document_context"] = task.document_context
+    if predictions_dir is not None:
+        metrics["predictions_dir"] = predictions_dir
     return metrics
 
 

@@ -159,6 +159,7 @@ def test_evaluate_refuses_unlabelled_files_and_other_heads(sst2_run, capsys):
     assert rc == 1
     err = capsys.readouterr().err
     assert "test.tsv:2: no label" in err and "unlabelled" in err
+    assert "pass --predictions-dir DIR to write its predictions as GLUE's submission" in err
     rc = run_evaluate(
         ["--task", "conll2003", "--model", output, "--data", os.path.join(data, "dev.tsv")]
     )
@@ -167,6 +168,28 @@ def test_evaluate_refuses_unlabelled_files_and_other_heads(sst2_run, capsys):
     rc = run_evaluate(["--task", "rte", "--model", output, "--data", os.path.join(data, "dev.tsv")])
     assert rc == 1
     assert "labels" in capsys.readouterr().err
+
+
+def test_evaluate_writes_glue_submission_files_for_test_and_dev(sst2_run, tmp_path, capsys):
+    """--predictions-dir: a test.tsv is predicted (no metrics), a dev file's predictions
+    agree with the accuracy printed beside them."""
+    _, data, output = sst2_run
+    out = tmp_path / "glue"
+    argv = ["--task", "sst2", "--model", output, "--predictions-dir", str(out), "--data"]
+    assert run_evaluate([*argv, os.path.join(data, "test.tsv")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["labelled"] is False and "accuracy" not in printed
+    assert printed["examples"] == 2 and printed["predictions_dir"] == str(out)
+    rows = [line.split("\t") for line in (out / "SST-2.tsv").read_text().splitlines()]
+    assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == ["0", "1"]
+    assert {r[1] for r in rows[1:]} <= {"0", "1"}
+    assert run_evaluate([*argv, os.path.join(data, "dev.tsv")]) == 0
+    accuracy = json.loads(capsys.readouterr().out)["accuracy"]
+    predicted = [r.split("\t")[1] for r in (out / "SST-2.tsv").read_text().splitlines()[1:]]
+    with open(os.path.join(data, "dev.tsv"), encoding="utf-8") as f:
+        gold = [line.rstrip("\n").split("\t")[1] for line in f.readlines()[1:]]
+    assert len(predicted) == len(gold) == 12
+    assert accuracy == pytest.approx(np.mean([p == g for p, g in zip(predicted, gold)]))
 
 
 def test_finetune_stops_on_bad_data_before_loading_the_model(tmp_path, capsys):

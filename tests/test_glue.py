@@ -558,3 +558,50 @@ def test_evaluate_command_long_texts(tmp_path, tmp_path_factory, capsys):
     pair = ["--task", "mrpc", "--model", str(output), "--data", long, "--long-texts", "windows"]
     assert run_evaluate(pair) == 1
     assert "does not read single texts" in capsys.readouterr().err
+
+
+# === GLUE's submission files ===
+
+
+@pytest.mark.parametrize("name", sorted(GLUE))
+def test_submission_file_has_the_test_files_index_and_label_names(tmp_path, name):
+    """<TASK>.tsv: `index<TAB>prediction`, the test file's own index where it has one
+    (written here in reverse, so the row number would not pass) else the row number, the
+    task's label names or STS-B's score."""
+    data = write_glue(tmp_path / name, name)
+    test = os.path.join(data, "test.tsv")
+    with open(test, encoding="utf-8-sig") as f:
+        lines = f.read().splitlines()
+    header, rows = lines[0].split("\t"), [r.split("\t") for r in lines[1:]]
+    indexes = [str(i) for i in range(len(rows))]
+    if "index" in header:
+        indexes = [str(100 - i) for i in range(len(rows))]
+        for r, index in zip(rows, indexes):
+            r[header.index("index")] = index
+    with open(test, "w", encoding="utf-8") as f:
+        f.write("\n".join([lines[0]] + ["\t".join(r) for r in rows]) + "\n")
+    task = tasks.get(name)
+    examples = task.read(test)
+    assert all(e.label is None for e in examples)
+    width = len(task.label_names) if task.label_names else 1
+    scores = np.random.default_rng(0).normal(size=(len(examples), width)) + 2.5
+    path = task.write_predictions(str(tmp_path / "out"), examples, scores)
+    expected = {"mnli": "MNLI-m", "sst2": "SST-2", "stsb": "STS-B", "cola": "CoLA"}
+    assert os.path.basename(path) == expected.get(name, name.upper()) + ".tsv"
+    with open(path, encoding="utf-8") as f:
+        written = [line.split("\t") for line in f.read().splitlines()]
+    assert written[0] == ["index", "prediction"]
+    assert [w[0] for w in written[1:]] == indexes
+    if task.label_names is None:
+        assert [w[1] for w in written[1:]] == [f"{s:.3f}" for s in scores[:, 0]]
+    else:
+        names = [task.label_names[i] for i in scores.argmax(-1)]
+        assert [w[1] for w in written[1:]] == names
+
+
+def test_mnli_submission_names_follow_the_file():
+    mnli = tasks.get("mnli")
+    assert mnli.submission_name("glue/MNLI/test_matched.tsv") == "MNLI-m"
+    assert mnli.submission_name("glue/MNLI/test_mismatched.tsv") == "MNLI-mm"
+    assert mnli.submission_name("glue/diagnostic/diagnostic.tsv") == "AX"
+    assert mnli.submission_name("glue/AX.tsv") == "AX"

@@ -136,16 +136,17 @@ class Task(abc.ABC):
         (floats, computed as the official script does)."""
 
 
-def check_labelled(examples: list, what: str = "label") -> None:
+def check_labelled(examples: list, what: str = "label", hint: str = "") -> None:
     """Refuses examples without labels (GLUE test files, for one), naming the
-    first; each example has `.label` (or `.tags`) and `.source` ("path:line")."""
+    first; each example has `.label` (or `.tags`) and `.source` ("path:line").
+    `hint` ends the message (what to do instead)."""
     if not examples:
         raise ValueError("no examples to evaluate")
     for e in examples:
         if getattr(e, what) is None:
             raise ValueError(
                 f"{e.source}: no {what}: this file is unlabelled (e.g. a GLUE "
-                f"test.tsv), so it cannot be trained on or evaluated"
+                f"test.tsv), so it cannot be trained on or evaluated{hint}"
             )
 
 

@@ -75,6 +75,7 @@ class PairExample:
     text_b: str | None
     label: str | float | None
     source: str  # "path:line", for error messages
+    index: str | None = None  # the file's "index" column, where it has one (test files)
 
 
 def _rows(path: str):
@@ -150,9 +151,11 @@ class GlueTask(Task):
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None
         label = header.index(self.label_column) if self.label_column in header else None
-        return [self._example(path, line, row, a, b, label, len(header)) for line, row in rows]
+        index = header.index("index") if "index" in header else None
+        width = len(header)
+        return [self._example(path, line, row, a, b, label, width, index) for line, row in rows]
 
-    def _example(self, path, line, row, a, b, label, width) -> PairExample:
+    def _example(self, path, line, row, a, b, label, width, index=None) -> PairExample:
         source = f"{path}:{line}"
         if len(row) != width:
             raise ValueError(f"{source}: expected {width} tab-separated columns, found {len(row)}")
@@ -161,6 +164,7 @@ class GlueTask(Task):
             row[b] if b is not None else None,
             self._label(row[label], source) if label is not None else None,
             source,
+            row[index].strip() if index is not None else None,
         )
 
     def _label(self, value: str, source: str):
@@ -235,14 +239,23 @@ class GlueTask(Task):
         `long_texts` says (the module docstring). When some are, the metrics also
         count them (`long_examples`) and, read in windows, the model's inputs
         (`windows`)."""
-        check_labelled(examples)
+        y = self._label_ids(examples)
+        if y is None and output_dir is None:
+            check_labelled(examples, hint=UNLABELLED_HINT)
+        scores, reading = self._scores(predict, examples, tokenizer, seq_len, batch_size)
+        if output_dir is not None:
+            self.write_predictions(output_dir, examples, scores)
+        metrics = self.metrics(y, scores) if y is not None else {"labelled": False}
+        return {**metrics, "examples": len(examples), **reading}
+
+    def _scores(self, predict, examples, tokenizer, seq_len: int, batch_size: int):
+        """((examples, labels) logits or long texts' combined probabilities, what
+        `evaluate` adds about long texts)."""
         if self.long_texts not in LONG_TEXTS:
             raise ValueError(f"long_texts must be one of {LONG_TEXTS}, not {self.long_texts!r}")
-        y = self._label_ids(examples)
         if self.text_b is not None:
             x = self.encode(examples, tokenizer, seq_len).x
-            logits = np.asarray(predict_in_batches(predict, x, batch_size), dtype=np.float64)
-            return {**self.metrics(y, logits), "examples": len(examples)}
+            return np.asarray(predict_in_batches(predict, x, batch_size), dtype=np.float64), {}
         ids = tokenizer.encode_flat([e.text_a for e in examples])
         long = int((ids.lengths > seq_len - 2).sum())
         reading = {"long_examples": long} if long else {}
@@ -257,7 +270,35 @@ class GlueTask(Task):
                 logits, windows.owner, windows.weights, len(examples), self.label_names is None
             )
             reading["windows"] = len(windows.owner)
-        return {**self.metrics(y, scores), "examples": len(examples), **reading}
+        return scores, reading
+
+    # === GLUE's submission files ===
+
+    # The file of the benchmark's submission (gluebenchmark.com) for this task's test set.
+    submission: str = ""
+
+    def submission_name(self, path: str) -> str:
+        return self.submission
+
+    def write_predictions(self, directory: str, examples: list[PairExample], scores) -> str:
+        """`directory`/<TASK>.tsv as GLUE's submission takes it: an `index` and a
+        `prediction` column, the label as the task's files write it (a score with 3
+        decimals for STS-B), in the examples' order; the index is the file's own
+        column where it has one, else the row's number. Returns the path."""
+        from model.io.files import atomic_open
+
+        path = examples[0].source.rpartition(":")[0] if examples else ""
+        target = os.path.join(directory, self.submission_name(path) + ".tsv")
+        if self.label_names is None:
+            written = [f"{s:.3f}" for s in np.asarray(scores)[:, 0]]
+        else:
+            written = [self.label_names[i] for i in np.asarray(scores).argmax(-1)]
+        os.makedirs(directory, exist_ok=True)
+        with atomic_open(target, "w", encoding="utf-8") as f:
+            f.write("index\tprediction\n")
+            for i, (e, label) in enumerate(zip(examples, written)):
+                f.write(f"{e.index if e.index is not None else i}\t{label}\n")
+        return target
 
     def metrics(self, y: np.ndarray, logits: np.ndarray) -> dict:
         """The task's metrics of (num_examples, num_labels) logits (or anything with
@@ -275,6 +316,13 @@ class GlueTask(Task):
         logits = np.zeros((len(dev), len(self.label_names)))
         logits[:, self.label_names.index(most)] = 1.0
         return self.metrics(self._label_ids(dev), logits)
+
+
+# What `check_labelled` adds for a GLUE file without labels.
+UNLABELLED_HINT = (
+    "; pass --predictions-dir DIR to write its predictions as GLUE's submission file "
+    "(DIR/<TASK>.tsv) instead"
+)
 
 
 # === Long texts: windows ===
@@ -475,6 +523,7 @@ def f1(y, predictions, positive: int) -> float:
 
 class Cola(GlueTask):
     name = "cola"
+    submission = "CoLA"
     display_names = ("unacceptable", "acceptable")
     main_metric = "matthews_corr"
     text_a, text_b = "sentence", None
@@ -493,6 +542,7 @@ class Cola(GlueTask):
 
 class Sst2(GlueTask):
     name = "sst2"
+    submission = "SST-2"
     display_names = ("negative", "positive")
     text_a, text_b = "sentence", None
 
@@ -508,18 +558,21 @@ class _F1Task(GlueTask):
 
 class Mrpc(_F1Task):
     name = "mrpc"
+    submission = "MRPC"
     display_names = ("not_equivalent", "equivalent")
     text_a, text_b, label_column = "#1 String", "#2 String", "Quality"
 
 
 class Qqp(_F1Task):
     name = "qqp"
+    submission = "QQP"
     display_names = ("not_duplicate", "duplicate")
     text_a, text_b, label_column = "question1", "question2", "is_duplicate"
 
 
 class Stsb(GlueTask):
     name = "stsb"
+    submission = "STS-B"
     main_metric = "spearman"
     label_column = "score"
     label_names = None
@@ -546,6 +599,13 @@ class Mnli(GlueTask):
     # The order of Google's run_classifier.py and Hugging Face's checkpoints.
     label_names = ("contradiction", "entailment", "neutral")
 
+    def submission_name(self, path: str) -> str:
+        """MNLI-m, MNLI-mm (a file named *mismatched*) or AX (the diagnostic set)."""
+        name = os.path.basename(path).lower()
+        if name.startswith(("diagnostic", "ax")):
+            return "AX"
+        return "MNLI-mm" if "mismatched" in name else "MNLI-m"
+
     def dev_files(self, data: str) -> dict[str, str]:
         _, matched = self.files(data)
         if matched is None:
@@ -559,17 +619,20 @@ class Mnli(GlueTask):
 
 class Qnli(GlueTask):
     name = "qnli"
+    submission = "QNLI"
     text_a, text_b = "question", "sentence"
     label_names = ("entailment", "not_entailment")
 
 
 class Rte(GlueTask):
     name = "rte"
+    submission = "RTE"
     label_names = ("entailment", "not_entailment")
 
 
 class Wnli(GlueTask):
     name = "wnli"
+    submission = "WNLI"
     display_names = ("not_entailment", "entailment")
 
 
