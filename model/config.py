@@ -154,7 +154,10 @@ class BertConfig:
         unknown = sorted(set(data) - fields)
         if unknown:
             raise ValueError(f"{source}: unknown BertConfig keys {unknown}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as e:  # a key missing, a value out of range
+            raise ValueError(f"{source}: {e}") from None
 
     @classmethod
     def _from_reference_dict(cls, data: dict, source: str, hugging_face: bool | None) -> BertConfig:
@@ -200,6 +203,8 @@ class BertConfig:
             )
         except KeyError as e:
             raise ValueError(f"{source}: missing key {e.args[0]!r} for a BERT config") from None
+        except (TypeError, ValueError) as e:  # a value out of range, in our field's name
+            raise ValueError(f"{source}: {e}") from None
 
     def to_google_dict(self) -> dict:
         """Google's `bert_config.json` form (its "gelu" is the tanh approximation)."""

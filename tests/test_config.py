@@ -217,3 +217,22 @@ def test_bad_config_files(tmp_path, content, error, message):
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         BertConfig.preset("tiny").hidden_dim = 64
+
+
+def test_bad_values_name_the_file(tmp_path):
+    """A value out of range in a model directory's config.json, in Hugging Face's keys or in
+    ours, is refused naming the file, before any model is built."""
+    import json
+
+    from model.checkpoints import model_dir
+
+    ours = BertConfig.preset("tiny").to_dict() | {"hidden_dim": 131}
+    (tmp_path / "config.json").write_text(json.dumps({"task": "encoder", "encoder": ours}))
+    with pytest.raises(ValueError, match=r"config.json: encoder: BertConfig.hidden_dim \(131\)"):
+        model_dir.read_info(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"task": "encoder", "encoder": [1]}))
+    with pytest.raises(ValueError, match='config.json: "encoder" must be an object'):
+        model_dir.read_info(str(tmp_path))
+    google = BertConfig.preset("tiny", activation=GELU_APPROXIMATE).to_google_dict()
+    with pytest.raises(ValueError, match=r"^bert_config.json: BertConfig.hidden_dim"):
+        BertConfig.from_dict(google | {"hidden_size": 131}, "bert_config.json")
