@@ -243,7 +243,7 @@ def read_info(directory: str) -> dict:
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
     elif not isinstance(info["encoder"], dict):
-        raise ValueError(f"{path}: \"encoder\" must be an object of BertConfig fields")
+        raise ValueError(f'{path}: "encoder" must be an object of BertConfig fields')
     else:  # checked here, where the file can be named
         BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
     return with_records_casing(info)
