@@ -9,10 +9,11 @@ positions of WikiText-2 valid (same instances, masks and seed) and asks where th
 from and whether the encoder's geometry explains it:
 
 1. The excess split by position: right guesses add nothing (guess = true word); wrong ones
-   split by what the guess is (one of the text's most frequent WordPieces, or a rarer word) and
-   how far its nearest copy stands from the masked position. Each row's share of the excess
-   sums to the whole.
-2. The words most often guessed wrongly while in view.
+   split by what the guess is (one of the text's most frequent WordPieces, or a rarer one).
+   Beside the in-view rates, each word's chance of standing in unrelated input (the next
+   instance, as `model.evaluate` counts it; the figure beyond chance is also given for the
+   instance 2 and 3 ahead, to show how much the choice of instance moves it).
+2. The words most often guessed wrongly while in view, and how far the rarer ones stand.
 3. The final hidden states at positions that show `[MASK]`, for `--model` (after continued
    pre-training) and `--before` (the encoder it started from, all-MiniLM-L6-v2): their mean
    cosine to the sequence's unmasked tokens, beside the same for an unmasked token and for
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import sys
 
 import common
 import numpy as np
@@ -64,11 +66,9 @@ def encoder_states(directory: str):
     return states
 
 
-def top1_guesses(directory: str, max_seq_length: int):
-    """guess(x) -> (batch, P) the pre-trainer's best guess at x["mask_positions"]."""
-    from model.evaluate import load_mlm, mlm_hits
-
-    predict, _ = load_mlm(directory, max_seq_length)
+def top1_guesses(predict):
+    """guess(x, labels) -> (batch, P) the pre-trainer's best guess at x["mask_positions"]."""
+    from model.evaluate import mlm_hits
 
     def guess(x, labels):
         hits, _ = mlm_hits(predict(x), labels)
@@ -77,31 +77,42 @@ def top1_guesses(directory: str, max_seq_length: int):
     return guess
 
 
+def instance_text(data: dict) -> np.ndarray:
+    """The instances' token ids as the text has them: each masked position's true word put
+    back (padding and unweighted slots as they were)."""
+    ids, positions = data["token_ids"].copy(), data["mask_positions"]
+    shown = np.take_along_axis(ids, positions, 1)
+    np.put_along_axis(ids, positions, np.where(data["weights"] > 0, data["labels"], shown), 1)
+    return ids
+
+
 def position_rows(data: dict, guesses: np.ndarray, special: np.ndarray, mask_id: int) -> dict:
     """One entry per weighted masked position: right; whether the guess and the true word
-    stand in view and in the next instance's text (`model.evaluate.copy_hits`, as the
-    evaluation counts them); the guess's nearest distance in view; whether the guess is
-    one of the text's most frequent pieces; whether the position shows [MASK]."""
-    from model.evaluate import copy_hits, instance_text
+    stand in view and in the instance 1, 2, 3 ahead (`model.evaluate.copy_hits`, as the
+    evaluation counts them, shift 1); the guess's nearest distance in view; whether the
+    guess is one of the text's most frequent pieces; whether the position shows [MASK]."""
+    from model.evaluate import copy_hits
 
-    ids, pad, pos = data["token_ids"], data["padding_mask"], data["mask_positions"]
-    gold, text = data["labels"], instance_text(data)
-    other = (np.roll(text, -1, 0), np.roll(pad, -1, 0))
-    hits = {k: v > 0 for k, v in copy_hits(guesses, gold, ids, pad, pos, other).items()}
+    ids, pad, pos, gold = (
+        data[k] for k in ("token_ids", "padding_mask", "mask_positions", "labels")
+    )
+    rows = {}
+    for shift in (1, 2, 3):
+        other = (np.roll(ids, -shift, 0), np.roll(pad, -shift, 0))
+        hits = copy_hits(guesses, gold, ids, pad, pos, other)
+        rows[f"guess_other{shift}"] = hits["top1_chance"] > 0
+        rows[f"gold_other{shift}"] = hits["gold_chance"] > 0
+    rows["guess_in"], rows["gold_in"] = hits["top1_copy"] > 0, hits["gold_copy"] > 0
     seq = np.arange(ids.shape[1])
     at = (ids[:, None, :] == guesses[..., None]) & (seq[None, None, :] != pos[..., None])
     at &= pad[:, None, :] > 0
-    distance = np.where(at, np.abs(seq[None, None, :] - pos[..., None]), 10**6).min(-1)
+    rows["distance"] = np.where(at, np.abs(seq[None, None, :] - pos[..., None]), 10**6).min(-1)
+    text = instance_text(data)
     counts = np.bincount(text[(pad > 0) & ~special[text]], minlength=len(special))
     frequent = np.zeros(len(special), bool)
     frequent[np.argsort(-counts)[:FREQUENT]] = True
-    rows = {
+    rows |= {
         "right": guesses == gold,
-        "guess_in": hits["top1_copy"],
-        "gold_in": hits["gold_copy"],
-        "guess_other": hits["top1_chance"],
-        "gold_other": hits["gold_chance"],
-        "near": distance <= 2,
         "frequent": frequent[guesses],
         "shows_mask": np.take_along_axis(ids, pos, 1) == mask_id,
         "guess": guesses,
@@ -110,51 +121,60 @@ def position_rows(data: dict, guesses: np.ndarray, special: np.ndarray, mask_id:
 
 
 def excess_table(rows: dict) -> str:
-    """The copy excess by group of positions; the groups after "wrong" split it (shares
-    sum to its), the last two split all positions by what they show."""
+    """The copy excess and the copying beyond chance by group of positions, as points of
+    all positions: "right" and "wrong" split "all", and the two "wrong, ..." rows split
+    "wrong" (their shares of the excess sum to 100 %); the last two split all positions by
+    what they show."""
     n = len(rows["right"])
-    guess_in, gold_in, near = rows["guess_in"], rows["gold_in"], rows["near"]
     wrong, rare = ~rows["right"], ~rows["frequent"]
     groups = [
         ("all", np.ones(n, bool)),
         ("right (guess = true word)", rows["right"]),
         ("wrong", wrong),
         (f"wrong, guess one of the text's {FREQUENT} most frequent pieces", wrong & ~rare),
-        ("wrong, rarer guess within 2 tokens", wrong & rare & guess_in & near),
-        ("wrong, rarer guess 3 or more tokens away", wrong & rare & guess_in & ~near),
-        ("wrong, rarer guess not in view", wrong & rare & ~guess_in),
+        ("wrong, guess a rarer piece", wrong & rare),
         ("positions that show [MASK]", rows["shows_mask"]),
         ("positions that show a word (random or own)", ~rows["shows_mask"]),
     ]
-    total = (guess_in.sum() - gold_in.sum()) / n
+    cols = ("guess_in", "guess_other1", "gold_in", "gold_other1")
+    total = (rows["guess_in"].sum() - rows["gold_in"].sum()) / n
     table = []
     for name, g in groups:
         k = g.sum()
-        part = (guess_in[g].sum() - gold_in[g].sum()) / n
-
-        def pct(a):
-            return f"{100 * a[g].mean():.1f} %" if k else ""
-
-        table.append(
-            [name, f"{k:,} ({100 * k / n:.1f} %)", pct(guess_in), pct(rows["guess_other"])]
-            + [pct(gold_in), pct(rows["gold_other"]), f"{100 * part:+.2f}"]
-            + [f"{100 * part / total:.0f} %" if total else ""]
+        rate = {c: rows[c][g].mean() if k else 0.0 for c in cols}
+        part = (rows["guess_in"][g].sum() - rows["gold_in"][g].sum()) / n
+        beyond = (
+            k
+            / n
+            * ((rate["guess_in"] - rate["guess_other1"]) - (rate["gold_in"] - rate["gold_other1"]))
         )
-    head = ["positions", "count", "top-1 in view", "top-1 in the next sequence"]
-    head += ["true word in view", "true word in the next sequence", "excess (points)", "share"]
+        table.append(
+            [name, f"{k:,} ({100 * k / n:.1f} %)"]
+            + [f"{100 * rate[c]:.1f} %" if k else "" for c in cols]
+            + [f"{100 * part:+.2f}", f"{100 * part / total:.0f} %" if total else ""]
+            + [f"{100 * beyond:+.2f}"]
+        )
+    head = ["positions", "count", "top-1 in view", "top-1 in the next instance"]
+    head += ["true word in view", "true word in the next instance", "excess (points)", "share"]
+    head += ["beyond chance (points)"]
     return common.table(head, table)
 
 
 def chance_line(rows: dict) -> str:
     """The copy excess with each word's chance of being in view taken out."""
-    pct = {k: 100 * rows[k].mean() for k in ("guess_in", "guess_other", "gold_in", "gold_other")}
-    guess, gold = pct["guess_in"] - pct["guess_other"], pct["gold_in"] - pct["gold_other"]
+    pct = {k: 100 * v.mean() for k, v in rows.items() if k.startswith(("guess_", "gold_"))}
+
+    def beyond(s):
+        return (pct["guess_in"] - pct[f"guess_other{s}"]) - (pct["gold_in"] - pct[f"gold_other{s}"])
+
     return (
         f"Copy excess {pct['guess_in'] - pct['gold_in']:+.2f} points; of it "
-        f"{pct['guess_other'] - pct['gold_other']:+.2f} is chance (the guesses are commoner "
-        f"words: in the next sequence {pct['guess_other']:.2f} % against the true words' "
-        f"{pct['gold_other']:.2f} %), {guess - gold:+.2f} copying beyond it (top-1 in view "
-        f"{guess:+.2f} points above its chance, the true word {gold:+.2f})."
+        f"{pct['guess_other1'] - pct['gold_other1']:+.2f} is chance (the guesses are commoner "
+        f"words: in the next instance {pct['guess_other1']:.2f} % against the true words' "
+        f"{pct['gold_other1']:.2f} %), {beyond(1):+.2f} copying beyond it (top-1 in view "
+        f"{pct['guess_in'] - pct['guess_other1']:+.2f} points above its chance, the true word "
+        f"{pct['gold_in'] - pct['gold_other1']:+.2f}). With the instance 2 or 3 ahead as the "
+        f"chance: {beyond(2):+.2f}, {beyond(3):+.2f}."
     )
 
 
@@ -162,7 +182,13 @@ def copied_words(rows: dict, vocabulary: list[str], top: int = 15) -> str:
     in_view = rows["guess_in"] & ~rows["right"]
     counts = collections.Counter(rows["guess"][in_view].tolist())
     n = in_view.sum()
-    return ", ".join(f"`{vocabulary[i]}` {100 * c / n:.1f} %" for i, c in counts.most_common(top))
+    words = ", ".join(f"`{vocabulary[i]}` {100 * c / n:.1f} %" for i, c in counts.most_common(top))
+    rare = in_view & ~rows["frequent"]
+    near = (rows["distance"][rare] <= 2).mean()
+    return (
+        f"{words}. Of the rarer pieces guessed wrongly while in view ({rare.sum():,}), "
+        f"{100 * near:.1f} % stand within 2 tokens of the masked position."
+    )
 
 
 def state_sums(h: np.ndarray, batch: dict, guesses: np.ndarray, special: np.ndarray) -> dict:
@@ -183,17 +209,24 @@ def state_sums(h: np.ndarray, batch: dict, guesses: np.ndarray, special: np.ndar
     other, other_ctx = np.roll(hn, 1, 0), np.roll(context, 1, 0)
     cross = np.einsum("bpd,bld->bpl", np.take_along_axis(hn, pos[..., None], 1), other)
     mask_cross = (cross * other_ctx[:, None]).sum(-1) / np.maximum(other_ctx.sum(-1), 1)[:, None]
+    crossed = rows if len(ids) > 1 else rows & False  # a batch of one has no other sequence
     nearest = np.where(context[:, None], at_mask, -np.inf).argmax(-1)  # (B, P)
     nearest_word = np.take_along_axis(ids, nearest, 1)
     same_as_guess = (ids[:, None, :] == guesses[..., None]) & context[:, None]
+    random_is_guess = same_as_guess.sum(-1) / n_ctx[:, None]
+    shown = rows & same_as_guess.any(-1)  # the guess stands in the context
     return {
         "mask": rows.sum(),
         "mask_ctx": mask_ctx[rows].sum(),
-        "mask_cross": mask_cross[rows].sum(),
+        "crossed": crossed.sum(),
+        "mask_cross": mask_cross[crossed].sum(),
         "tokens": context.sum(),
         "token_ctx": token_ctx[context].sum(),
         "nearest_is_guess": (nearest_word == guesses)[rows].sum(),
-        "random_is_guess": (same_as_guess.sum(-1) / n_ctx[:, None])[rows].sum(),
+        "random_is_guess": random_is_guess[rows].sum(),
+        "shown": shown.sum(),
+        "nearest_is_shown_guess": (nearest_word == guesses)[shown].sum(),
+        "random_is_shown_guess": random_is_guess[shown].sum(),
         "nearest_is_gold": (nearest_word == batch["labels"])[rows].sum(),
     }
 
@@ -207,13 +240,19 @@ def state_table(sums: dict[str, collections.Counter]) -> str:
             "token_ctx",
             "tokens",
         ),
-        ("cosine of a `[MASK]` state to the tokens of another sequence", "mask_cross", "mask"),
+        ("cosine of a `[MASK]` state to the tokens of another sequence", "mask_cross", "crossed"),
         (
             "the context token nearest the `[MASK]` state is the model's top-1 guess",
             "nearest_is_guess",
             "mask",
         ),
         ("a random context token is the model's top-1 guess", "random_is_guess", "mask"),
+        (
+            "where the guess stands in the context: the nearest token is the guess",
+            "nearest_is_shown_guess",
+            "shown",
+        ),
+        ("where it does: a random context token is the guess", "random_is_shown_guess", "shown"),
         (
             "the context token nearest the `[MASK]` state is the true word",
             "nearest_is_gold",
@@ -247,9 +286,19 @@ def main(argv=None) -> int:
         directory = common.QUICK_RESULTS_DIR if args.quick else common.RESULTS_DIR
         args.results = common.results_path(directory=directory)
     args.threads = 2  # LiteRT's default (export.interpreter), as model.evaluate runs it
+    for flag, path in (("--model", args.model), ("--data", args.data)):
+        if not os.path.exists(path):
+            p.error(f"{flag} {path}: no such file or directory")
+    if args.before and not os.path.exists(args.before):
+        print(
+            f"note: no --before model at {args.before} (make it as docs/checkpoints.md says); "
+            f"the hidden states are compared for --model alone",
+            file=sys.stderr,
+        )
+        args.before = None
     from model.evaluate import load_mlm, masked_instances
 
-    _, tokenizer = load_mlm(args.model, args.seq_len)
+    predict, tokenizer = load_mlm(args.model, args.seq_len)
     vocabulary = list(tokenizer.vocabulary)
     special = np.array([t.startswith("[") and t.endswith("]") for t in vocabulary])
     mask_id = vocabulary.index("[MASK]")
@@ -258,7 +307,7 @@ def main(argv=None) -> int:
     )
     if args.quick:
         data = {k: v[:64] for k, v in data.items()}
-    guess = top1_guesses(args.model, args.seq_len)
+    guess = top1_guesses(predict)
     states = {"after (`--model`)": encoder_states(args.model)}
     if args.before:
         states["before (`--before`)"] = encoder_states(args.before)

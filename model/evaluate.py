@@ -9,9 +9,10 @@ Tasks:
           pre-training: 15 % masking, 80/10/10, a fixed seed; top-1/top-5 also
           on the positions that show [MASK] alone (`_mask_only`: a position
           that shows its own word is far easier); how often the top-1 word
-          and the true word stand elsewhere in the input (`_copy_rate`) and
-          in the next instance's text (`_chance_rate`: how often a word that
-          common is in view by chance). A pre-training
+          and the true word stand elsewhere in the input (`_copy_rate`; their
+          difference: `mlm_copy_excess`) and in the next instance, an
+          unrelated input (`_chance_copy_rate`: how often a word that common
+          is in view by chance; the excess less that: `..._beyond_chance`). A pre-training
           bundle keeps only its top-k words at each mask (`top_k` in its
           bundle.json): it is scored on the very same instances and masks,
           top-1 and (k >= 5) top-5 only; loss and perplexity need the whole
@@ -45,9 +46,11 @@ count them (`long_examples`) and the windows read (`windows`).
 
 GLUE: --predictions-dir DIR writes DIR/<TASK>.tsv (CoLA.tsv, SST-2.tsv, ...,
 MNLI-m.tsv, MNLI-mm.tsv for a *mismatched* file, AX.tsv for the diagnostic set):
-`index` and `prediction` columns, as gluebenchmark.com's submission takes them.
-With it, --data may be an unlabelled test.tsv: only the file is written (the
-metrics say "labelled": false); without it such a file is refused.
+`index` and `prediction` columns, as gluebenchmark.com's submission takes them
+(a labelled file's: DIR/<TASK>.<file>.tsv, e.g. SST-2.dev.tsv). CoNLL-2003:
+DIR/predictions.txt, conlleval's input. With it, --data may be an unlabelled
+test file: only the file is written (the metrics say "labelled": false);
+without it such a file is refused.
 
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
@@ -136,13 +139,14 @@ def parse_args(argv):
         "overlapping windows, their probabilities averaged (the default), or cut "
         "to its beginning, as in training",
     )
-    g = p.add_argument_group("squad1, squad2, GLUE")
+    g = p.add_argument_group("squad1, squad2, GLUE, conll2003")
     g.add_argument(
         "--predictions-dir",
         default=None,
         help="write the task's prediction files here (SQuAD: predictions.json, "
         "nbest_predictions.json, null_odds.json; GLUE: <TASK>.tsv as the benchmark's "
-        "submission takes it, also for an unlabelled test.tsv); tasks without any ignore it",
+        "submission takes it; conll2003: predictions.txt; with it an unlabelled test file "
+        "is predicted); tasks without any ignore it",
     )
     g.add_argument(
         "--null-threshold",
@@ -200,8 +204,8 @@ def evaluate_mlm(
     mask_id = list(tokenizer.vocabulary).index("[MASK]")
     totals = collections.Counter()
     top_k = has_nsp = None
-    # the next instance's text, for the copy rates a word has by chance (`copy_hits`)
-    data["next_ids"] = np.roll(instance_text(data), -1, 0)
+    # the next instance as the model sees it, for the copy rates a word has by chance
+    data["next_ids"] = np.roll(data["token_ids"], -1, 0)
     data["next_mask"] = np.roll(data["padding_mask"], -1, 0)
     for start in range(0, len(data["labels"]), batch_size):
         batch = {name: column[start : start + batch_size] for name, column in data.items()}
@@ -281,8 +285,12 @@ def _mlm_metrics(totals: dict, top_k: int | None, instances: int, has_nsp: bool)
             metrics[f"mlm_{name}_accuracy_mask_only"] = totals[f"{name}_mask_only"] / mask_count
     for name in ("top1", "gold"):
         metrics[f"mlm_{name}_copy_rate"] = totals[f"{name}_copy"] / count
-        if f"{name}_chance" in totals:
-            metrics[f"mlm_{name}_chance_rate"] = totals[f"{name}_chance"] / count
+        metrics[f"mlm_{name}_chance_copy_rate"] = totals[f"{name}_chance"] / count
+    # how much more often the guess is in view than the true word; and beyond chance
+    metrics["mlm_copy_excess"] = metrics["mlm_top1_copy_rate"] - metrics["mlm_gold_copy_rate"]
+    metrics["mlm_copy_excess_beyond_chance"] = metrics["mlm_copy_excess"] - (
+        metrics["mlm_top1_chance_copy_rate"] - metrics["mlm_gold_chance_copy_rate"]
+    )
     if "nll" in totals:
         metrics["mlm_loss"] = totals["nll"] / count
         metrics["mlm_perplexity"] = float(np.exp(totals["nll"] / count))
@@ -340,10 +348,11 @@ def copy_hits(top1_id, gold, token_ids, padding_mask, positions, other=None) -> 
     its own position left out). A model that copies context words guesses a word
     already in view far more often than the true words are in view.
 
-    other: (token_ids, padding_mask) of unrelated text, row for row (`evaluate_mlm`
-    passes the next instance's text): adds {"top1_chance", "gold_chance"}, 1 where the
-    word stands anywhere in it. A common word ("the", ",") is in view by chance that
-    often, so a model that guesses common words when unsure copies without copying."""
+    other: (token_ids, padding_mask) of unrelated input, row for row (`evaluate_mlm`
+    passes the next instance, masked as the model sees it; instances are shuffled over the
+    whole file): adds {"top1_chance", "gold_chance"}, 1 where the word stands anywhere in
+    it. A common word ("the", ",") is in view by chance that often, so a model that
+    guesses common words when unsure copies without copying."""
     import numpy as np
 
     seq = np.arange(token_ids.shape[1])
@@ -359,17 +368,6 @@ def copy_hits(top1_id, gold, token_ids, padding_mask, positions, other=None) -> 
             found = (other_ids[:, None, :] == ids[..., None]) & (other_mask[:, None, :] > 0)
             hits[f"{name}_chance"] = found.any(-1) * 1.0
     return hits
-
-
-def instance_text(data: dict):
-    """`masked_instances`' token ids as the text has them: each masked position's true
-    word put back (padding and unweighted slots as they were)."""
-    import numpy as np
-
-    ids, positions = data["token_ids"].copy(), data["mask_positions"]
-    shown = np.take_along_axis(ids, positions, 1)
-    np.put_along_axis(ids, positions, np.where(data["weights"] > 0, data["labels"], shown), 1)
-    return ids
 
 
 def load_mlm(directory: str, max_seq_length: int):
@@ -521,8 +519,6 @@ def evaluate_task(
     from model.checkpoints import model_dir
     from model.features import tagger as feature_tagger
     from model.io.files import check_writable_dir
-    from model.tasks import glue
-    from model.tasks.base import check_labelled
     from model.text import tokenizer_class
 
     task = tasks.get(name)
@@ -551,8 +547,14 @@ def evaluate_task(
         raise ValueError(f"{path}: no examples to evaluate")
     if predictions_dir is not None:
         check_writable_dir(predictions_dir)
-    elif isinstance(task, glue.GlueTask):  # a test file is only predicted, before the model loads
-        check_labelled(examples, hint=glue.UNLABELLED_HINT)
+    task.require_labels(examples, predictions_dir)  # before the model loads
+    trained_on = info.get("finetuned_task")
+    if trained_on and trained_on != task.name and _unlabelled(task, examples):
+        raise ValueError(
+            f"{directory} was fine-tuned on {trained_on}, not {task.name}: with no labels to "
+            f"show it, its predictions for {path} would be {task.name}'s in name only; "
+            f"pass --task {trained_on}"
+        )
     predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
@@ -569,6 +571,13 @@ def evaluate_task(
     if predictions_dir is not None:
         metrics["predictions_dir"] = predictions_dir
     return metrics
+
+
+def _unlabelled(task, examples: list) -> bool:
+    """Whether `examples` hold a file that the task only predicts (a GLUE or CoNLL test set)."""
+    return bool(task.predictions_file) and any(
+        getattr(e, task.label_field) is None for e in examples
+    )
 
 
 def _configure(task, info: dict, null_threshold, skip_invalid: bool, long_texts) -> None:
@@ -632,6 +641,13 @@ def _check_model(task, directory: str, info: dict) -> None:
             f"{directory}: the model's labels {list(stored.values())} are not "
             f"task {task.name}'s {labels}"
         )
+    outputs = info.get("num_labels") or len(stored or ()) or None
+    wanted = len(labels) if labels else 1  # STS-B's regression: one score
+    if task.head == "classifier" and outputs and outputs != wanted:
+        raise ValueError(
+            f"{directory}: the model has {outputs} output(s), task {task.name} needs {wanted} "
+            f"({', '.join(labels) if labels else 'a regression score'})"
+        )
     trained_on = info.get("finetuned_task")
     if trained_on and trained_on != task.name:
         print(
@@ -655,7 +671,12 @@ def _bundle_as_info(info: dict) -> dict:
         "task", "finetuned_task", "max_seq_length", "id2label", "null_threshold",
         "document_context",
     )  # fmt: skip
-    return {**{k: info.get(k) for k in keys}, "encoder": {"lowercase": info["lowercase"]}}
+    logits = (info.get("outputs") or {}).get("logits") or [None]
+    return {
+        **{k: info.get(k) for k in keys},
+        "num_labels": logits[-1] if isinstance(logits[-1], int) and logits[-1] > 0 else None,
+        "encoder": {"lowercase": info["lowercase"]},
+    }
 
 
 def main(argv=None) -> int:

@@ -346,6 +346,14 @@ def test_output_under_a_file_fails_at_start(records, tmp_path, command):
     ), e.value.code
 
 
+def test_an_output_directory_that_is_a_file_is_named_so(tmp_path):
+    from model.io.files import check_writable_dir
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit, match="afile' is a file, not a directory"):
+        check_writable_dir(str(tmp_path / "afile"))
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_unwritable_output_fails_at_start(records, tmp_path, command):

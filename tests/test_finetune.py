@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -159,7 +160,7 @@ def test_evaluate_refuses_unlabelled_files_and_other_heads(sst2_run, capsys):
     assert rc == 1
     err = capsys.readouterr().err
     assert "test.tsv:2: no label" in err and "unlabelled" in err
-    assert "pass --predictions-dir DIR to write its predictions as GLUE's submission" in err
+    assert "--predictions-dir DIR writes its predictions as GLUE's submission" in err
     rc = run_evaluate(
         ["--task", "conll2003", "--model", output, "--data", os.path.join(data, "dev.tsv")]
     )
@@ -185,11 +186,21 @@ def test_evaluate_writes_glue_submission_files_for_test_and_dev(sst2_run, tmp_pa
     assert {r[1] for r in rows[1:]} <= {"0", "1"}
     assert run_evaluate([*argv, os.path.join(data, "dev.tsv")]) == 0
     accuracy = json.loads(capsys.readouterr().out)["accuracy"]
-    predicted = [r.split("\t")[1] for r in (out / "SST-2.tsv").read_text().splitlines()[1:]]
+    predicted = [r.split("\t")[1] for r in (out / "SST-2.dev.tsv").read_text().splitlines()[1:]]
     with open(os.path.join(data, "dev.tsv"), encoding="utf-8") as f:
         gold = [line.rstrip("\n").split("\t")[1] for line in f.readlines()[1:]]
     assert len(predicted) == len(gold) == 12
     assert accuracy == pytest.approx(np.mean([p == g for p, g in zip(predicted, gold)]))
+    # fine-tuning kept its best epoch's dev predictions the same way
+    kept = os.path.join(output, "SST-2.dev.tsv")
+    assert open(kept, encoding="utf-8").readline() == "index\tprediction\n"
+    # a model of another task (its config says so) is refused on a file without labels
+    other = tmp_path / "other"
+    shutil.copytree(output, other)
+    config = json.loads((other / "config.json").read_text()) | {"finetuned_task": "imdb"}
+    (other / "config.json").write_text(json.dumps(config))
+    rc = run_evaluate([*argv[:2], "--model", str(other), *argv[4:], os.path.join(data, "test.tsv")])
+    assert rc == 1 and "fine-tuned on imdb, not sst2" in capsys.readouterr().err
 
 
 def test_finetune_stops_on_bad_data_before_loading_the_model(tmp_path, capsys):
@@ -551,3 +562,19 @@ def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_pat
     for i in range(finetune.MEMO_ENTRIES + 2):  # bounded: the oldest entries go
         finetune._remembered(("other", i), list, ())
     assert len(finetune._MEMO) == finetune.MEMO_ENTRIES
+
+
+def test_a_model_with_another_number_of_outputs_is_refused():
+    """STS-B's regression model (one output, no labels to compare) on RTE, and a two-label
+    classifier on STS-B, are refused; a bundle's output width counts as its num_labels."""
+    from export import bundle
+    from model.evaluate import _bundle_as_info, _check_model
+
+    stsb = {"task": "classifier", "num_labels": 1, "finetuned_task": "stsb"}
+    with pytest.raises(ValueError, match=r"has 1 output\(s\), task rte needs 2"):
+        _check_model(tasks.get("rte"), "m", stsb)
+    rte = {"task": "classifier", "num_labels": 2, "finetuned_task": "rte"}
+    with pytest.raises(ValueError, match="task stsb needs 1 .a regression score"):
+        _check_model(tasks.get("stsb"), "m", rte)
+    shipped = os.path.join(os.path.dirname(__file__), "..", "assets", "models", "sst2")
+    assert _bundle_as_info(bundle.read_info(shipped))["num_labels"] == 2

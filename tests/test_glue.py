@@ -58,14 +58,14 @@ LABEL_COLUMNS = ("label", "Quality", "score", "is_duplicate", "gold_label", "lab
 
 
 def header_of(task: str, labelled: bool) -> list[str] | None:
-    """The header row; test files lack the label columns (and MRPC/QQP's first is "index")."""
+    """The header row; test files lack the label columns and start with their row ids:
+    "index" (QQP's "id", without qid1 and qid2), as GLUE's test files do."""
     if task == "cola":
         return None if labelled else ["index", "sentence"]
     if labelled:
         return LAYOUTS[task]
-    return [
-        "index" if c in ("Quality", "id") else c for c in LAYOUTS[task] if c not in LABEL_COLUMNS
-    ]
+    columns = [c for c in LAYOUTS[task] if c not in (*LABEL_COLUMNS, "qid1", "qid2")]
+    return columns if columns[0] in ("index", "id") else ["index", *columns]
 
 
 def glue_row(task: str, i: int, rng: random.Random, labelled: bool = True) -> list[str]:
@@ -565,19 +565,18 @@ def test_evaluate_command_long_texts(tmp_path, tmp_path_factory, capsys):
 
 @pytest.mark.parametrize("name", sorted(GLUE))
 def test_submission_file_has_the_test_files_index_and_label_names(tmp_path, name):
-    """<TASK>.tsv: `index<TAB>prediction`, the test file's own index where it has one
-    (written here in reverse, so the row number would not pass) else the row number, the
-    task's label names or STS-B's score."""
+    """<TASK>.tsv: `index<TAB>prediction`, the test file's own index (QQP's "id"; written
+    here in reverse, so the row number would not pass), the task's label names or STS-B's
+    score."""
     data = write_glue(tmp_path / name, name)
     test = os.path.join(data, "test.tsv")
     with open(test, encoding="utf-8-sig") as f:
         lines = f.read().splitlines()
     header, rows = lines[0].split("\t"), [r.split("\t") for r in lines[1:]]
-    indexes = [str(i) for i in range(len(rows))]
-    if "index" in header:
-        indexes = [str(100 - i) for i in range(len(rows))]
-        for r, index in zip(rows, indexes):
-            r[header.index("index")] = index
+    column = header.index("id" if name == "qqp" else "index")
+    indexes = [str(100 - i) for i in range(len(rows))]
+    for r, index in zip(rows, indexes):
+        r[column] = index
     with open(test, "w", encoding="utf-8") as f:
         f.write("\n".join([lines[0]] + ["\t".join(r) for r in rows]) + "\n")
     task = tasks.get(name)
@@ -605,3 +604,6 @@ def test_mnli_submission_names_follow_the_file():
     assert mnli.submission_name("glue/MNLI/test_mismatched.tsv") == "MNLI-mm"
     assert mnli.submission_name("glue/diagnostic/diagnostic.tsv") == "AX"
     assert mnli.submission_name("glue/AX.tsv") == "AX"
+    assert mnli.submission_name("hf/mnli_mismatched/test.tsv") == "MNLI-mm"
+    assert mnli.submission_name("hf/mnli_matched/test.tsv") == "MNLI-m"
+    assert mnli.submission_name("hf/ax/test.tsv") == "AX"

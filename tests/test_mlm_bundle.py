@@ -143,27 +143,19 @@ def test_copy_rates_count_words_in_view_elsewhere_only():
     assert set(hits) == {"top1_copy", "gold_copy"}
 
 
-def test_chance_rates_look_in_the_other_text_anywhere():
-    """With `other` text, a word counts by chance when it stands at any non-padding
-    position of that text's row; `instance_text` puts the true words back first."""
-    from model.evaluate import copy_hits, instance_text
+def test_chance_rates_look_in_the_other_input_anywhere():
+    """With `other` input, a word counts by chance when it stands at any non-padding
+    position of that input's row (the masked position's own index included)."""
+    from model.evaluate import copy_hits
 
-    data = {
-        "token_ids": np.array([[2, 7, 103, 9, 3, 0], [2, 103, 5, 103, 3, 0]]),
-        "mask_positions": np.array([[2, 0], [1, 3]]),
-        "labels": np.array([[8, 0], [6, 4]]),
-        "weights": np.array([[1.0, 0.0], [1.0, 1.0]]),
-    }
-    text = instance_text(data)
-    np.testing.assert_array_equal(text, [[2, 7, 8, 9, 3, 0], [2, 6, 5, 4, 3, 0]])
-    np.testing.assert_array_equal(data["token_ids"][0], [2, 7, 103, 9, 3, 0])  # unchanged
-    other = (np.roll(text, -1, 0), np.roll((text > 0).astype(np.int32), -1, 0))
-    top1 = np.array([[4, 0], [8, 7]])  # 0: in the other row's padding only
-    hits = copy_hits(
-        top1, data["labels"], data["token_ids"], text > 0, data["mask_positions"], other
-    )
-    # row 0 looks in row 1's text (2 6 5 4 3): 4 yes, 0 no; gold 8 no, 0 no
-    # row 1 looks in row 0's text (2 7 8 9 3): 8 yes, 7 yes; gold 6 no, 4 no
+    token_ids = np.array([[2, 7, 103, 9, 3, 0], [2, 103, 5, 4, 3, 0]])
+    positions = np.array([[2, 0], [1, 3]])
+    gold = np.array([[8, 0], [6, 4]])
+    other = (np.roll(token_ids, -1, 0), np.roll(token_ids > 0, -1, 0))
+    top1 = np.array([[4, 0], [9, 103]])  # 0: in the other row's padding only
+    hits = copy_hits(top1, gold, token_ids, token_ids > 0, positions, other)
+    # row 0 looks in row 1 (2 103 5 4 3): 4 yes, 0 no; gold 8 no, 0 no
+    # row 1 looks in row 0 (2 7 103 9 3): 9 yes, 103 yes; gold 6 no, 4 no
     np.testing.assert_array_equal(hits["top1_chance"], [[1, 0], [1, 1]])
     np.testing.assert_array_equal(hits["gold_chance"], [[0, 0], [0, 0]])
 

@@ -161,7 +161,7 @@ def test_unlabelled_file_is_read_but_not_evaluated(tmp_path):
     sentences = tasks.get("ner").read(str(path))
     assert [s.words for s in sentences] == [["EU", "rejects"], ["Peter"]]
     assert all(s.tags is None for s in sentences)
-    with pytest.raises(ValueError, match="test.txt:3: no tags"):
+    with pytest.raises(ValueError, match="test.txt:3: no tags.*--predictions-dir DIR writes"):
         tasks.get("ner").evaluate(None, sentences, None, 16)
 
 
@@ -239,6 +239,39 @@ def test_alignment_round_trips_words_and_tags(tokenizer, tmp_path, seq_len):
     expected = [t for _, t in sentences]
     assert task.predict_tags(replay(y, x), examples, tokenizer, seq_len) == expected
     assert task.evaluate(replay(y, x), examples, tokenizer, seq_len)["f1"] == 1.0
+
+
+def test_predictions_file_is_conllevals_input(tokenizer, tmp_path):
+    """--predictions-dir: `word gold predicted` lines, a blank line after each sentence,
+    -DOCSTART- where the file has it; an unlabelled file gets `word predicted` and no
+    metrics. The file's tags score as the metrics printed beside it."""
+    from model.tasks.ner import conll_metrics
+
+    sentences = random_sentences(6, seed=3)
+    task = tasks.get("ner")
+    examples = task.read(write_conll(tmp_path / "dev.txt", sentences))
+    encoded = task.encode(examples, tokenizer, 64)
+    wrong = np.where(encoded.y > 0, 0, encoded.y)  # every entity missed
+    for y, f1 in ((encoded.y, 1.0), (wrong, 0.0)):
+        out = tmp_path / f"out{f1}"
+        metrics = task.evaluate(replay(y, encoded.x), examples, tokenizer, 64, output_dir=str(out))
+        assert metrics["f1"] == f1
+        blocks = (out / "predictions.txt").read_text(encoding="utf-8").split("\n\n")
+        assert blocks[0] == "-DOCSTART- O O" and blocks[-1] == ""
+        rows = [[line.split() for line in b.splitlines()] for b in blocks[1:-1]]
+        assert [[r[0] for r in b] for b in rows] == [w for w, _ in sentences]
+        assert [[r[1] for r in b] for b in rows] == [t for _, t in sentences]
+        scored = conll_metrics([[r[1] for r in b] for b in rows], [[r[2] for r in b] for b in rows])
+        assert scored["f1"] == metrics["f1"]
+    unlabelled = tmp_path / "test.txt"
+    unlabelled.write_text("-DOCSTART-\n\nEU\nrejects\n\nPeter\n", encoding="utf-8")
+    examples = task.read(str(unlabelled))
+    encoded = task.encode(examples, tokenizer, 64)
+    y = np.where(encoded.x["padding_mask"] > 0, 1, 0)  # B-PER everywhere
+    metrics = task.evaluate(replay(y, encoded.x), examples, tokenizer, 64, output_dir=str(tmp_path))
+    assert metrics == {"labelled": False, "sentences": 2}
+    written = (tmp_path / "predictions.txt").read_text(encoding="utf-8")
+    assert written == "-DOCSTART- O\n\nEU B-PER\nrejects B-PER\n\nPeter B-PER\n\n"
 
 
 # === The paper's document context (section 5.3) ===

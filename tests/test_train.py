@@ -556,3 +556,5 @@ def test_a_held_out_set_read_more_than_once_is_noted(capsys):
     assert "--eval-steps 3 reads each once" in out
     _note_repeated_eval(args, 640)
     assert capsys.readouterr().out == ""
+    _note_repeated_eval(args, 20)
+    assert "more held-out text would read each once" in capsys.readouterr().out

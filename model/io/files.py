@@ -192,6 +192,8 @@ MIN_FREE_BYTES = 16 * 2**20  # less than this left on the output's disk: refuse 
 
 def check_writable_dir(path: str) -> None:
     """Fails at start, not after an hour, when `path` cannot be written or its disk is full."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SystemExit(f"error: output directory {path!r} is a file, not a directory")
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-") as f:

@@ -101,6 +101,23 @@ class Task(abc.ABC):
         fine-tuned to; most tasks have one way of reading (CoNLL-2003's has two)."""
         return None
 
+    # What `evaluate` writes for an unlabelled file under --predictions-dir (GLUE's and
+    # CoNLL-2003's test files); None: such a file is refused.
+    predictions_file: str | None = None
+    label_field = "label"  # the examples' attribute that holds the label
+
+    def require_labels(self, examples: list, output_dir: str | None) -> None:
+        """Refuses unlabelled examples unless the task writes predictions for them to
+        `output_dir` (the user is told how when it can)."""
+        if output_dir is not None and self.predictions_file:
+            return
+        hint = (
+            f"; --predictions-dir DIR writes its predictions as {self.predictions_file} instead"
+            if self.predictions_file
+            else ""
+        )
+        check_labelled(examples, self.label_field, hint=hint)
+
     @abc.abstractmethod
     def encode(self, examples: list, tokenizer, seq_len: int, training: bool = False) -> Encoded:
         """Model inputs (and labels) for `examples`."""

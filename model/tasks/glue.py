@@ -75,7 +75,7 @@ class PairExample:
     text_b: str | None
     label: str | float | None
     source: str  # "path:line", for error messages
-    index: str | None = None  # the file's "index" column, where it has one (test files)
+    index: str | None = None  # the file's "index" (QQP: "id") column, where it has one
 
 
 def _rows(path: str):
@@ -151,7 +151,8 @@ class GlueTask(Task):
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None
         label = header.index(self.label_column) if self.label_column in header else None
-        index = header.index("index") if "index" in header else None
+        # The test files' own row ids: "index" (QQP's: "id")
+        index = next((header.index(c) for c in ("index", "id") if c in header), None)
         width = len(header)
         return [self._example(path, line, row, a, b, label, width, index) for line, row in rows]
 
@@ -239,9 +240,8 @@ class GlueTask(Task):
         `long_texts` says (the module docstring). When some are, the metrics also
         count them (`long_examples`) and, read in windows, the model's inputs
         (`windows`)."""
+        self.require_labels(examples, output_dir)
         y = self._label_ids(examples)
-        if y is None and output_dir is None:
-            check_labelled(examples, hint=UNLABELLED_HINT)
         scores, reading = self._scores(predict, examples, tokenizer, seq_len, batch_size)
         if output_dir is not None:
             self.write_predictions(output_dir, examples, scores)
@@ -274,6 +274,7 @@ class GlueTask(Task):
 
     # === GLUE's submission files ===
 
+    predictions_file = "GLUE's submission file (python -m model.evaluate ... DIR/<TASK>.tsv)"
     # The file of the benchmark's submission (gluebenchmark.com) for this task's test set.
     submission: str = ""
 
@@ -284,16 +285,23 @@ class GlueTask(Task):
         """`directory`/<TASK>.tsv as GLUE's submission takes it: an `index` and a
         `prediction` column, the label as the task's files write it (a score with 3
         decimals for STS-B), in the examples' order; the index is the file's own
-        column where it has one, else the row's number. Returns the path."""
+        column where it has one, else the row's number. A labelled file's predictions
+        are named after it too (SST-2.dev.tsv), so that they are never taken for a
+        submission. Returns the path."""
         from model.io.files import atomic_open
 
         path = examples[0].source.rpartition(":")[0] if examples else ""
-        target = os.path.join(directory, self.submission_name(path) + ".tsv")
+        name = self.submission_name(path)
+        if self._label_ids(examples) is not None:
+            name += "." + os.path.splitext(os.path.basename(path))[0]
+        target = os.path.join(directory, name + ".tsv")
         if self.label_names is None:
             written = [f"{s:.3f}" for s in np.asarray(scores)[:, 0]]
         else:
             written = [self.label_names[i] for i in np.asarray(scores).argmax(-1)]
         os.makedirs(directory, exist_ok=True)
+        if os.path.exists(target):
+            print(f"note: replacing {target}", file=sys.stderr)
         with atomic_open(target, "w", encoding="utf-8") as f:
             f.write("index\tprediction\n")
             for i, (e, label) in enumerate(zip(examples, written)):
@@ -316,13 +324,6 @@ class GlueTask(Task):
         logits = np.zeros((len(dev), len(self.label_names)))
         logits[:, self.label_names.index(most)] = 1.0
         return self.metrics(self._label_ids(dev), logits)
-
-
-# What `check_labelled` adds for a GLUE file without labels.
-UNLABELLED_HINT = (
-    "; pass --predictions-dir DIR to write its predictions as GLUE's submission file "
-    "(DIR/<TASK>.tsv) instead"
-)
 
 
 # === Long texts: windows ===
@@ -600,11 +601,13 @@ class Mnli(GlueTask):
     label_names = ("contradiction", "entailment", "neutral")
 
     def submission_name(self, path: str) -> str:
-        """MNLI-m, MNLI-mm (a file named *mismatched*) or AX (the diagnostic set)."""
-        name = os.path.basename(path).lower()
-        if name.startswith(("diagnostic", "ax")):
+        """MNLI-m, MNLI-mm or AX (the diagnostic set), as the file or its folder is named
+        (GLUE's MNLI/test_mismatched.tsv, diagnostic/diagnostic.tsv; the datasets
+        library's mnli_mismatched/test.tsv, ax/test.tsv)."""
+        names = [os.path.basename(p).lower() for p in (path, os.path.dirname(path))]
+        if any(n.startswith(("diagnostic", "ax")) for n in names):
             return "AX"
-        return "MNLI-mm" if "mismatched" in name else "MNLI-m"
+        return "MNLI-mm" if any("mismatched" in n for n in names) else "MNLI-m"
 
     def dev_files(self, data: str) -> dict[str, str]:
         _, matched = self.files(data)

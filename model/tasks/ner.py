@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 
 import numpy as np
 
@@ -272,6 +273,8 @@ class Conll2003(Task):
     dev_file = "valid.txt"
     label_names = CONLL2003_LABELS
     document_context = False  # see the module's docstring
+    predictions_file = "conlleval's input (python -m model.evaluate ... DIR/predictions.txt)"
+    label_field = "tags"
 
     def labels(self) -> list[str]:
         return list(self.label_names)
@@ -378,10 +381,35 @@ class Conll2003(Task):
         batch_size: int = 64,
         output_dir: str | None = None,
     ) -> dict:
-        check_labelled(examples, "tags")
+        self.require_labels(examples, output_dir)
         predicted = self.predict_tags(predict, examples, tokenizer, seq_len, batch_size)
+        if output_dir is not None:
+            write_predictions(os.path.join(output_dir, PREDICTIONS), examples, predicted)
+        if any(e.tags is None for e in examples):
+            return {"labelled": False, "sentences": len(examples)}
         metrics = conll_metrics([e.tags for e in examples], predicted)
         return {**metrics, "sentences": len(examples)}
+
+
+PREDICTIONS = "predictions.txt"
+
+
+def write_predictions(path: str, examples: list[Sentence], predicted: list[list[str]]) -> None:
+    """conlleval's input: `word gold predicted` a line (`word predicted` for an unlabelled
+    file), a blank line after each sentence, `-DOCSTART- O O` where a document starts."""
+    from model.io.files import atomic_open
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    document = 0  # a file's first -DOCSTART- is written too
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        for e, tags in zip(examples, predicted):
+            if e.document != document:
+                f.write("-DOCSTART- O O\n\n" if e.tags is not None else "-DOCSTART- O\n\n")
+                document = e.document
+            gold = e.tags if e.tags is not None else [None] * len(e.words)
+            for word, g, p in zip(e.words, gold, tags):
+                f.write(f"{word} {p}\n" if g is None else f"{word} {g} {p}\n")
+            f.write("\n")
 
 
 TASKS = {"conll2003": Conll2003}

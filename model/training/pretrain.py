@@ -131,7 +131,7 @@ def pretrain(args) -> int:
         interval_losses = _fit(args, runtime, data, model, checkpoint, timing, start_step, stop)
         if interval_losses is None:
             return 3
-    elif start_step:
+    elif start_step and runtime.chief:
         flag = "--stop-at" if stop < args.steps else "--steps"
         print(
             f"nothing to train: the newest checkpoint is at step {start_step}, at or past "
@@ -150,11 +150,15 @@ def _note_repeated_eval(args, instances: int) -> None:
     stream goes round again, so the curve weighs some instances twice or more."""
     wanted = args.eval_steps * args.batch_size
     if instances and wanted > instances:
+        fix = (
+            f"--eval-steps {instances // args.batch_size} reads each once at most"
+            if instances >= args.batch_size
+            else "more held-out text would read each once (one batch is already more)"
+        )
         print(
             f"note: {args.eval_data} holds {instances} instances, fewer than --eval-steps "
             f"{args.eval_steps} x --batch-size {args.batch_size} = {wanted}: each score "
-            f"reads them {wanted / instances:.1f} times over; --eval-steps "
-            f"{max(1, instances // args.batch_size)} reads each once at most"
+            f"reads them {wanted / instances:.1f} times over; {fix}"
         )
 
 
