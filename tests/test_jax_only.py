@@ -139,6 +139,7 @@ def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
     )  # fmt: skip
     classifier = tmp_path / "sst2-2"
     assert json.loads((classifier / "metrics.json").read_text())["seed"] == 2
+    assert (classifier / "SST-2.dev.tsv").read_text().startswith("index\tprediction\n")
     done = run(
         jax_python,
         "model.evaluate",
@@ -152,6 +153,7 @@ def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
     )
     metrics = json.loads(done.stdout[done.stdout.index("{") :])
     assert metrics["masked_positions"] > 10_000
+    assert 0.0 < metrics["mlm_gold_chance_copy_rate"] < metrics["mlm_gold_copy_rate"] < 1.0
 
 
 @pytest.fixture(scope="module")
