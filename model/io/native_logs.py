@@ -24,6 +24,10 @@ two-by-three int64 transpose while descriptor 2 is captured.
 
 The lines come back with the command's `--verbose`, or when the user sets
 `TF_CPP_MIN_LOG_LEVEL` themselves: the user's choice wins.
+
+The same call makes this project's own warnings (a checkpoint's notes, a tokenizer setting it
+reads otherwise) one `warning: ...` line each, not Python's `path:line: UserWarning: ...` and
+the source line that raised it; other libraries' warnings keep their form.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
     runs import no TensorFlow). Otherwise also sets TF_CPP_MIN_LOG_LEVEL=2,
     so TensorFlow's later C++ INFO and WARNING lines stay off too.
     """
+    plain_warnings()
     if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
         return
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
@@ -78,3 +83,28 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
     kept = [line for line in text.splitlines() if not STARTUP_LINES.search(line)]
     if kept:
         print("\n".join(kept), file=sys.stderr)
+
+
+# The project's packages: a warning raised from a file under one of them is ours.
+_PACKAGES = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), p)
+    + os.sep
+    for p in ("model", "export", "app")
+)
+
+
+def plain_warnings() -> None:
+    """Formats this project's UserWarnings as `warning: MESSAGE` (see the module docstring)."""
+    import warnings
+
+    original = warnings.formatwarning
+    if getattr(original, "plain", False):
+        return
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGES):
+            return f"warning: {message}\n"
+        return original(message, category, filename, lineno, line)
+
+    formatwarning.plain = True
+    warnings.formatwarning = formatwarning
