@@ -9,10 +9,13 @@ Tasks:
           pre-training: 15 % masking, 80/10/10, a fixed seed; top-1/top-5 also
           on the positions that show [MASK] alone (`_mask_only`: a position
           that shows its own word is far easier); how often the top-1 word
-          and the true word stand elsewhere in the input (`_copy_rate`; their
-          difference: `mlm_copy_excess`) and in the next instance, an
-          unrelated input (`_chance_copy_rate`: how often a word that common
-          is in view by chance; the excess less that: `..._beyond_chance`). A pre-training
+          and the true word stand elsewhere in the input (`_copy_rate`) and
+          in the next instance, an unrelated input (`_chance_copy_rate`: how
+          often a word that common is in view by chance). `mlm_copy_excess`:
+          the top-1's copy rate less the true word's (0: it guesses words in
+          view no more often than the truth is in view; positive: too often);
+          `mlm_copy_excess_beyond_chance`: the same less the chance rates'
+          difference, the copying that word frequency does not explain. A pre-training
           bundle keeps only its top-k words at each mask (`top_k` in its
           bundle.json): it is scored on the very same instances and masks,
           top-1 and (k >= 5) top-5 only; loss and perplexity need the whole

@@ -368,7 +368,26 @@ def parse_args(argv):
     add_common_flags(fine, FINETUNE_HELP)
     # None: the task's own default (model/tasks/*), else the paper's.
     fine.set_defaults(learning_rate=None, batch_size=None)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.command == "pretrain":
+        _check_masking(pre, args)
+    return args
+
+
+def _check_masking(parser, args) -> None:
+    """The masking flags' ranges, before any framework starts (the objective checks the
+    rest: a default rate that joins a given one)."""
+    if not 0.0 < args.mask_rate <= 1.0:
+        parser.error(f"--mask-rate must be in (0, 1], not {args.mask_rate}")
+    rates = {
+        "--mask-token-rate": args.mask_token_rate,
+        "--random-token-rate": args.random_token_rate,
+    }
+    for flag, rate in rates.items():
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            parser.error(f"{flag} must be in [0, 1], not {rate}")
+    if None not in rates.values() and sum(rates.values()) > 1.0 + 1e-9:
+        parser.error("--mask-token-rate and --random-token-rate sum to more than 1")
 
 
 def check_inputs(args) -> None:

@@ -234,3 +234,22 @@ def test_the_projects_warnings_print_as_one_line(monkeypatch):
     assert text == "warning: cfg.json: strip_accents false\n"
     theirs = warnings.formatwarning("deprecated", UserWarning, "/usr/lib/x.py", 3, line="x()")
     assert "UserWarning: deprecated" in theirs
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--mask-rate", "-0.1"], "--mask-rate must be in (0, 1], not -0.1"),
+        (["--random-token-rate", "1.5"], "--random-token-rate must be in [0, 1], not 1.5"),
+        (
+            ["--mask-token-rate", "0.8", "--random-token-rate", "0.5"],
+            "--mask-token-rate and --random-token-rate sum to more than 1",
+        ),
+    ],
+)
+def test_masking_rates_are_checked_before_any_framework_starts(flags, message, capsys):
+    from model.train import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["pretrain", "--data", "d", "--output", "o", "--steps", "5", *flags])
+    assert message in capsys.readouterr().err

@@ -317,3 +317,22 @@ def test_config_embedding_dim_is_checked_and_old_configs_read_as_bert():
     data = tiny().to_dict()
     del data["embedding_dim"]
     assert BertConfig.from_dict(data).embedding_size == data["hidden_dim"]
+
+
+def test_only_training_moves_the_sampling_state():
+    """Held-out scoring and prediction draw the same samples every call and leave the
+    checkpointed sampling state alone; a training call draws anew and moves it."""
+    keras.utils.set_random_seed(0)
+    model = ElectraPretrainer(BertEncoder.from_config_object(tiny()), seed=3, excluded_ids=SPECIALS)
+    x, _, _, _ = batch()
+    state = model.sample.seed_generator.state
+
+    def shown(training):
+        return ops.convert_to_numpy(model(x, training=training)["rtd"][..., 1])
+
+    before = ops.convert_to_numpy(state).copy()
+    first = shown(False)
+    np.testing.assert_array_equal(shown(False), first)
+    np.testing.assert_array_equal(ops.convert_to_numpy(state), before)
+    shown(True)
+    assert not np.array_equal(ops.convert_to_numpy(state), before)

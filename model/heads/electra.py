@@ -135,14 +135,20 @@ class _GumbelSample(keras.layers.Layer):
     """(batch, P, vocab) logits -> (batch, P) int32: one draw from each softmax
     (Gumbel-max at temperature 1: argmax(logits - log(-log U))), no gradient, among the
     tokens that are not `excluded` (the special tokens: [CLS], [MASK]... are never a
-    word of a text, and the runtime's `corrupt` draws by the same law)."""
+    word of a text, and the runtime's `corrupt` draws by the same law).
+
+    Training draws from the seed generator, whose state a checkpoint keeps. Anything else
+    (held-out scoring, prediction) draws the same noise every call from a fixed seed, and
+    leaves that state alone: scoring between a checkpoint and the next step would move it,
+    and a run resumed from that checkpoint would then train on other samples."""
 
     def __init__(self, seed=None, excluded=(), **kwargs):
         super().__init__(**kwargs)
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.fixed_seed = int(seed or 0)
         self.excluded = tuple(int(i) for i in excluded)
 
-    def call(self, logits):
+    def call(self, logits, training=None):
         logits = ops.stop_gradient(ops.cast(logits, "float32"))
         if self.excluded:
             vocab = ops.shape(logits)[-1]
@@ -150,9 +156,8 @@ class _GumbelSample(keras.layers.Layer):
                 ops.equal(ops.arange(vocab, dtype="int32")[:, None], list(self.excluded)), axis=1
             )
             logits = ops.where(hit, -1e9, logits)
-        uniform = keras.random.uniform(
-            ops.shape(logits), minval=1e-9, maxval=1.0, seed=self.seed_generator
-        )
+        seed = self.seed_generator if training else self.fixed_seed
+        uniform = keras.random.uniform(ops.shape(logits), minval=1e-9, maxval=1.0, seed=seed)
         return ops.cast(ops.argmax(logits - ops.log(-ops.log(uniform)), axis=-1), "int32")
 
     def compute_output_spec(self, logits):

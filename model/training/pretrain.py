@@ -133,11 +133,15 @@ def pretrain(args) -> int:
             return 3
     elif start_step and runtime.chief:
         flag = "--stop-at" if stop < args.steps else "--steps"
+        done = os.path.isfile(os.path.join(args.output, "train_summary.json"))
         print(
             f"nothing to train: the newest checkpoint is at step {start_step}, at or past "
-            f"{flag} {stop}; writing the model as it is at step {start_step} (raise {flag} "
-            f"to train on)"
+            f"{flag} {stop}; "
+            + ("the run's model and summary stay as they are" if done else "writing its model")
+            + f" (raise {flag} to train on)"
         )
+        if done:
+            return 0
     if not runtime.chief:
         print(f"worker done at step {_step(model)}; the chief writes {args.output}")
         return 0
@@ -417,7 +421,7 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     # counted as the step's time (it was, before: a calibration run's one save with it).
     callbacks = [_Timer(timing), checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN()]
     if args.eval_data and runtime.chief:
-        callbacks.append(_EvalLog(os.path.join(args.output, "eval.json")))
+        callbacks.append(_EvalLog(os.path.join(args.output, "eval.json"), eval_dataset, args))
     if runtime.chief and (runtime.tf or _tensorflow_installed()):
         callbacks.append(
             keras.callbacks.TensorBoard(
@@ -669,19 +673,35 @@ class _Timer(_callbacks_base()):
 
 class _EvalLog(_callbacks_base()):
     """Appends the held-out metrics of every checkpoint interval, with the step,
-    to a JSON list (rewritten atomically; a resumed run goes on appending)."""
+    to a JSON list (rewritten atomically; a resumed run goes on appending). A run resumed
+    from a checkpoint whose scoring was cut off (killed between the save and the scores)
+    scores it first, so the curve has no gap."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, held_out, args):
         super().__init__()
-        self.path = path
+        self.path, self.held_out, self.steps = path, held_out, args.eval_steps
+
+    def _rows(self) -> list:
+        from model.io.files import read_json_object
+
+        return read_json_object(self.path, "eval log")["rows"] if os.path.isfile(self.path) else []
+
+    def on_train_begin(self, logs=None):
+        step = _step(self.model)
+        if step and all(r["step"] != step for r in self._rows()):
+            print(f"scoring the held-out records at step {step}, which the run resumed from")
+            scores = self.model.evaluate(
+                self.held_out, steps=self.steps, verbose=0, return_dict=True
+            )
+            self._write(step, {k: float(v) for k, v in scores.items()})
 
     def on_epoch_end(self, epoch, logs=None):
-        from model.io.files import read_json_object, write_json
-
         held_out = {k[4:]: float(v) for k, v in (logs or {}).items() if k.startswith("val_")}
-        if not held_out:
-            return
-        rows = read_json_object(self.path, "eval log")["rows"] if os.path.isfile(self.path) else []
-        step = _step(self.model)
-        rows = [r for r in rows if r["step"] < step] + [{"step": step, **held_out}]
+        if held_out:
+            self._write(_step(self.model), held_out)
+
+    def _write(self, step: int, scores: dict) -> None:
+        from model.io.files import write_json
+
+        rows = [r for r in self._rows() if r["step"] < step] + [{"step": step, **scores}]
         write_json(self.path, {"rows": rows})
