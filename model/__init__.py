@@ -26,8 +26,9 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
     import warnings
 
     from model.checkpoints.formats import read
+    from model.io.native_logs import ProjectWarning
 
     model, _, notes = read(path, task=task, allow_new_heads=allow_new_heads, **options)
     for note in notes:
-        warnings.warn(f"{path}: {note}", stacklevel=2)
+        warnings.warn(f"{path}: {note}", ProjectWarning, stacklevel=2)
     return model

@@ -639,7 +639,9 @@ def _check_model(task, directory: str, info: dict) -> None:
     stored = info.get("id2label")
     # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
     in_file = list(getattr(task, "label_names", None) or labels or [])
-    if labels and stored and [stored[k] for k in sorted(stored, key=int)] not in (labels, in_file):
+    names = [stored[k] for k in sorted(stored, key=int)] if stored else []
+    unnamed = names == [f"LABEL_{i}" for i in range(len(names))]  # transformers' defaults
+    if labels and names and not unnamed and names not in (labels, in_file):
         raise ValueError(
             f"{directory}: the model's labels {list(stored.values())} are not "
             f"task {task.name}'s {labels}"

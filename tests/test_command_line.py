@@ -221,17 +221,16 @@ def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, fla
 
 
 def test_the_projects_warnings_print_as_one_line(monkeypatch):
-    """A command's warnings raised in model/ (a Hugging Face tokenizer setting read otherwise,
-    a checkpoint's notes) print as `warning: ...`; other libraries' keep Python's form."""
+    """A command's ProjectWarnings (a Hugging Face tokenizer setting read otherwise, a
+    checkpoint's notes) print as `warning: ...`; other warnings keep Python's form."""
     import warnings
 
     from model.io import native_logs
 
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
     native_logs.plain_warnings()
-    ours = os.path.join(os.path.dirname(native_logs.__file__), "..", "checkpoints", "x.py")
-    text = warnings.formatwarning("cfg.json: strip_accents false", UserWarning, ours, 3)
-    assert text == "warning: cfg.json: strip_accents false\n"
+    text = warnings.formatwarning("cfg.json: x", native_logs.ProjectWarning, "/a/b.py", 3)
+    assert text == "warning: cfg.json: x\n"
     theirs = warnings.formatwarning("deprecated", UserWarning, "/usr/lib/x.py", 3, line="x()")
     assert "UserWarning: deprecated" in theirs
 

@@ -576,5 +576,8 @@ def test_a_model_with_another_number_of_outputs_is_refused():
     rte = {"task": "classifier", "num_labels": 2, "finetuned_task": "rte"}
     with pytest.raises(ValueError, match="task stsb needs 1 .a regression score"):
         _check_model(tasks.get("stsb"), "m", rte)
+    # transformers' default names (LABEL_0, LABEL_1) name nothing: the count decides
+    hub = {"task": "classifier", "num_labels": 2, "id2label": {"0": "LABEL_0", "1": "LABEL_1"}}
+    _check_model(tasks.get("sst2"), "m", hub)
     shipped = os.path.join(os.path.dirname(__file__), "..", "assets", "models", "sst2")
     assert _bundle_as_info(bundle.read_info(shipped))["num_labels"] == 2

@@ -137,9 +137,12 @@ def read_config(directory: str, expected_type: str = "bert") -> dict:
     if data.get("do_lower_case", True) and tok.get("strip_accents") is False:
         import warnings
 
+        from model.io.native_logs import ProjectWarning
+
         warnings.warn(
             f"{tok_path}: do_lower_case true but strip_accents false; ours strips accents as "
             f"it lowercases, so accented words get other ids than transformers'",
+            ProjectWarning,
             stacklevel=2,
         )
     return data

@@ -85,16 +85,12 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
         print("\n".join(kept), file=sys.stderr)
 
 
-# The project's packages: a warning raised from a file under one of them is ours.
-_PACKAGES = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), p)
-    + os.sep
-    for p in ("model", "export", "app")
-)
+class ProjectWarning(UserWarning):
+    """What this project warns of (a checkpoint's notes, a setting it reads otherwise)."""
 
 
 def plain_warnings() -> None:
-    """Formats this project's UserWarnings as `warning: MESSAGE` (see the module docstring)."""
+    """Formats `ProjectWarning`s as `warning: MESSAGE` (see the module docstring)."""
     import warnings
 
     original = warnings.formatwarning
@@ -102,7 +98,7 @@ def plain_warnings() -> None:
         return
 
     def formatwarning(message, category, filename, lineno, line=None):
-        if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(_PACKAGES):
+        if issubclass(category, ProjectWarning):
             return f"warning: {message}\n"
         return original(message, category, filename, lineno, line)
 

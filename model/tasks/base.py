@@ -104,12 +104,14 @@ class Task(abc.ABC):
     # What `evaluate` writes for an unlabelled file under --predictions-dir (GLUE's and
     # CoNLL-2003's test files); None: such a file is refused.
     predictions_file: str | None = None
-    label_field = "label"  # the examples' attribute that holds the label
+    # The examples' attribute that holds the label; None: the task's reader refuses an
+    # unlabelled file itself (SQuAD's) or its evaluate checks (SWAG's).
+    label_field: str | None = None
 
     def require_labels(self, examples: list, output_dir: str | None) -> None:
         """Refuses unlabelled examples unless the task writes predictions for them to
         `output_dir` (the user is told how when it can)."""
-        if output_dir is not None and self.predictions_file:
+        if self.label_field is None or (output_dir is not None and self.predictions_file):
             return
         hint = (
             f"; --predictions-dir DIR writes its predictions as {self.predictions_file} instead"

@@ -274,6 +274,7 @@ class GlueTask(Task):
 
     # === GLUE's submission files ===
 
+    label_field = "label"
     predictions_file = "GLUE's submission file (python -m model.evaluate ... DIR/<TASK>.tsv)"
     # The file of the benchmark's submission (gluebenchmark.com) for this task's test set.
     submission: str = ""

@@ -133,7 +133,7 @@ def pretrain(args) -> int:
             return 3
     elif start_step and runtime.chief:
         flag = "--stop-at" if stop < args.steps else "--steps"
-        done = os.path.isfile(os.path.join(args.output, "train_summary.json"))
+        done = _summary_step(args.output) == start_step
         print(
             f"nothing to train: the newest checkpoint is at step {start_step}, at or past "
             f"{flag} {stop}; "
@@ -147,6 +147,14 @@ def pretrain(args) -> int:
         return 0
     _save(args, runtime, data, config, model, timing, interval_losses)
     return 0
+
+
+def _summary_step(output: str) -> int | None:
+    """The step train_summary.json says the run's model is at (None: no summary)."""
+    from model.io.files import read_json_object
+
+    path = os.path.join(output, "train_summary.json")
+    return read_json_object(path, "run summary").get("steps") if os.path.isfile(path) else None
 
 
 def _note_repeated_eval(args, instances: int) -> None:
@@ -420,8 +428,15 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     # The timer first: a checkpoint's save, which runs at the end of its step, is then not
     # counted as the step's time (it was, before: a calibration run's one save with it).
     callbacks = [_Timer(timing), checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN()]
+    log = _EvalLog(os.path.join(args.output, "eval.json"))
     if args.eval_data and runtime.chief:
-        callbacks.append(_EvalLog(os.path.join(args.output, "eval.json"), eval_dataset, args))
+        callbacks.append(log)
+    if args.eval_data and start_step:
+        # The checkpoint resumed from, scored again: a kill between its save and its scores
+        # left no row. Every process scores (a strategy's collectives); the chief writes.
+        scores = model.evaluate(eval_dataset, steps=args.eval_steps, verbose=0, return_dict=True)
+        if runtime.chief:
+            log.write(start_step, {k: float(v) for k, v in scores.items()})
     if runtime.chief and (runtime.tf or _tensorflow_installed()):
         callbacks.append(
             keras.callbacks.TensorBoard(
@@ -673,35 +688,20 @@ class _Timer(_callbacks_base()):
 
 class _EvalLog(_callbacks_base()):
     """Appends the held-out metrics of every checkpoint interval, with the step,
-    to a JSON list (rewritten atomically; a resumed run goes on appending). A run resumed
-    from a checkpoint whose scoring was cut off (killed between the save and the scores)
-    scores it first, so the curve has no gap."""
+    to a JSON list (rewritten atomically; a resumed run goes on appending)."""
 
-    def __init__(self, path: str, held_out, args):
+    def __init__(self, path: str):
         super().__init__()
-        self.path, self.held_out, self.steps = path, held_out, args.eval_steps
-
-    def _rows(self) -> list:
-        from model.io.files import read_json_object
-
-        return read_json_object(self.path, "eval log")["rows"] if os.path.isfile(self.path) else []
-
-    def on_train_begin(self, logs=None):
-        step = _step(self.model)
-        if step and all(r["step"] != step for r in self._rows()):
-            print(f"scoring the held-out records at step {step}, which the run resumed from")
-            scores = self.model.evaluate(
-                self.held_out, steps=self.steps, verbose=0, return_dict=True
-            )
-            self._write(step, {k: float(v) for k, v in scores.items()})
+        self.path = path
 
     def on_epoch_end(self, epoch, logs=None):
         held_out = {k[4:]: float(v) for k, v in (logs or {}).items() if k.startswith("val_")}
         if held_out:
-            self._write(_step(self.model), held_out)
+            self.write(_step(self.model), held_out)
 
-    def _write(self, step: int, scores: dict) -> None:
-        from model.io.files import write_json
+    def write(self, step: int, scores: dict) -> None:
+        from model.io.files import read_json_object, write_json
 
-        rows = [r for r in self._rows() if r["step"] < step] + [{"step": step, **scores}]
+        rows = read_json_object(self.path, "eval log")["rows"] if os.path.isfile(self.path) else []
+        rows = [r for r in rows if r["step"] < step] + [{"step": step, **scores}]
         write_json(self.path, {"rows": rows})
