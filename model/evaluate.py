@@ -552,7 +552,7 @@ def evaluate_task(
         check_writable_dir(predictions_dir)
     task.require_labels(examples, predictions_dir)  # before the model loads
     trained_on = info.get("finetuned_task")
-    if trained_on and trained_on != task.name and _unlabelled(task, examples):
+    if trained_on and trained_on != task.name and task.unlabelled(examples):
         raise ValueError(
             f"{directory} was fine-tuned on {trained_on}, not {task.name}: with no labels to "
             f"show it, its predictions for {path} would be {task.name}'s in name only; "
@@ -574,13 +574,6 @@ def evaluate_task(
     if predictions_dir is not None:
         metrics["predictions_dir"] = predictions_dir
     return metrics
-
-
-def _unlabelled(task, examples: list) -> bool:
-    """Whether `examples` hold a file that the task only predicts (a GLUE or CoNLL test set)."""
-    return bool(task.predictions_file) and any(
-        getattr(e, task.label_field) is None for e in examples
-    )
 
 
 def _configure(task, info: dict, null_threshold, skip_invalid: bool, long_texts) -> None:

@@ -108,6 +108,12 @@ class Task(abc.ABC):
     # unlabelled file itself (SQuAD's) or its evaluate checks (SWAG's).
     label_field: str | None = None
 
+    def unlabelled(self, examples: list) -> bool:
+        """Whether any of `examples` lacks its label (a test file's)."""
+        return self.label_field is not None and any(
+            getattr(e, self.label_field) is None for e in examples
+        )
+
     def require_labels(self, examples: list, output_dir: str | None) -> None:
         """Refuses unlabelled examples unless the task writes predictions for them to
         `output_dir` (the user is told how when it can)."""

@@ -385,7 +385,7 @@ class Conll2003(Task):
         predicted = self.predict_tags(predict, examples, tokenizer, seq_len, batch_size)
         if output_dir is not None:
             write_predictions(os.path.join(output_dir, PREDICTIONS), examples, predicted)
-        if any(e.tags is None for e in examples):
+        if self.unlabelled(examples):
             return {"labelled": False, "sentences": len(examples)}
         metrics = conll_metrics([e.tags for e in examples], predicted)
         return {**metrics, "sentences": len(examples)}
