@@ -1,4 +1,4 @@
-"""model.pretraining.corpus: sentence splitting, strict file reading and the three corpus formats.
+"""model.pretraining.corpus: sentence splitting, strict file reading and the corpus formats.
 
 Tiny files in `tmp_path` cover each format and each way a file can be bad;
 the real corpora under ../shared/data are read when present (skipped otherwise).
@@ -10,10 +10,18 @@ import csv
 import gzip
 import os
 import re
+import warnings
 
 import pytest
 
-from model.pretraining.corpus import detect_format, iter_documents, open_text, split_sentences
+from model.io.native_logs import ProjectWarning
+from model.pretraining.corpus import (
+    ONE_DOCUMENT_LINES,
+    detect_format,
+    iter_documents,
+    open_text,
+    split_sentences,
+)
 from tests.helpers import SHARED_DATA, gutenberg_text
 
 GUTENBERG = os.path.join(SHARED_DATA, "pretrain", "gutenberg")
@@ -95,6 +103,32 @@ def test_google_format_blank_line_between_documents(tmp_path):
         ["Third one."],
         ["A paragraph line.", "It holds two sentences."],
     ]
+
+
+def test_one_document_per_line_format(tmp_path):
+    """`lines`: each non-empty line is a document, split into its sentences."""
+    path = write(tmp_path / "c.txt", "Great film. Loved it.\n\nDull.\nNot bad at all!\n")
+    assert list(iter_documents(path, "lines")) == [
+        ["Great film.", "Loved it."],
+        ["Dull."],
+        ["Not bad at all!"],
+    ]
+
+
+def test_a_text_file_read_as_one_long_document_says_so(tmp_path):
+    """Many lines and no blank line is likely one document per line: a warning names the
+    file and the `lines` format; a blank line anywhere, or a short file, warns of nothing."""
+    many = "\n".join(f"Review {i} is short." for i in range(ONE_DOCUMENT_LINES)) + "\n"
+    path = write(tmp_path / "many.txt", many)
+    with pytest.warns(ProjectWarning, match=r"many.txt: read as one document of 1,000 lines"):
+        assert len(list(iter_documents(path))) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(iter_documents(path, "lines"))) == ONE_DOCUMENT_LINES
+        split = write(tmp_path / "split.txt", many.replace("Review 5 ", "\nReview 5 ", 1))
+        assert len(list(iter_documents(split))) == 2
+        short = write(tmp_path / "short.txt", many.split("Review 999")[0])
+        assert len(list(iter_documents(short))) == 1
 
 
 def test_text_about_project_gutenberg_is_plain_text(tmp_path):

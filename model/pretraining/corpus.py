@@ -6,6 +6,9 @@ Formats (`--format`, `auto` looks at the file):
   line between documents. Longer lines (paragraphs) are split into sentences,
   so any plain text file works; WikiText's ` = Heading = ` lines start a new
   document.
+- `lines`: one document per line (a dump of reviews, posts or a dataset's
+  text column); each line is split into sentences. A `text` file that reads
+  as one document of many lines says so, and names this format.
 - `wiki`: WikiExtractor output, `<doc id=.. title=..>` ... `</doc>` blocks;
   each block is a document, its first line (the title) is dropped.
 - `gutenberg`: a Project Gutenberg book; the licence header and footer
@@ -21,11 +24,16 @@ import gzip
 import io
 import os
 import re
+import warnings
 from collections.abc import Iterator
 
 from model.io.files import not_utf8
+from model.io.native_logs import ProjectWarning
 
-FORMATS = ("auto", "text", "wiki", "gutenberg")
+FORMATS = ("auto", "text", "lines", "wiki", "gutenberg")
+
+# A `text` file read as one document of at least this many lines gets a warning (`lines`).
+ONE_DOCUMENT_LINES = 1000
 
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space
 # and something that can start a sentence (`_starts_sentence`: a capital of any
@@ -139,9 +147,12 @@ def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
         raise ValueError(f"unknown corpus format {fmt!r}; choose from {FORMATS}")
     if fmt == "auto":
         fmt = detect_format(path)
-    reader = {"text": _text_documents, "wiki": _wiki_documents, "gutenberg": _gutenberg_documents}[
-        fmt
-    ]
+    reader = {
+        "text": _text_documents,
+        "lines": _line_documents,
+        "wiki": _wiki_documents,
+        "gutenberg": _gutenberg_documents,
+    }[fmt]
     line_no = 0
 
     def numbered(f):
@@ -159,20 +170,36 @@ def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
 
 
 def _text_documents(lines, path):
-    doc = []
+    doc, doc_lines, documents = [], 0, 0
     for line in lines:
         if _HEADING.match(line):
             if _TOP_HEADING.match(line):
                 if doc:
                     yield doc
-                doc = []
+                    documents += 1
+                doc, doc_lines = [], 0
         elif line.strip():
             doc.extend(split_sentences(line))
+            doc_lines += 1
         elif doc and not _looks_like_wikitext_gap(line):
             yield doc
-            doc = []
+            documents += 1
+            doc, doc_lines = [], 0
     if doc:
+        if documents == 0 and doc_lines >= ONE_DOCUMENT_LINES:
+            warnings.warn(
+                f"{path}: read as one document of {doc_lines:,} lines (no blank line between "
+                "documents); if each line is a document, use --format lines",
+                ProjectWarning,
+                stacklevel=2,
+            )
         yield doc
+
+
+def _line_documents(lines, path):
+    for line in lines:
+        if line.strip():
+            yield split_sentences(line)
 
 
 def _looks_like_wikitext_gap(line: str) -> bool:
