@@ -241,7 +241,7 @@ def test_alignment_round_trips_words_and_tags(tokenizer, tmp_path, seq_len):
     assert task.evaluate(replay(y, x), examples, tokenizer, seq_len)["f1"] == 1.0
 
 
-def test_predictions_file_is_conllevals_input(tokenizer, tmp_path):
+def test_predictions_file_is_conllevals_input(tokenizer, tmp_path, capsys):
     """--predictions-dir: `word gold predicted` lines, a blank line after each sentence,
     -DOCSTART- where the file has it; an unlabelled file gets `word predicted` and no
     metrics. The file's tags score as the metrics printed beside it."""
@@ -272,6 +272,9 @@ def test_predictions_file_is_conllevals_input(tokenizer, tmp_path):
     assert metrics == {"labelled": False, "sentences": 2}
     written = (tmp_path / "predictions.txt").read_text(encoding="utf-8")
     assert written == "-DOCSTART- O\n\nEU B-PER\nrejects B-PER\n\nPeter B-PER\n\n"
+    assert "replacing" not in capsys.readouterr().err  # a new file
+    task.evaluate(replay(y, encoded.x), examples, tokenizer, 64, output_dir=str(tmp_path))
+    assert f"note: replacing {tmp_path / 'predictions.txt'}" in capsys.readouterr().err
 
 
 # === The paper's document context (section 5.3) ===

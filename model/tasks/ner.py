@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
 
 import numpy as np
 
@@ -400,6 +401,8 @@ def write_predictions(path: str, examples: list[Sentence], predicted: list[list[
     from model.io.files import atomic_open
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if os.path.exists(path):
+        print(f"note: replacing {path}", file=sys.stderr)
     document = 0  # a file's first -DOCSTART- is written too
     with atomic_open(path, "w", encoding="utf-8") as f:
         for e, tags in zip(examples, predicted):
