@@ -314,7 +314,12 @@ def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error()
     close = effect([80.0, 80.5, 81.0], [79.0, 79.5, 79.9], 1.0, False)
     assert "within the sampling error" in close and not close.startswith("exceeds")
     assert effect([80, 85], [82, 83], None, False).startswith("within the seed spread")
-    assert effect([80], [70], 0.1, False).startswith("within the seed spread")  # one seed each
+    # One seed: no spread to exceed, so never shown, however far apart (said so).
+    assert effect([80], [70], 0.1, False) == (
+        "one seed, the seed spread not measured: not shown (+10.00, beyond the sampling "
+        "error ±0.20)"
+    )
+    assert "within the sampling error" in effect([80, 81], [79.9], 1.0, False)
     assert effect([10.0, 11.0], [20.0, 21.0], None, True).startswith("exceeds")  # perplexity
 
 
@@ -362,6 +367,66 @@ def test_squad_f1_in_percent_and_glue_fractions_meet_in_the_same_cells(tmp_path)
     assert sampling_error(work, row, squad) == pytest.approx(0.4582, abs=1e-3)
 
 
+def test_a_half_built_table_judges_nothing_against_a_floor_not_yet_measured(tmp_path):
+    """Rows measured before their floor (a table run in parts): their comparisons wait for
+    it, never read as if the floor were beaten; and the hardware of a WORK where nothing
+    ran is not this machine's."""
+    import dataclasses
+
+    from model.experiments.plan import Work
+    from model.experiments.report import write
+    from model.experiments.tables import pretraining_tasks
+
+    scale = dataclasses.replace(SCALES["cpu"], seeds=(1, 2))
+    work = Work(str(tmp_path / "work"), str(tmp_path / "data"), scale)
+    table = pretraining_tasks(work)
+    bert, no_nsp = (r for r in table.rows if r.label in ("BERT (MLM + NSP)", "No NSP"))
+    for row, f1 in ((bert, 0.90), (no_nsp, 0.80)):
+        for seed in scale.seeds:
+            out = work.finetune_dir(row.run, "mrpc", seed)
+            os.makedirs(out)
+            with open(os.path.join(out, "metrics.json"), "w") as f:
+                json.dump({"dev": {"f1": f1 + 0.001 * seed}}, f)
+    lines = write(table, work, [], str(tmp_path / "report.md"))
+    said = [line for line in lines if line.startswith("- mrpc: BERT (MLM + NSP)")]
+    floor = next(r for r in table.rows if r.floor).label
+    assert said == [
+        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: BERT (MLM + NSP) its floor, "
+        f"{floor}, is not measured yet; No NSP its floor, {floor}, is not measured yet."
+    ]
+    assert "Hardware: not recorded (no command has run in WORK)." in lines[2]
+
+
+def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys):
+    """--report needs WORK to exist (a typo would write an empty table); a WORK or --prepare
+    that is a file is one line; --prepare does not take --dry-run; a task folder missing
+    from --data stops a run before anything runs, naming it and --data."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    base = ["pretraining-tasks", "--scale", "smoke"]
+    assert main([*base, "--work", str(tmp_path / "typo"), "--report"]) == 2
+    assert "typo: not a work directory" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "typo")
+    (tmp_path / "empty").mkdir()
+    assert main([*base, "--work", str(tmp_path / "empty"), "--report"]) == 0
+    assert "warning: no result of pretraining-tasks at --scale smoke" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="is a file, not a directory"):
+        main([*base, "--work", str(afile), "--data", str(tmp_path / "none")])
+    with pytest.raises(SystemExit) as e:
+        main([*base, "--prepare", str(tmp_path / "p"), "--dry-run"])
+    assert e.value.code == 2 and "not with --dry-run" in capsys.readouterr().err
+    data = tmp_path / "data"
+    (data / "wikitext-2-raw").mkdir(parents=True)
+    (data / "wikitext-2-raw" / "wiki.valid.raw").write_text(" = A = \n\n Some text .\n")
+    argv = [*base, "--work", str(tmp_path / "w"), "--data", str(data)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--data {data}" in err and "no such file or directory" in err
+    assert not os.path.exists(tmp_path / "w" / "data")  # no records made
+    assert main([*base, "--prepare", str(tmp_path / "p"), "--data", str(data)]) == 1
+    assert f"--data {data}" in capsys.readouterr().err and not os.path.exists(tmp_path / "p")
+
+
 def test_left_to_right_rows_are_read_against_the_causal_floor(tmp_path):
     from model.experiments.plan import Work
     from model.experiments.report import floor_of
@@ -389,6 +454,8 @@ def test_a_part_of_a_table_is_its_runs_and_the_records_they_read(tmp_path, capsy
     assert main([*argv, "--runs", "bert,electra-electra-small-seed1"]) == 2
     err = capsys.readouterr().err
     assert "--runs bert: not a run of this table (bert-electra-small-seed1, roberta-" in err
+    assert main([*argv, "--runs", ""]) == 2
+    assert "--runs '' names no run" in capsys.readouterr().err
 
 
 def test_the_floors_are_saved_untrained_and_uncompiled(tmp_path, capsys):

@@ -370,7 +370,15 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
     assert re.fullmatch(r"\[1/1 demo\] done in \d+\.\d s \(\d+\.\d min\)", lines[2])
     lines.clear()
     assert defaults.run([step], log=lines.append) == 0
-    assert lines[1].startswith(f"[1/1 demo] skip, {out} exists")
+    assert lines[1].startswith(f"[1/1 demo] skip, {out} exists") and "warning" not in lines[2]
+    with open(out, "a") as f:
+        f.write("{")  # cut short, or edited: skipped still, but said
+    lines.clear()
+    assert defaults.run([step], log=lines.append) == 0
+    assert (
+        lines[2]
+        == f"[1/1 demo] warning: {out} is not valid JSON: delete it to run the command again"
+    )
     broken = defaults.Step(
         "broken",
         (
@@ -521,10 +529,11 @@ def test_an_interrupted_run_stops_its_children_and_shows_their_output(tmp_path, 
     monkeypatch.setattr(runner.Children, "wait", interrupt)
     lines = []
     second = defaults.Command("json.tool", ("x", "y"), str(tmp_path / "y.json"), concurrent=True)
-    with pytest.raises(KeyboardInterrupt):
-        defaults.run([defaults.Step("demo", (waits, second))], log=lines.append, jobs=2)
+    status = defaults.run([defaults.Step("demo", (waits, second))], log=lines.append, jobs=2)
+    assert status == runner.INTERRUPTED  # one line, not a traceback
     assert started and all(p.poll() is not None for p in started)  # none left running
     assert any(line.startswith("[1/2 demo] (stopped) output:") for line in lines)
+    assert "# stopped by a signal; the same command line goes on from here" in lines
 
 
 TERMINATED = """
@@ -563,6 +572,53 @@ def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
     assert "[1/1 demo] (stopped) output:" in output
     pids = subprocess.run(["pgrep", "-f", str(tmp_path / "nobody")], capture_output=True)
     assert pids.stdout.strip() == b"", "the child still runs"
+
+
+SAVER = """
+import sys, time
+mark, out = sys.argv[1:3]
+open(mark, "w").close()
+try:
+    time.sleep(60)
+except KeyboardInterrupt:  # a training saves its checkpoint here
+    time.sleep(1)
+    open(out + ".saved", "w").close()
+    sys.exit(130)
+"""
+
+SERIAL = """
+import sys
+from model.recipes import runner
+mark, out = sys.argv[1:3]
+sys.exit(runner.run([runner.Step("demo", (runner.Command("saver", (mark, out), out),))]))
+"""
+
+
+def test_a_sigterm_to_the_parent_gives_its_one_child_time_to_save(tmp_path):
+    """`kill PID` of a run of one command at a time (the default `--jobs 1`): the child gets
+    an interrupt and time to save (it was killed at once), and the parent says it stopped."""
+    (tmp_path / "saver.py").write_text(SAVER)
+    (tmp_path / "parent.py").write_text(SERIAL)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
+    mark, out = tmp_path / "started", tmp_path / "a.json"
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "parent.py"), str(mark), str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not mark.exists():
+        if parent.poll() is not None:
+            pytest.fail(f"the parent ended first:\n{parent.stdout.read()}")
+        assert time.time() < deadline, "no child started in 60 s"
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGTERM)
+    output = parent.communicate(timeout=30)[0]
+    assert parent.returncode == 143, output
+    assert (tmp_path / "a.json.saved").exists(), "the child was killed before it saved"
+    assert "# stopped by a signal; the same command line goes on from here" in output
 
 
 def test_bundle_folders_are_the_ones_the_app_looks_for():

@@ -101,16 +101,19 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not (args.work or args.prepare):
         p.error("--work is required (or --prepare DIR)")
+    if args.prepare and (args.dry_run or args.report):
+        p.error("--prepare writes its directory: not with --dry-run or --report")
     if args.jobs < 1:
         p.error(f"--jobs must be at least 1, got {args.jobs}")
     return args
 
 
 def main(argv=None) -> int:
-    from model.experiments.experiment import select_runs, steps
+    from model.experiments.experiment import results, select_runs, steps
     from model.experiments.plan import Work
-    from model.experiments.prepare import prepared_work
+    from model.experiments.prepare import check_inputs, prepared_work
     from model.experiments.report import accelerators, write
+    from model.io.files import check_writable_dir
     from model.recipes.runner import STOPPED, run
 
     args = parse_args(argv)
@@ -140,7 +143,20 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.report and not os.path.isdir(work.work):
+        print(
+            f"error: --work {work.work}: not a work directory (nothing to report)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.dry_run:
+        check_writable_dir(work.work)  # a file, or unwritable: one line, before anything
     if not (args.dry_run or args.report):
+        try:
+            check_inputs(table, work)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         _set_up(work)
     print(f"# {table.title}, scale {scale.name}, work {args.work}")
     rc = (
@@ -162,6 +178,14 @@ def main(argv=None) -> int:
     report = work.w(f"{table.name}.md")
     write(table, work, commands, report)
     print(f"wrote {report}")
+    if args.report:
+        cells = [v for row in results(table, work).values() for v in row.values()]
+        if not any(cells):
+            print(
+                f"warning: no result of {table.name} at --scale {scale.name} in {work.work}: "
+                "the table is empty (another --work or --scale?)",
+                file=sys.stderr,
+            )
     return rc
 
 
@@ -189,9 +213,12 @@ def share_the_accelerator(jobs: int) -> None:
 
 
 def prepare_input(table, work, out) -> int:
-    from model.experiments.prepare import prepare
+    from model.experiments.prepare import check_inputs, prepare
+    from model.io.files import check_writable_dir
 
     try:
+        check_inputs(table, work)  # before DIR is made
+        check_writable_dir(out)
         manifest = prepare(table, work, out)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -60,9 +60,11 @@ def records_step(inputs: str, static: bool = False) -> str:
 def select_runs(plan: list[Step], runs: str | None) -> list[Step]:
     """The steps of the runs named in `runs` (comma-separated; None: all), and the records
     steps they read; ValueError naming the runs the plan has when one is not among them."""
-    if not runs:
+    if runs is None:
         return plan
     wanted = [r.strip() for r in runs.split(",") if r.strip()]
+    if not wanted:  # `--runs ""` (an unset shell variable): not the whole table
+        raise ValueError(f"--runs {runs!r} names no run: leave it out to run the whole table")
     names = [s.name for s in plan if not s.name.startswith("records-")]
     unknown = [r for r in wanted if r not in names]
     if unknown:

@@ -47,6 +47,34 @@ def task_names(table: Table) -> list[str]:
     return names
 
 
+def check_inputs(table: Table, work: Work) -> None:
+    """Raises FileNotFoundError naming the first thing `table` reads that `work`'s --data
+    lacks (a corpus glob matching no file, the held-out text, a task's train or dev file,
+    the vocabulary), before anything runs: a run would otherwise stop there after its
+    pre-trainings."""
+    import glob
+
+    from model import tasks
+
+    scale = work.scale
+    where = f"(--data {work.data})"
+    for source in scale.corpora:
+        if not glob.glob(work.d(source)):
+            raise FileNotFoundError(f"{work.d(source)}: no corpus file matches {where}")
+    if not os.path.isfile(work.d(scale.held_out)):
+        raise FileNotFoundError(f"{work.d(scale.held_out)}: no held-out text {where}")
+    if not os.path.isfile(work.vocab):
+        raise FileNotFoundError(f"{work.vocab}: no vocabulary file (--vocab)")
+    for name in task_names(table):
+        data = work.d(scale.tasks[name].data)
+        try:
+            train, dev = tasks.get(name).files(data)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{e} {where}") from None
+        if dev is None:
+            raise FileNotFoundError(f"{data}: no dev file for task {name!r} {where}")
+
+
 def prepare(table: Table, work: Work, out: str) -> dict:
     """Writes (or adds to) the prepared directory `out` for `table`; returns its manifest."""
     from model import data as make_data
@@ -54,6 +82,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     from model.io.files import write_json
     from model.pretraining.build import file_sha256
 
+    check_inputs(table, work)
     manifest = read_json(os.path.join(out, MANIFEST))
     scale = work.scale
     if manifest and manifest.get("scale") != scale.name:

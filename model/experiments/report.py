@@ -76,8 +76,9 @@ def record_hardware(work: Work) -> None:
 
 
 def hardware_text(work: Work) -> str:
-    machines = read_json(work.w("hardware.json")).get("machines") or [hardware()]
-    return "; ".join(machines)
+    """The machines WORK's commands ran on (WORK/hardware.json), never guessed from this one."""
+    machines = read_json(work.w("hardware.json")).get("machines")
+    return "; ".join(machines) if machines else "not recorded (no command has run in WORK)"
 
 
 def accelerators() -> list[str]:
@@ -148,7 +149,9 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         "## Commands",
         "",
         "Wall times as measured on the hardware above (with `--jobs`, fine-tunings ran "
-        "several at a time and their times overlap).",
+        "several at a time and their times overlap). An argument in `<...>` was computed when "
+        "its command ran (a budget's steps, from the calibration or the scale's step time): "
+        "the steps each pre-training took are in the lines above.",
         "",
     ]
     for command, output in commands:
@@ -234,18 +237,21 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
     comparison is judged only between rows that beat their floors."""
     lines = []
     floors = [r for r in table.rows if r.floor]
-    below = set()  # (row, column) pairs that do not clearly beat their floor
+    below = {}  # (row, column) -> why it is not judged: not clearly above its floor, or the
+    # floor not measured yet (a table built in parts)
     for column in table.columns:
         for row in table.rows:
             floor = floor_of(row, floors)
             if row.floor or floor is None:
                 continue
             mine, base = measured[row.label][column.name], measured[floor.label][column.name]
+            if not base:
+                below[(row.label, column.name)] = f"its floor, {floor.label}, is not measured yet"
             if not (mine and base):
                 continue
             verdict = effect(mine, base, sampling_error(work, row, column), column.name in lower)
             if not verdict.startswith("exceeds"):
-                below.add((row.label, column.name))
+                below[(row.label, column.name)] = "does not clearly beat its floor"
             said = "beats" if verdict.startswith("exceeds") else "does NOT clearly beat"
             lines.append(
                 f"- {column.name}: {row.label} {said} its floor, {floor.label} "
@@ -259,9 +265,12 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
                 continue
             weak = [r for r in (comparison.better, comparison.worse) if (r, column.name) in below]
             if weak:
-                which = f"{weak[0]} does not clearly beat its floor (budget too small)"
-                if len(weak) == 2:
-                    which = "neither clearly beats its floor (budget too small)"
+                whys = [below[(r, column.name)] for r in weak]
+                which = "; ".join(f"{r} {why}" for r, why in zip(weak, whys))
+                if whys == ["does not clearly beat its floor"] * 2:
+                    which = "neither clearly beats its floor"
+                if "does not clearly beat its floor" in whys:
+                    which += " (budget too small)"
                 lines.append(
                     f"- {column.name}: {comparison.better} against {comparison.worse} is not "
                     f"judged: {which}."
@@ -285,6 +294,11 @@ def effect(a: list[float], b: list[float], error: float | None, lower: bool) -> 
         a, b = [-v for v in a], [-v for v in b]
     gap = statistics.median(a) - statistics.median(b)
     noise = f"; sampling error ±{2 * error:.2f}" if error is not None else ""
+    if min(len(a), len(b)) < 2:  # no spread to exceed: never shown, whatever the gap
+        if error is not None:
+            where = "beyond" if abs(gap) > 2 * error else "within"
+            noise = f", {where} the sampling error ±{2 * error:.2f}"
+        return f"one seed, the seed spread not measured: not shown ({gap:+.2f}{noise})"
     if separated(a, b) or separated(b, a):
         if error is not None and abs(gap) <= 2 * error:
             return (

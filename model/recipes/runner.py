@@ -34,6 +34,7 @@ from model.io.files import exit_on_sigterm
 # `run`'s status when its time limit stopped it between two commands: sysexits' EX_TEMPFAIL
 # ("try again later"), apart from every command's own statuses (3: a training's NaN loss)
 STOPPED = 75
+INTERRUPTED = 130  # Ctrl-C: the shell's status of a command stopped by SIGINT
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,9 @@ def run(
         rc = children.wait(below=1)
         if rc:
             return rc
+    except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or a SIGTERM (exit_on_sigterm)
+        log("# stopped by a signal; the same command line goes on from here")
+        return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else stop.code
     finally:
         children.stop()
         restore()
@@ -173,17 +177,43 @@ def _skipped(command: Command, tag: str, dry_run: bool, log) -> bool:
     if command.done():
         found = command.output if os.path.exists(command.output) else command.skip_if
         log(f"{tag} skip, {found} exists: {command.shell()}")
+        if found.endswith(".json") and not _valid_json(found):
+            log(f"{tag} warning: {found} is not valid JSON: delete it to run the command again")
         return True
     if dry_run:
         log(f"{tag} {command.shell()}")
     return dry_run
 
 
-def _run_here(module: str, argv: list[str], in_process: bool) -> int:
-    """`python -m module argv`'s exit status: its `main` called here, or a child process."""
+def _valid_json(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            json.load(f)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _run_here(module: str, argv: list[str], in_process: bool, grace: float = 10.0) -> int:
+    """`python -m module argv`'s exit status: its `main` called here, or a child process.
+    Stopped by a signal (SystemExit from a SIGTERM) or Ctrl-C, this process gives the child
+    an interrupt and `grace` seconds to save, as `Children.stop` does, before killing it."""
     if in_process:
         return call_main(module, argv)
-    return subprocess.call([sys.executable, "-m", module, *argv], env=child_env())
+    process = subprocess.Popen([sys.executable, "-m", module, *argv], env=child_env())
+    try:
+        return process.wait()
+    except BaseException as stop:
+        # Ctrl-C reached the child too (one process group): a second interrupt would cut
+        # its saving short. A SIGTERM to this process alone did not.
+        if not isinstance(stop, KeyboardInterrupt) and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
 
 
 def finished(tag: str, command: Command, rc: int, seconds: float, log, timings) -> int:
