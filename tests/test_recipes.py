@@ -536,6 +536,25 @@ def test_an_interrupted_run_stops_its_children_and_shows_their_output(tmp_path, 
     assert "# stopped by a signal; the same command line goes on from here" in lines
 
 
+def _parent_once_its_child_runs(tmp_path, argv: list, mark) -> subprocess.Popen:
+    """tmp_path/parent.py ARGV as a real process, once its child has written `mark`."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "parent.py"), *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not mark.exists():  # the child has started and waits
+        if parent.poll() is not None:
+            pytest.fail(f"the parent ended first:\n{parent.stdout.read()}")
+        assert time.time() < deadline, "no child started in 60 s"
+        time.sleep(0.05)
+    return parent
+
+
 TERMINATED = """
 import sys
 from model.recipes import runner
@@ -552,20 +571,9 @@ def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
     parent exits 143 and its concurrent child is stopped, not left running."""
     (tmp_path / "meet.py").write_text(MEET + "\n")
     (tmp_path / "parent.py").write_text(TERMINATED)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
-    parent = subprocess.Popen(
-        [sys.executable, str(tmp_path / "parent.py"), str(tmp_path), str(tmp_path / "a.json")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    parent = _parent_once_its_child_runs(
+        tmp_path, [str(tmp_path), str(tmp_path / "a.json")], tmp_path / "child"
     )
-    deadline = time.time() + 60
-    while not (tmp_path / "child").exists():  # the child has started and waits
-        if parent.poll() is not None:
-            pytest.fail(f"the parent ended first:\n{parent.stdout.read()}")
-        assert time.time() < deadline, "no child started in 60 s"
-        time.sleep(0.05)
     parent.send_signal(signal.SIGTERM)
     output = parent.communicate(timeout=30)[0]
     assert parent.returncode == 143, output
@@ -599,21 +607,8 @@ def test_a_sigterm_to_the_parent_gives_its_one_child_time_to_save(tmp_path):
     an interrupt and time to save (it was killed at once), and the parent says it stopped."""
     (tmp_path / "saver.py").write_text(SAVER)
     (tmp_path / "parent.py").write_text(SERIAL)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
-    mark, out = tmp_path / "started", tmp_path / "a.json"
-    parent = subprocess.Popen(
-        [sys.executable, str(tmp_path / "parent.py"), str(mark), str(out)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.time() + 60
-    while not mark.exists():
-        if parent.poll() is not None:
-            pytest.fail(f"the parent ended first:\n{parent.stdout.read()}")
-        assert time.time() < deadline, "no child started in 60 s"
-        time.sleep(0.05)
+    mark = tmp_path / "started"
+    parent = _parent_once_its_child_runs(tmp_path, [str(mark), str(tmp_path / "a.json")], mark)
     parent.send_signal(signal.SIGTERM)
     output = parent.communicate(timeout=30)[0]
     assert parent.returncode == 143, output
