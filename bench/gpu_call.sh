@@ -22,7 +22,12 @@
 # gpu.md if the bench finished), weights.tar.partNN (the SQuAD
 # v1.1 and three-kinds v2.0 models' weights as float16, v1.f16.h5 and v2all.f16.h5, in 15 MiB
 # parts: `cat weights.tar.part* | tar -x`, then `bash bench/gpu_call.sh fp16 up v1.f16.h5
-# model.weights.h5` restores float32). PER_KIND=1 adds the per-kind SQuAD v2.0 runs
+# model.weights.h5` restores float32). REAL=1 adds a v2.0 run (v2real) whose training set also
+# holds people's questions: dev-v2.0's half A is split again, its first half (A1: 9 articles,
+# 1,462 answerable and 1,458 unanswerable questions, REAL_REPEAT times, default 4) trains, its
+# second (A2) tunes the null threshold of both v2.0 runs and picks which one's weights come
+# back (v2real.f16.h5 in place of v2all's when it scores higher there); half B is reported.
+# PER_KIND=1 adds the per-kind SQuAD v2.0 runs
 # (other-paragraph alone, and with answer-removed), measured once on 2026-11-26; E1 < E2 makes
 # them cheaper, not comparable with the full run's own epoch E1 (another schedule).
 # Measured with it: bench/results/2026-11-26-nvidia-h200.md, docs/finetuning.md.
@@ -44,7 +49,9 @@ prepare() {
     cp "$REPO/../shared/data/conll2003/"{train,valid}.txt "$JOB/data/conll2003/" || return 1
   xz -T2 -6 -f "$JOB"/data/conll2003/*.txt
   (cd "$REPO" && $py -m model.tasks.squad split-dev --input "$squad/dev-v2.0.reconstructed.json" \
-    --tune "$JOB/data/dev-v2.0.A.json" --report "$JOB/data/dev-v2.0.B.json") || return 1
+    --tune "$JOB/data/dev-v2.0.A.json" --report "$JOB/data/dev-v2.0.B.json" &&
+    $py -m model.tasks.squad split-dev --input "$JOB/data/dev-v2.0.A.json" \
+    --tune "$JOB/data/dev-v2.0.A1.json" --report "$JOB/data/dev-v2.0.A2.json") || return 1
   xz -T2 -6 -f "$JOB"/data/*.json
   du -sh "$JOB"
 }
@@ -71,7 +78,7 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
   cd "$W" || return 1
   for f in "$JOB"/data/*.xz; do xz -dc "$f" > "$(basename "$f" .xz)"; done
   mkdir -p conll2003 && for f in "$JOB"/data/conll2003/*.xz; do xz -dc "$f" > "conll2003/$(basename "$f" .xz)"; done
-  mkdir -p minilm v1 v2all v2op v2opar
+  mkdir -p minilm v1 v2all v2op v2opar v2real
   local mixes=v2all:other-paragraph,answer-removed,entity-swap
   [ -n "${PER_KIND:-}" ] && mixes="$mixes v2op:other-paragraph v2opar:other-paragraph,answer-removed"
   cp "$JOB/minilm/config.json" "$JOB/minilm/vocab.txt" minilm/
@@ -81,9 +88,17 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
     $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${r#*:}" \
       --input v1/train-v1.1.json --output "${r%%:*}/train-v2.0.json" &
   done
+  local tune=dev-v2.0.A.json
+  if [ -n "${REAL:-}" ]; then  # half A's first half trains, its second tunes (both v2 runs)
+    tune=dev-v2.0.A2.json
+    $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${mixes#*:}" \
+      --real dev-v2.0.A1.json --real-repeat "${REAL_REPEAT:-4}" --dev $tune \
+      --input v1/train-v1.1.json --output v2real/train-v2.0.json &
+  fi
   wait
-  for d in v2all v2op v2opar; do cp dev-v2.0.A.json $d/dev-v2.0.json; done  # tuned on A
+  for d in v2all v2op v2opar v2real; do cp $tune $d/dev-v2.0.json; done  # tuned there
   [ -n "${PER_KIND:-}" ] || rm -rf v2op v2opar
+  [ -n "${REAL:-}" ] || rm -rf v2real
   if [ -n "${SMOKE:-}" ]; then  # one article of each file, CoNLL-2003's first documents
     for f in v1/*.json v2*/*.json; do $PY -c "
 import json, sys; j = json.load(open(sys.argv[1])); j['data'] = j['data'][:1]
@@ -99,6 +114,8 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
+  [ -n "${REAL:-}" ] &&
+    $ft --task squad2 --data "$W/v2real" --output "$W/r_v2real" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2real.log" 2>&1 &
   if [ -n "${PER_KIND:-}" ]; then
     $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
     $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
@@ -117,10 +134,10 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   echo "QA done at $(el) s"
 }
 
-pack() {  # the v1.1 and three-kinds models as float16 parts; every small file in one archive
+pack() {  # the v1.1 and the better v2.0 model as float16 parts; every small file in one archive
   cd "$W" || return 1
   local r weights packed=()
-  for r in v1 v2all; do  # the best epoch's weights, or the last checkpoint's of a run cut off
+  for r in v1 $(better_v2); do  # the best epoch's weights, or the last checkpoint's of a run cut off
     weights=r_$r/model.weights.h5
     [ -f "$weights" ] || weights=$(ls -d r_$r/checkpoints/ckpt-*/model.weights.h5 2>/dev/null | tail -n 1)
     [ -n "$weights" ] || continue
@@ -134,12 +151,27 @@ pack() {  # the v1.1 and three-kinds models as float16 parts; every small file i
   for f in logs/*.log; do echo "== $f"; grep -v "Warning\|^\s*$" "$f" | tail -n 4; done
 }
 
+better_v2() {  # v2all, or with REAL=1 whichever of v2all and v2real scored the higher best_f1
+  # on their shared tuning file (half A2; the figure to report is half B's, not read here):
+  # 8 files of 16 MiB come back, room for two models' weights
+  [ -d r_v2real ] || { echo v2all; return; }
+  $PY - <<'PYEOF'
+import json
+def f1(run):
+    try:
+        return json.load(open(f"r_{run}/metrics.json"))["dev"]["best_f1"]
+    except (OSError, KeyError, ValueError):
+        return float("-inf")
+print(max(("v2all", "v2real"), key=f1))
+PYEOF
+}
+
 unpack() {  # unpack FILES DEST: a call's files back here as model directories DEST/r_v1, ...
   local files=$1 dest=$2 r
   mkdir -p "$dest" && tar -C "$dest" -xJf "$files/results.tar.xz" || return 1
   ls "$files"/weights.tar.part* > /dev/null 2>&1 || { echo "no weights came back"; return 0; }
   cat "$files"/weights.tar.part* | tar -C "$dest" -xf - || return 1
-  for r in v1 v2all; do
+  for r in v1 v2all v2real; do
     [ -f "$dest/$r.f16.h5" ] || continue
     fp16 up "$dest/$r.f16.h5" "$dest/r_$r/model.weights.h5" && rm "$dest/$r.f16.h5" || return 1
     if [ -f "$dest/r_$r/config.json" ]; then

@@ -598,3 +598,59 @@ def test_split_dev_names_a_malformed_question(tmp_path, capsys):
     assert squad.main(argv) == 1
     assert source in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "a")
+
+
+def _real_v2() -> dict:
+    """Two articles of people's questions in v2.0 form: one answerable, one not, each."""
+    articles = []
+    for title, context in (("a", "Rex barked in 1999."), ("b", "Tom sat on the warm mat.")):
+        word = context.split()[0]
+        unanswerable = {"id": f"{title}-no", "question": f"When did {word} fly?", "answers": []}
+        articles.append(
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            _question(f"{title}-yes", f"Who is {word}?", context, word),
+                            {**unanswerable, "is_impossible": True},
+                        ],
+                    }
+                ],
+            }
+        )
+    return {"version": "v2.0", "data": articles}
+
+
+def test_real_questions_join_the_made_ones_repeated(tmp_path, capsys):
+    """`--real FILE --real-repeat 3`: FILE's articles stand three times after the made set,
+    the copies with their own ids; the made questions are those of a run without it."""
+    source, real, dev = (str(tmp_path / n) for n in ("train.json", "real.json", "dev.json"))
+    write_json(source, _hand_made())
+    write_json(real, _real_v2())
+    write_json(dev, {"version": "v2.0", "data": _real_v2()["data"][1:]})
+    plain, output = str(tmp_path / "plain.json"), str(tmp_path / "out" / "train-v2.0.json")
+    assert squad.main(["make-v2-train", "--input", source, "--output", plain]) == 0
+    argv = ["make-v2-train", "--input", source, "--output", output, "--real", real]
+    assert squad.main([*argv, "--real-repeat", "3"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["real"] == {"path": real, "repeat": 3, "answerable": 2, "unanswerable": 2}
+    with open(plain) as f, open(output) as g:
+        made, written = json.load(f), json.load(g)
+    assert written["data"][: len(made["data"])] == made["data"]
+    added = _questions({"data": written["data"][len(made["data"]) :]})
+    assert sorted(added) == sorted(
+        f"{t}-{k}{c}" for t in "ab" for k in ("yes", "no") for c in ("", "-copy2", "-copy3")
+    )
+    examples = squad.Squad2Task().read(output)  # the reader takes it: ids unique
+    assert sum(e.is_impossible for e in examples) == summary["unanswerable"] + 3 * 2
+
+    # Sharing a paragraph with the tuning file is refused, and nothing is written.
+    os.remove(output)
+    assert squad.main([*argv, "--dev", dev]) == 1
+    err = capsys.readouterr().err
+    assert "shares 1 paragraph(s) with --dev" in err and "split-dev" in err
+    assert not os.path.exists(output)
+    assert squad.main([*argv, "--real-repeat", "0"]) == 1
+    assert "--real-repeat must be at least 1" in capsys.readouterr().err

@@ -1093,6 +1093,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     make.add_argument("--seed", type=int, default=0)
     make.add_argument(
+        "--real",
+        default=None,
+        help="a SQuAD v2.0 file whose questions (answerable and not, e.g. written by people) "
+        "join the made ones; it must share no paragraph with --dev",
+    )
+    make.add_argument(
+        "--real-repeat",
+        type=int,
+        default=1,
+        help="how many times --real's questions stand in the output (default 1), each copy "
+        "with its own id",
+    )
+    make.add_argument(
         "--dev",
         default=None,
         help="a SQuAD v2.0 dev file to copy beside --output as dev-v2.0.json, "
@@ -1139,11 +1152,14 @@ def _make_v2_train(args) -> int:
         if args.dev is not None:
             read_squad(args.dev, version_2=True)
         dataset, made = build_v2_train(load_json(args.input), seed=args.seed, negatives=ratios)
+        real = _real_questions(args.real, args.real_repeat, args.dev)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     from model.io.files import atomic_path, write_json
 
+    if real is not None:
+        dataset["data"] += real["data"]
     write_json(args.output, dataset)
     if args.dev is not None:
         dev = os.path.join(os.path.dirname(os.path.abspath(args.output)), "dev-v2.0.json")
@@ -1159,8 +1175,50 @@ def _make_v2_train(args) -> int:
     }
     if args.negatives != DEFAULT_NEGATIVES:  # the default prints what it always printed
         summary["negatives"] = {kind: {"ratio": ratios[kind], "made": made[kind]} for kind in made}
+    if real is not None:
+        summary["real"] = {"path": args.real, "repeat": args.real_repeat, **real["counts"]}
     print(json.dumps(summary))
     return 0
+
+
+def _real_questions(path: str | None, repeat: int, dev: str | None) -> dict | None:
+    """`--real`'s articles `repeat` times (copies after the first with ids `<id>-copy<k>`)
+    and how many questions of each kind it holds; refused when it shares a paragraph
+    with `dev` (the threshold would be tuned on questions trained on)."""
+    if path is None:
+        return None
+    if repeat < 1:
+        raise ValueError(f"--real-repeat must be at least 1, not {repeat}")
+    examples, _ = read_squad(path, version_2=True)  # strict: stops at a bad question
+    if dev is not None:
+        shared = {e.paragraph.context for e in examples} & {
+            e.paragraph.context for e in read_squad(dev, version_2=True)[0]
+        }
+        if shared:
+            raise ValueError(
+                f"{path} shares {len(shared)} paragraph(s) with --dev {dev}, e.g. "
+                f"{next(iter(shared))[:60]!r}...: tune the threshold on other articles "
+                "(python -m model.tasks.squad split-dev)"
+            )
+    data = load_json(path)["data"]
+    copies = [data] + [_renamed(data, f"-copy{k}") for k in range(2, repeat + 1)]
+    unanswerable = sum(e.is_impossible for e in examples)
+    counts = {"answerable": len(examples) - unanswerable, "unanswerable": unanswerable}
+    return {"data": [article for copy in copies for article in copy], "counts": counts}
+
+
+def _renamed(articles: list, suffix: str) -> list:
+    """`articles` with every question id given `suffix` (the rest shared, unchanged)."""
+    return [
+        {
+            **article,
+            "paragraphs": [
+                {**para, "qas": [{**qa, "id": qa["id"] + suffix} for qa in para["qas"]]}
+                for para in article["paragraphs"]
+            ],
+        }
+        for article in articles
+    ]
 
 
 def split_articles(dataset: dict) -> tuple[dict, dict]:
