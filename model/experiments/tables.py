@@ -262,8 +262,13 @@ def beyond_bert(work: Work) -> Table:
                 "dynamic +0.4 SQuAD 2.0 F1, -0.3 MNLI (RoBERTa Table 1: a tie)",
             ),
         ),
-        note="Each pre-training gets the same wall-clock budget on this machine. Static "
-        "masking: RoBERTa's baseline masked each sequence 10 ways for 40 epochs, so each "
+        note=(
+            "Each pre-training gets the same wall-clock budget on this machine. "
+            if work.scale.budget_seconds
+            else "Each pre-training takes the same number of steps (this scale has no "
+            "wall-clock budget: ELECTRA's generator is not counted in its time). "
+        )
+        + "Static masking: RoBERTa's baseline masked each sequence 10 ways for 40 epochs, so each "
         "masking was seen 4 times; a scale whose runs see the corpus a few times keeps fewer "
         "copies (`static_copies`) so that each is still seen several times.",
     )
