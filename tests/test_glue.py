@@ -198,6 +198,25 @@ def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
         tasks.get("qnli").read(str(path))
 
 
+def test_qqps_broken_rows_are_skipped_with_a_warning_in_labelled_files_only(tmp_path):
+    """QQP's official train.tsv has rows a question's newline broke in two (GLUE-baselines
+    issue 5; `datasets` and TFDS filter them): skipped and said; in a test file, refused."""
+    from model.io.native_logs import ProjectWarning
+
+    header = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+    good = "1\t1\t2\tWho is he?\tWho's he?\t1\n"
+    broken = '2\t3\t4\tWhat do historians say about the "prophet\n"\tWas he real?\t0\n'
+    path = tmp_path / "train.tsv"
+    path.write_text(header + good + broken + good.replace("1\t1", "5\t1", 1), encoding="utf-8")
+    with pytest.warns(ProjectWarning, match=r"train.tsv: skipped 2 row\(s\) .*line\(s\) 3, 4\)"):
+        examples = tasks.get("qqp").read(str(path))
+    assert [e.index for e in examples] == ["1", "5"]
+    test = tmp_path / "test.tsv"
+    test.write_text("id\tquestion1\tquestion2\n1\ta?\n2\tb?\tc?\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"test.tsv:2: expected 3 tab-separated columns"):
+        tasks.get("qqp").read(str(test))
+
+
 def test_encode_packs_pairs_as_the_paper(tmp_path):
     from model.text.tokenizer import WordPieceTokenizer
     from tests.helpers import write_task_vocab

@@ -122,6 +122,9 @@ class GlueTask(Task):
     # How `evaluate` reads a single text longer than seq_len: one of LONG_TEXTS
     # (the module docstring); sentence pairs are always cut.
     long_texts: str = "windows"
+    # Labelled rows with the wrong number of columns are skipped with a warning, not
+    # refused (QQP's official train.tsv has rows a question's newline broke in two).
+    skip_broken_rows: bool = False
 
     def labels(self) -> list[str] | None:
         names = self.display_names or self.label_names
@@ -154,7 +157,33 @@ class GlueTask(Task):
         # The test files' own row ids: "index" (QQP's: "id")
         index = next((header.index(c) for c in ("index", "id") if c in header), None)
         width = len(header)
+        if self.skip_broken_rows and label is not None:
+            rows = self._whole_rows(path, rows, width)
         return [self._example(path, line, row, a, b, label, width, index) for line, row in rows]
+
+    def _whole_rows(self, path: str, rows, width: int) -> list:
+        """`rows` without those of another width than the header's, said in one warning (as
+        GLUE's loaders in Hugging Face's `datasets` and TFDS filter QQP's corrupted rows).
+        Only for labelled files: a test file's skipped row would be missing from a
+        submission, so there it is refused."""
+        import warnings
+
+        from model.io.native_logs import ProjectWarning
+
+        kept, broken = [], []
+        for line, row in rows:
+            (kept if len(row) == width else broken).append((line, row))
+        if broken:
+            lines = ", ".join(str(line) for line, _ in broken[:5])
+            more = f" and {len(broken) - 5} more" if len(broken) > 5 else ""
+            warnings.warn(
+                f"{path}: skipped {len(broken)} row(s) without {width} tab-separated columns "
+                f"(line(s) {lines}{more}): a text broken over two lines, as in "
+                f"{self.name.upper()}'s official files",
+                ProjectWarning,
+                stacklevel=3,
+            )
+        return kept
 
     def _example(self, path, line, row, a, b, label, width, index=None) -> PairExample:
         source = f"{path}:{line}"
@@ -570,6 +599,7 @@ class Qqp(_F1Task):
     submission = "QQP"
     display_names = ("not_duplicate", "duplicate")
     text_a, text_b, label_column = "question1", "question2", "is_duplicate"
+    skip_broken_rows = True
 
 
 class Stsb(GlueTask):
