@@ -432,3 +432,23 @@ def test_real_conll_2003_files():
     # Gold against itself: every entity found.
     gold = [s.tags for s in dev_set]
     assert conll_metrics(gold, gold)["f1"] == 1.0
+
+
+def test_the_original_releases_file_names_are_found(tmp_path):
+    """The original CoNLL-2003 release names its files eng.train / eng.testa / eng.testb:
+    a folder of those (or eng.train given) finds eng.testa as the dev file, never eng.testb;
+    train.txt, where there is one, wins."""
+    task = tasks.get("conll2003")
+    sentences = random_sentences(3, seed=1)
+    for name in ("eng.train", "eng.testa", "eng.testb"):
+        write_conll(tmp_path / name, sentences)
+    expected = (str(tmp_path / "eng.train"), str(tmp_path / "eng.testa"))
+    assert task.files(str(tmp_path)) == expected
+    assert task.files(str(tmp_path / "eng.train")) == expected
+    os.remove(tmp_path / "eng.testa")
+    assert task.files(str(tmp_path)) == (expected[0], None)
+    write_conll(tmp_path / "train.txt", sentences)
+    assert task.files(str(tmp_path)) == (str(tmp_path / "train.txt"), None)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no training file"):
+        task.files(str(tmp_path / "empty"))

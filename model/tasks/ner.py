@@ -5,9 +5,11 @@
     python -m model.evaluate --task ner --model runs/ner --data ../shared/data/conll2003/valid.txt
 
 The file format: one token a line, `token POS chunk NER` (space-separated; the
-last column is the tag, IOB2 as distributed with the paper's data),
+last column is the tag: IOB1 in the original CoNLL-2003 release, IOB2 in most
+copies since, both read and scored alike),
 `-DOCSTART-` lines between documents and a blank line between sentences.
-A file of tokens only (one column) is read as unlabelled.
+A file of tokens only (one column) is read as unlabelled. `--data DIR` finds
+train.txt and valid.txt, or the original release's eng.train and eng.testa.
 
 Labels live on words, the model on WordPieces: as in the paper, each word's
 *first* piece carries its tag and the other pieces are ignored by the loss
@@ -277,8 +279,23 @@ class Conll2003(Task):
     predictions_file = "conlleval's input (python -m model.evaluate ... DIR/predictions.txt)"
     label_field = "tags"
 
+    # The original release's names (eng.testb is its test set, never a dev file).
+    original_files = ("eng.train", "eng.testa")
+
     def labels(self) -> list[str]:
         return list(self.label_names)
+
+    def files(self, data: str) -> tuple[str, str | None]:
+        """train.txt and valid.txt, or the original release's eng.train and eng.testa (a
+        folder holding them, or eng.train itself)."""
+        train_name, dev_name = self.original_files
+        if os.path.isdir(data) and not os.path.exists(os.path.join(data, self.train_file)):
+            if os.path.isfile(os.path.join(data, train_name)):
+                data = os.path.join(data, train_name)
+        if os.path.isfile(data) and os.path.basename(data) == train_name:
+            dev = os.path.join(os.path.dirname(os.path.abspath(data)), dev_name)
+            return data, dev if os.path.isfile(dev) else None
+        return super().files(data)
 
     def read_as(self, info: dict) -> None:
         self.document_context = bool(info.get("document_context"))
