@@ -251,7 +251,7 @@ def load(
                 f"{model_dir}: fine-tuned on {task_name}, but metrics.json names "
                 f"no dev file: give --data FILE (a {task_name} file) to verify on"
             )
-        examples = task.read(path)
+        examples = task.read_gold(path)
         if not examples:
             raise ValueError(f"{path}: no examples")
         # Encode only what is needed (a SQuAD question can make several windows).

@@ -172,7 +172,7 @@ def run(args, log=None) -> str:
         return run_replaced_tokens(args, (model, info, tokenizer), variants, log)
     task = _task(args, info)
     seq_len = info.get("max_seq_length") or task.default_seq_len
-    examples = task.read(args.data)
+    examples = task.read_gold(args.data)
     if args.max_examples:
         examples = examples[: args.max_examples]
     timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))

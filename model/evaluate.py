@@ -545,7 +545,7 @@ def evaluate_task(
             f"{directory}: --seq-len {seq_len} exceeds the model's max_sequence_length "
             f"{positions} (its position embeddings)"
         )
-    examples = task.read(path)  # malformed files fail before the model loads
+    examples = task.read_gold(path)  # malformed files fail before the model loads
     if not examples:
         raise ValueError(f"{path}: no examples to evaluate")
     if predictions_dir is not None:

@@ -705,6 +705,20 @@ def test_make_v2_train_command(tmp_path, capsys):
     assert "mismatch" in capsys.readouterr().err
 
 
+def test_a_file_only_scored_keeps_a_question_whose_answer_start_is_off(tmp_path):
+    """The official scripts score answers by text and never read `answer_start`: a dev or
+    evaluated file (`read_gold`) keeps a question whose offset is off by one, which a
+    training file (`read`) refuses, its span unknown."""
+    context = "Normandy is a region in France."
+    off = qa("q1", "What is Normandy?", context, "a region in France", start=13)
+    path = write_json(tmp_path / "dev.json", dataset([(context, [off])]))
+    with pytest.raises(ValueError, match="mismatch: the context at answer_start 13"):
+        Squad1Task().read(path)
+    (example,) = Squad1Task().read_gold(path)
+    assert example.answers == [{"text": "a region in France", "answer_start": 13}]
+    assert Squad2Task().read_gold(path)[0].qas_id == "q1"
+
+
 # === A tiny model end to end ===
 
 
@@ -984,7 +998,7 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
     # --skip-invalid: a malformed question stops the strict reader, or is counted.
     with open(data / "dev-v2.0.json") as f:
         bad = json.load(f)
-    bad["data"][0]["paragraphs"][0]["qas"].append(qa("bad", "Who?", "x", "dog", start=0))
+    bad["data"][0]["paragraphs"][0]["qas"].append(qa("bad", " ", "x", "dog", start=0))
     write_json(tmp_path / "bad.json", bad)
     capsys.readouterr()
     assert (
@@ -993,7 +1007,7 @@ def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys
         )
         == 1
     )
-    assert "mismatch" in capsys.readouterr().err
+    assert '"question" must be a non-empty string' in capsys.readouterr().err
     skipped = evaluate("--skip-invalid")
     assert skipped["skipped"] == 0
     capsys.readouterr()

@@ -63,6 +63,12 @@ class Task(abc.ABC):
         """Examples of one file in the task's standard format. Malformed input
         raises ValueError naming the file and line."""
 
+    def read_gold(self, path: str) -> list:
+        """Examples of a file that is only scored (a dev or test file), which may be read
+        more leniently than a training file where the official scorer is (SQuAD's scripts
+        never read `answer_start`); by default `read`."""
+        return self.read(path)
+
     def files(self, data: str) -> tuple[str, str | None]:
         """(train file, dev file) for `--data` (a directory or a train file).
 

@@ -74,8 +74,10 @@ id or a first answer whose `answer_start` is past the context (out of range)
 or whose text is not the context at `answer_start` (mismatch) stops the reader
 with the file and the article/paragraph/question; `skip_invalid=True` skips
 such questions and counts them instead. Only the first answer's place is read
-(training's span, as in Google's reader): the others are gold texts, scored by
-text as the official scripts score them.
+(training's span, as in Google's reader), and only in a training file: the
+other answers, and every answer of a file only scored (`read_gold`: evaluate's
+file, fine-tuning's dev file), are gold texts, scored by text as the official
+scripts score them.
 """
 
 from __future__ import annotations
@@ -181,8 +183,12 @@ def load_json(path: str):
             raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
 
-def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
+def read_squad(path: str, version_2: bool, skip_invalid: bool = False, spans: bool = True):
     """Examples of an official-format SQuAD file (`data` / `paragraphs` / `qas`).
+
+    `spans`: the first answer's `answer_start` must place its text in the context (the
+    span a training question learns); False for a file only scored, whose answers the
+    official scripts read by text alone.
 
     Returns:
         (examples, skipped): `skipped` lists the message of each question left
@@ -219,7 +225,7 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False):
             for qi, qa in enumerate(para["qas"]):
                 qid = qa.get("id") if isinstance(qa, dict) else None
                 where = _where_question(where_para, qi, qa)
-                problem = _check_question(qa, paragraph.context, version_2)
+                problem = _check_question(qa, paragraph.context, version_2, spans)
                 if problem is None and qid in seen:
                     problem = f"duplicate question id (first at {seen[qid]})"
                 if problem is not None:
@@ -249,7 +255,7 @@ def _where_question(where_para: str, qi: int, qa) -> str:
     return f"{where_para}, qas[{qi}]" + (f" (id {qid!r})" if qid is not None else "")
 
 
-def _check_question(qa, context: str, version_2: bool) -> str | None:
+def _check_question(qa, context: str, version_2: bool, spans: bool = True) -> str | None:
     """What is wrong with one `qas` entry, or None."""
     if not isinstance(qa, dict):
         return "a question must be an object"
@@ -279,7 +285,7 @@ def _check_question(qa, context: str, version_2: bool) -> str | None:
             return f'answers[{k}]: "text" must be a non-empty string'
         if not isinstance(start, int) or isinstance(start, bool):
             return f'answers[{k}]: "answer_start" must be an integer, not {start!r}'
-        if k > 0:
+        if k > 0 or not spans:
             # Only the first answer's place is read (training's span, as Google's reader);
             # the others are gold texts, scored by text as the official scripts score them.
             continue
@@ -875,9 +881,11 @@ class SquadTask(Task):
 
     # === Data ===
 
-    def read(self, path: str, skip_invalid: bool | None = None) -> list[SquadExample]:
+    def read(
+        self, path: str, skip_invalid: bool | None = None, spans: bool = True
+    ) -> list[SquadExample]:
         skip = self.skip_invalid if skip_invalid is None else skip_invalid
-        examples, self.skipped = read_squad(path, self.version_2, skip)
+        examples, self.skipped = read_squad(path, self.version_2, skip, spans)
         if self.skipped:
             print(
                 f"warning: {path}: skipped {len(self.skipped)} invalid question(s); the first: "
@@ -885,6 +893,12 @@ class SquadTask(Task):
                 file=sys.stderr,
             )
         return examples
+
+    def read_gold(self, path: str) -> list[SquadExample]:
+        """A dev file, scored by its answers' texts as the official scripts score them: an
+        `answer_start` that does not place its text (third-party files' offsets are often
+        off by a few characters) keeps its question."""
+        return self.read(path, spans=False)
 
     def files(self, data: str) -> tuple[str, str | None]:
         """`--data` a directory holding one of `train_names` (and perhaps one
