@@ -22,7 +22,7 @@
 # gpu.md if the bench finished), weights.tar.partNN (the SQuAD
 # v1.1 and three-kinds v2.0 models' weights as float16, v1.f16.h5 and v2all.f16.h5, in 15 MiB
 # parts: `cat weights.tar.part* | tar -x`, then `bash bench/gpu_call.sh fp16 up v1.f16.h5
-# model.weights.h5` restores float32). REAL=1 adds a v2.0 run (v2real) whose training set also
+# model.weights.h5` restores float32). A v2.0 run (v2real; REAL= leaves it out) whose training set also
 # holds people's questions: dev-v2.0's half A is split again, its first half (A1: 9 articles,
 # 1,462 answerable and 1,458 unanswerable questions, REAL_REPEAT times, default 4) trains, its
 # second (A2) tunes the null threshold of both v2.0 runs and picks which one's weights come
@@ -89,7 +89,7 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
       --input v1/train-v1.1.json --output "${r%%:*}/train-v2.0.json" &
   done
   local tune=dev-v2.0.A.json
-  if [ -n "${REAL:-}" ]; then  # half A's first half trains, its second tunes (both v2 runs)
+  if [ -n "${REAL-1}" ]; then  # half A's first half trains, its second tunes (both v2 runs)
     tune=dev-v2.0.A2.json
     $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${mixes#*:}" \
       --real dev-v2.0.A1.json --real-repeat "${REAL_REPEAT:-4}" --dev $tune \
@@ -98,7 +98,7 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
   wait
   for d in v2all v2op v2opar v2real; do cp $tune $d/dev-v2.0.json; done  # tuned there
   [ -n "${PER_KIND:-}" ] || rm -rf v2op v2opar
-  [ -n "${REAL:-}" ] || rm -rf v2real
+  [ -n "${REAL-1}" ] || rm -rf v2real
   if [ -n "${SMOKE:-}" ]; then  # one article of each file, CoNLL-2003's first documents
     for f in v1/*.json v2*/*.json; do $PY -c "
 import json, sys; j = json.load(open(sys.argv[1])); j['data'] = j['data'][:1]
@@ -114,7 +114,7 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
-  [ -n "${REAL:-}" ] &&
+  [ -n "${REAL-1}" ] &&
     $ft --task squad2 --data "$W/v2real" --output "$W/r_v2real" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2real.log" 2>&1 &
   if [ -n "${PER_KIND:-}" ]; then
     $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
@@ -151,7 +151,7 @@ pack() {  # the v1.1 and the better v2.0 model as float16 parts; every small fil
   for f in logs/*.log; do echo "== $f"; grep -v "Warning\|^\s*$" "$f" | tail -n 4; done
 }
 
-better_v2() {  # v2all, or with REAL=1 whichever of v2all and v2real scored the higher best_f1
+better_v2() {  # v2all, or (REAL, the default) whichever of v2all and v2real scored the higher best_f1
   # on their shared tuning file (half A2; the figure to report is half B's, not read here):
   # 8 files of 16 MiB come back, room for two models' weights
   [ -d r_v2real ] || { echo v2all; return; }
