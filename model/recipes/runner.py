@@ -35,6 +35,7 @@ from model.io.files import exit_on_sigterm
 # ("try again later"), apart from every command's own statuses (3: a training's NaN loss)
 STOPPED = 75
 INTERRUPTED = 130  # Ctrl-C: the shell's status of a command stopped by SIGINT
+TERMINATED = 143  # a SIGTERM (model.io.files.exit_on_sigterm's SystemExit)
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,10 @@ def run(
         if rc:
             return rc
     except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or a SIGTERM (exit_on_sigterm)
+        if isinstance(stop, SystemExit) and stop.code != TERMINATED:
+            raise  # an error's exit, not a signal
         log("# stopped by a signal; the same command line goes on from here")
-        return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else stop.code
+        return INTERRUPTED if isinstance(stop, KeyboardInterrupt) else TERMINATED
     finally:
         children.stop()
         restore()
