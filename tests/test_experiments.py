@@ -391,8 +391,8 @@ def test_a_half_built_table_judges_nothing_against_a_floor_not_yet_measured(tmp_
     said = [line for line in lines if line.startswith("- mrpc: BERT (MLM + NSP)")]
     floor = next(r for r in table.rows if r.floor).label
     assert said == [
-        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: BERT (MLM + NSP) its floor, "
-        f"{floor}, is not measured yet; No NSP its floor, {floor}, is not measured yet."
+        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: BERT (MLM + NSP) is read "
+        f"against {floor}, not measured yet; No NSP is read against {floor}, not measured yet."
     ]
     assert "Hardware: not recorded (no command has run in WORK)." in lines[2]
 

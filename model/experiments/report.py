@@ -246,7 +246,7 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
                 continue
             mine, base = measured[row.label][column.name], measured[floor.label][column.name]
             if not base:
-                below[(row.label, column.name)] = f"its floor, {floor.label}, is not measured yet"
+                below[(row.label, column.name)] = f"is read against {floor.label}, not measured yet"
             if not (mine and base):
                 continue
             verdict = effect(mine, base, sampling_error(work, row, column), column.name in lower)
