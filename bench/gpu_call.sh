@@ -91,7 +91,7 @@ squad_data() {  # SQuAD v1.1 and three v2.0 training sets (one per mix of negati
   local tune=dev-v2.0.A.json
   if [ -n "${REAL-1}" ]; then  # half A's first half trains, its second tunes (both v2 runs)
     tune=dev-v2.0.A2.json
-    $PY -m model.tasks.squad make-v2-train --seed 0 --negatives "${mixes#*:}" \
+    $PY -m model.tasks.squad make-v2-train --seed 0 --negatives other-paragraph,answer-removed,entity-swap \
       --real dev-v2.0.A1.json --real-repeat "${REAL_REPEAT:-4}" --dev $tune \
       --input v1/train-v1.1.json --output v2real/train-v2.0.json &
   fi
@@ -114,8 +114,9 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
-  [ -n "${REAL-1}" ] &&
+  if [ -n "${REAL-1}" ]; then  # its own job (an `a && b &` list would be a subshell's pid)
     $ft --task squad2 --data "$W/v2real" --output "$W/r_v2real" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2real.log" 2>&1 &
+  fi
   if [ -n "${PER_KIND:-}" ]; then
     $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
     $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
