@@ -76,13 +76,13 @@ def check_inputs(table: Table, work: Work) -> None:
 
 
 def prepare(table: Table, work: Work, out: str) -> dict:
-    """Writes (or adds to) the prepared directory `out` for `table`; returns its manifest."""
+    """Writes (or adds to) the prepared directory `out` for `table`; returns its manifest.
+    Its inputs are checked first by the caller (`check_inputs`, before `out` is made)."""
     from model import data as make_data
     from model import tasks
     from model.io.files import write_json
     from model.pretraining.build import file_sha256
 
-    check_inputs(table, work)
     manifest = read_json(os.path.join(out, MANIFEST))
     scale = work.scale
     if manifest and manifest.get("scale") != scale.name:
