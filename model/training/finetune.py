@@ -278,7 +278,7 @@ def _data(args, task):
     if not train:
         raise ValueError(f"{train_file}: no training examples")
     dev_sets = {
-        prefix: _remembered(("read", task.name, _stamp(path)), task.read_gold, path)
+        prefix: _remembered(("read_gold", task.name, _stamp(path)), task.read_gold, path)
         for prefix, path in dev_files.items()
     }
     for prefix, path in dev_files.items():  # found now, not after the training they would end
