@@ -122,6 +122,9 @@ def test_a_text_file_read_as_one_long_document_says_so(tmp_path):
     path = write(tmp_path / "many.txt", many)
     with pytest.warns(ProjectWarning, match=r"many.txt: read as one document of 1,000 lines"):
         assert len(list(iter_documents(path))) == 1
+    ended = write(tmp_path / "ended.txt", many + "\n")  # a blank line only at the end
+    with pytest.warns(ProjectWarning, match=r"ended.txt: read as one document of 1,000 lines"):
+        assert len(list(iter_documents(ended))) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(list(iter_documents(path, "lines"))) == ONE_DOCUMENT_LINES

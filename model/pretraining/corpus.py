@@ -170,30 +170,31 @@ def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
 
 
 def _text_documents(lines, path):
-    doc, doc_lines, documents = [], 0, 0
+    doc, doc_lines, sizes = [], 0, []  # sizes: each document's non-blank lines
     for line in lines:
         if _HEADING.match(line):
             if _TOP_HEADING.match(line):
                 if doc:
                     yield doc
-                    documents += 1
+                    sizes.append(doc_lines)
                 doc, doc_lines = [], 0
         elif line.strip():
             doc.extend(split_sentences(line))
             doc_lines += 1
         elif doc and not _looks_like_wikitext_gap(line):
             yield doc
-            documents += 1
+            sizes.append(doc_lines)
             doc, doc_lines = [], 0
     if doc:
-        if documents == 0 and doc_lines >= ONE_DOCUMENT_LINES:
-            warnings.warn(
-                f"{path}: read as one document of {doc_lines:,} lines (no blank line between "
-                "documents); if each line is a document, use --format lines",
-                ProjectWarning,
-                stacklevel=2,
-            )
         yield doc
+        sizes.append(doc_lines)
+    if len(sizes) == 1 and sizes[0] >= ONE_DOCUMENT_LINES:  # said once the file is read
+        warnings.warn(
+            f"{path}: read as one document of {sizes[0]:,} lines (no blank line between "
+            "documents); if each line is a document, use --format lines",
+            ProjectWarning,
+            stacklevel=2,
+        )
 
 
 def _line_documents(lines, path):
