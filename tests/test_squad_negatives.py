@@ -654,3 +654,13 @@ def test_real_questions_join_the_made_ones_repeated(tmp_path, capsys):
     assert not os.path.exists(output)
     assert squad.main([*argv, "--real-repeat", "0"]) == 1
     assert "--real-repeat must be at least 1" in capsys.readouterr().err
+    assert squad.main([*argv[:-2], "--real-repeat", "2"]) == 1  # no --real to repeat
+    assert "--real-repeat repeats --real's questions" in capsys.readouterr().err
+
+    # A question id of the made set again in FILE is refused (predictions are keyed by id).
+    clashing = _real_v2()
+    clashing["data"][0]["paragraphs"][0]["qas"][0]["id"] = next(iter(_questions(made)))
+    write_json(real, clashing)
+    assert squad.main(argv) == 1
+    assert "1 question id(s) also in --input's set" in capsys.readouterr().err
+    assert not os.path.exists(output)

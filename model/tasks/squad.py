@@ -1115,9 +1115,9 @@ def _parser() -> argparse.ArgumentParser:
     make.add_argument(
         "--real-repeat",
         type=int,
-        default=1,
+        default=None,
         help="how many times --real's questions stand in the output (default 1), each copy "
-        "with its own id",
+        "with its own id (only with --real)",
     )
     make.add_argument(
         "--dev",
@@ -1166,7 +1166,7 @@ def _make_v2_train(args) -> int:
         if args.dev is not None:
             read_squad(args.dev, version_2=True)
         dataset, made = build_v2_train(load_json(args.input), seed=args.seed, negatives=ratios)
-        real = _real_questions(args.real, args.real_repeat, args.dev)
+        real = _real_questions(args.real, args.real_repeat, args.dev, _ids(dataset["data"]))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -1190,17 +1190,23 @@ def _make_v2_train(args) -> int:
     if args.negatives != DEFAULT_NEGATIVES:  # the default prints what it always printed
         summary["negatives"] = {kind: {"ratio": ratios[kind], "made": made[kind]} for kind in made}
     if real is not None:
-        summary["real"] = {"path": args.real, "repeat": args.real_repeat, **real["counts"]}
+        summary["real"] = {"path": args.real, "repeat": real["repeat"], **real["counts"]}
     print(json.dumps(summary))
     return 0
 
 
-def _real_questions(path: str | None, repeat: int, dev: str | None) -> dict | None:
+def _real_questions(
+    path: str | None, repeat: int | None, dev: str | None, made_ids: set[str]
+) -> dict | None:
     """`--real`'s articles `repeat` times (copies after the first with ids `<id>-copy<k>`)
     and how many questions of each kind it holds; refused when it shares a paragraph
-    with `dev` (the threshold would be tuned on questions trained on)."""
+    with `dev` (the threshold would be tuned on questions trained on), or a question id
+    with the made set (`made_ids`: predictions are keyed by id)."""
     if path is None:
+        if repeat is not None:
+            raise ValueError("--real-repeat repeats --real's questions: give --real FILE")
         return None
+    repeat = 1 if repeat is None else repeat
     if repeat < 1:
         raise ValueError(f"--real-repeat must be at least 1, not {repeat}")
     examples, _ = read_squad(path, version_2=True)  # strict: stops at a bad question
@@ -1215,10 +1221,24 @@ def _real_questions(path: str | None, repeat: int, dev: str | None) -> dict | No
                 "(python -m model.tasks.squad split-dev)"
             )
     data = load_json(path)["data"]
+    clash = sorted(_ids(data) & made_ids)
+    if clash:
+        raise ValueError(
+            f"{path}: {len(clash)} question id(s) also in --input's set, e.g. {clash[0]!r}: "
+            "ids must be unique (predictions are keyed by them)"
+        )
     copies = [data] + [_renamed(data, f"-copy{k}") for k in range(2, repeat + 1)]
     unanswerable = sum(e.is_impossible for e in examples)
     counts = {"answerable": len(examples) - unanswerable, "unanswerable": unanswerable}
-    return {"data": [article for copy in copies for article in copy], "counts": counts}
+    data = [article for copy in copies for article in copy]
+    return {"data": data, "counts": counts, "repeat": repeat}
+
+
+def _ids(articles: list) -> set[str]:
+    """The question ids of a SQuAD dataset's articles."""
+    return {
+        qa["id"] for article in articles for para in article["paragraphs"] for qa in para["qas"]
+    }
 
 
 def _renamed(articles: list, suffix: str) -> list:
