@@ -397,10 +397,43 @@ def test_a_half_built_table_judges_nothing_against_a_floor_not_yet_measured(tmp_
     assert "Hardware: not recorded (no command has run in WORK)." in lines[2]
 
 
-def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys):
+def test_a_one_seed_row_is_not_blamed_on_the_budget(tmp_path):
+    """A comparison held back because a row has one seed says so, not "budget too small"
+    (that is for rows measured with their spread that do not beat their floor)."""
+    import dataclasses
+
+    from model.experiments.plan import Work
+    from model.experiments.report import write
+    from model.experiments.tables import pretraining_tasks
+
+    scale = dataclasses.replace(SCALES["cpu"], seeds=(1, 2, 3))
+    work = Work(str(tmp_path / "work"), str(tmp_path / "data"), scale)
+    table = pretraining_tasks(work)
+    floor = next(r for r in table.rows if r.floor and r.run.objective != "ltr")
+    rows = {r.label: r for r in table.rows}
+    scores = {floor.label: (0.50, 0.51, 0.52), "BERT (MLM + NSP)": (0.90, 0.91, 0.92)}
+    scores["No NSP"] = (0.80,)
+    for label, f1s in scores.items():
+        for seed, f1 in zip(scale.seeds, f1s):
+            out = work.finetune_dir(rows[label].run, "mrpc", seed)
+            os.makedirs(out)
+            with open(os.path.join(out, "metrics.json"), "w") as f:
+                json.dump({"dev": {"f1": f1}}, f)
+    lines = write(table, work, [], str(tmp_path / "report.md"))
+    said = [line for line in lines if line.startswith("- mrpc: BERT (MLM + NSP) against")]
+    assert said == [
+        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: No NSP has one seed against "
+        "its floor (no spread)."
+    ]
+
+
+def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys, monkeypatch):
     """--report needs WORK to exist (a typo would write an empty table); a WORK or --prepare
     that is a file is one line; --prepare does not take --dry-run; a task folder missing
-    from --data stops a run before anything runs, naming it and --data."""
+    from --data stops a run before anything runs, naming it and --data, and before WORK
+    is made."""
+    import model.experiments.prepare as prepare
+
     afile = tmp_path / "afile"
     afile.write_text("x")
     base = ["pretraining-tasks", "--scale", "smoke"]
@@ -410,8 +443,10 @@ def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([*base, "--work", str(tmp_path / "empty"), "--report"]) == 0
     assert "warning: no result of pretraining-tasks at --scale smoke" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="is a file, not a directory"):
-        main([*base, "--work", str(afile), "--data", str(tmp_path / "none")])
+    with monkeypatch.context() as m:  # inputs found: WORK is checked next
+        m.setattr(prepare, "check_inputs", lambda table, work: None)
+        with pytest.raises(SystemExit, match="is a file, not a directory"):
+            main([*base, "--work", str(afile), "--data", str(tmp_path / "none")])
     with pytest.raises(SystemExit) as e:
         main([*base, "--prepare", str(tmp_path / "p"), "--dry-run"])
     assert e.value.code == 2 and "not with --dry-run" in capsys.readouterr().err
@@ -422,7 +457,7 @@ def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"--data {data}" in err and "no such file or directory" in err
-    assert not os.path.exists(tmp_path / "w" / "data")  # no records made
+    assert not os.path.exists(tmp_path / "w")  # nothing made, WORK itself neither
     assert main([*base, "--prepare", str(tmp_path / "p"), "--data", str(data)]) == 1
     assert f"--data {data}" in capsys.readouterr().err and not os.path.exists(tmp_path / "p")
 
@@ -524,3 +559,13 @@ def test_jobs_share_the_accelerators_memory_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".5")
     share_the_accelerator(8)
     assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == ".5"
+
+
+def test_a_gpu_scale_without_a_gpu_is_warned(capsys):
+    from model.experiments.__main__ import warn_without_accelerator
+
+    warn_without_accelerator(SCALES["gpu"], None)
+    assert "--scale gpu is sized for one GPU" in capsys.readouterr().err
+    warn_without_accelerator(SCALES["gpu"], "NVIDIA H200")
+    warn_without_accelerator(SCALES["cpu"], None)
+    assert capsys.readouterr().err == ""

@@ -582,6 +582,24 @@ def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
     assert pids.stdout.strip() == b"", "the child still runs"
 
 
+
+def test_a_stopped_command_line_dies_of_its_signal_so_a_shell_loop_stops(tmp_path):
+    """Ctrl-C (SIGINT) or `kill` (SIGTERM) of an experiments or recipe command line: once its
+    children are stopped it dies of that signal (exit_with), as the shell expects: bash goes
+    on to a loop's next command after an exit status of 130, not after a death by SIGINT."""
+    (tmp_path / "meet.py").write_text(MEET + "\n")
+    script = TERMINATED.replace("sys.exit(runner.run(", "runner.exit_with(runner.run(")
+    (tmp_path / "parent.py").write_text(script)
+    for number, sent in enumerate((signal.SIGINT, signal.SIGTERM)):
+        mark, out = tmp_path / f"m{number}", tmp_path / f"a{number}.json"
+        mark.mkdir()
+        parent = _parent_once_its_child_runs(tmp_path, [str(mark), str(out)], mark / "child")
+        parent.send_signal(sent)
+        output = parent.communicate(timeout=30)[0]
+        assert parent.returncode == -sent, output
+        assert "# stopped by a signal; the same command line goes on from here" in output
+
+
 SAVER = """
 import sys, time
 mark, out = sys.argv[1:3]

@@ -149,14 +149,16 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not args.dry_run:
-        check_writable_dir(work.work)  # a file, or unwritable: one line, before anything
     if not (args.dry_run or args.report):
         try:
-            check_inputs(table, work)
+            check_inputs(table, work)  # before the work directory is made
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    if not args.dry_run:
+        check_writable_dir(work.work)  # a file, or unwritable: one line, before anything runs
+    if not (args.dry_run or args.report):
+        warn_without_accelerator(scale, work.device)
         _set_up(work)
     print(f"# {table.title}, scale {scale.name}, work {args.work}")
     rc = (
@@ -187,6 +189,18 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
     return rc
+
+
+def warn_without_accelerator(scale, device: str | None) -> None:
+    """One line when a scale sized for a GPU runs without one (CPU, or not KERAS_BACKEND=jax):
+    its wall-clock budgets then buy a small fraction of the steps its results assume."""
+    if scale.accelerator and device is None:
+        print(
+            f"warning: --scale {scale.name} is sized for one GPU (KERAS_BACKEND=jax), and this "
+            f"run sees none: each budget buys far fewer steps here, another experiment than "
+            f"docs/experiments.md reports (--scale cpu is sized for this machine)",
+            file=sys.stderr,
+        )
 
 
 def _set_up(work) -> None:
@@ -231,4 +245,6 @@ def prepare_input(table, work, out) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from model.recipes.runner import exit_with
+
+    exit_with(main())

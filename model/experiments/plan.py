@@ -101,7 +101,9 @@ class Work:
         return self.w("finetune", self.run_name(p), f"{name}-seed{seed}")
 
     def features_dir(self, p: Pretraining, layers: str, seed: int, combine: str = "concat") -> str:
-        name = layers + ("" if combine == "concat" else f"-{combine}")
+        # "-1,-2" names a folder "layers-1,-2": a name starting with "-" reads as an option.
+        name = ("layers" if layers.startswith("-") else "") + layers
+        name += "" if combine == "concat" else f"-{combine}"
         return self.w("features", self.run_name(p), f"{name}-seed{seed}")
 
     def mlm_file(self, p: Pretraining) -> str:

@@ -250,7 +250,9 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
             if not (mine and base):
                 continue
             verdict = effect(mine, base, sampling_error(work, row, column), column.name in lower)
-            if not verdict.startswith("exceeds"):
+            if verdict.startswith("one seed"):
+                below[(row.label, column.name)] = "has one seed against its floor (no spread)"
+            elif not verdict.startswith("exceeds"):
                 below[(row.label, column.name)] = "does not clearly beat its floor"
             said = "beats" if verdict.startswith("exceeds") else "does NOT clearly beat"
             lines.append(

@@ -70,6 +70,8 @@ class Scale:
     seeds_together: each fine-tuning's seeds in one command (`finetune --seeds`, one
         compiled program for all of them; needs `--device-data` in `finetune_flags`).
     executable: whether this scale is meant to run here (paper: --dry-run only).
+    accelerator: whether its budgets and batches are sized for a GPU (a run without one
+        is warned: its budgets buy far fewer steps, another experiment).
     """
 
     name: str
@@ -97,6 +99,7 @@ class Scale:
     step_seconds: tuple[tuple[str, str, float], ...] = ()
     seeds_together: bool = False
     executable: bool = True
+    accelerator: bool = False
 
     def budget_text(self) -> str:
         if self.budget_seconds:
@@ -232,6 +235,7 @@ SCALES = {
             ("NVIDIA H200", "no-nsp-mini", 0.00902),
         ),
         seeds_together=True,
+        accelerator=True,
     ),
     # The papers' BERT-Base schedule (1M steps of 256 x 128; the paper's last 10 % at 512 is
     # the documented second phase, docs/pretraining.md): for GPUs and TPUs, printed here.

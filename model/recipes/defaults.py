@@ -513,4 +513,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from model.recipes.runner import exit_with
+
+    exit_with(main())

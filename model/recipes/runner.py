@@ -175,6 +175,19 @@ def run(
     return 0
 
 
+def exit_with(rc: int) -> None:
+    """Exits with `run`'s status; one stopped by Ctrl-C or a SIGTERM dies of that signal
+    again once cleaned up, as the shell expects of it: a shell loop over commands then
+    stops too, instead of going on to the next (bash goes on after an exit status 130)."""
+    stopped_by = {INTERRUPTED: signal.SIGINT, TERMINATED: signal.SIGTERM}.get(rc)
+    if stopped_by is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(stopped_by, signal.SIG_DFL)
+        os.kill(os.getpid(), stopped_by)
+    sys.exit(rc)
+
+
 def _skipped(command: Command, tag: str, dry_run: bool, log) -> bool:
     """Whether `command` is not run: its output exists (said), or a dry run prints it."""
     if command.done():
