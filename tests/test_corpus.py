@@ -306,6 +306,18 @@ def test_real_wikiextractor_shard_has_its_indexed_articles():
     assert docs[0][0].startswith("Anarchism is a political philosophy")  # title line dropped
 
 
+def test_plain_text_is_not_read_as_wikitext(tmp_path):
+    """Outside a WikiText file, a line of spaces ends a document as an empty line does
+    (google-research/bert strips every line), and a line like "= 2 + 2 =" is text."""
+    text = "The cat sat.\n \nA dog barked.\n= 2 + 2 =\n\t\nIt rained.\n"
+    path = write(tmp_path / "notes.txt", text)
+    assert list(iter_documents(path)) == [
+        ["The cat sat."],
+        ["A dog barked.", "= 2 + 2 ="],
+        ["It rained."],
+    ]
+
+
 @pytest.mark.skipif(not os.path.isfile(WIKITEXT), reason="no ../shared/data/wikitext-2-raw")
 def test_real_wikitext_articles():
     docs = list(iter_documents(WIKITEXT))

@@ -3,9 +3,12 @@
 Formats (`--format`, `auto` looks at the file):
 
 - `text`: google-research/bert's format, one sentence per line and a blank
-  line between documents. Longer lines (paragraphs) are split into sentences,
-  so any plain text file works; WikiText's ` = Heading = ` lines start a new
-  document.
+  line between documents (a line of spaces is blank too). Longer lines
+  (paragraphs) are split into sentences, so any plain text file works. A WikiText
+  file (its first lines hold a ` = Title = ` line and ` ` lines between
+  paragraphs, never an empty one) is read as WikiText: each title starts a
+  document, ` = = Section = = ` lines are dropped, and ` ` lines are paragraph
+  gaps inside an article.
 - `lines`: one document per line (a dump of reviews, posts or a dataset's
   text column); each line is split into sentences. A `text` file that reads
   as one document of many lines says so, and names this format.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
 import re
 import warnings
@@ -52,6 +56,10 @@ _HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 # Only a top-level heading (" = Title = ") starts a WikiText article; " = = Section = = "
 # lines are headings inside it.
 _TOP_HEADING = re.compile(r"^\s*=\s[^=].*\s=\s*$")
+# A WikiText file is told by its first lines (`_is_wikitext`): ordinary text keeps a line
+# like "= 2 + 2 =", and any line of spaces ends its documents.
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = \n?$")
+_WIKITEXT_LOOKAHEAD = 200
 # Project Gutenberg's markers. Books from before ~2002 ("Etexts") have no START line: their
 # licence ("the small print") comes first and ends at a line like
 # "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*".
@@ -170,9 +178,11 @@ def iter_documents(path: str, fmt: str = "auto") -> Iterator[list[str]]:
 
 
 def _text_documents(lines, path):
+    head = list(itertools.islice(lines, _WIKITEXT_LOOKAHEAD))
+    wikitext = _is_wikitext(head)
     doc, doc_lines, sizes = [], 0, []  # sizes: each document's non-blank lines
-    for line in lines:
-        if _HEADING.match(line):
+    for line in itertools.chain(head, lines):
+        if wikitext and _HEADING.match(line):
             if _TOP_HEADING.match(line):
                 if doc:
                     yield doc
@@ -181,7 +191,7 @@ def _text_documents(lines, path):
         elif line.strip():
             doc.extend(split_sentences(line))
             doc_lines += 1
-        elif doc and not _looks_like_wikitext_gap(line):
+        elif doc and not (wikitext and line == " \n"):  # WikiText's paragraph gap
             yield doc
             sizes.append(doc_lines)
             doc, doc_lines = [], 0
@@ -203,10 +213,10 @@ def _line_documents(lines, path):
             yield split_sentences(line)
 
 
-def _looks_like_wikitext_gap(line: str) -> bool:
-    # WikiText separates paragraphs of one article with " \n" lines; only a
-    # heading ends its documents. Plain blank lines end google-format ones.
-    return line == " \n"
+def _is_wikitext(head: list[str]) -> bool:
+    """Whether a file's first lines are WikiText's (Merity et al.): a ` = Title = ` line, and
+    ` ` lines between paragraphs where plain text has empty ones."""
+    return any(map(_WIKITEXT_TITLE.match, head)) and " \n" in head and "\n" not in head
 
 
 def _wiki_documents(lines, path):
