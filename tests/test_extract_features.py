@@ -58,7 +58,9 @@ def test_extract_features_cli_writes_googles_jsonl(init, tmp_path):
         == 0
     )
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert [line["linex_index"] for line in lines] == [0, 1]
+    # Output line i is input line i's, an empty line's too (google-research/bert's reader).
+    assert [line["linex_index"] for line in lines] == [0, 1, 2]
+    assert [f["token"] for f in lines.pop(1)["features"]] == ["[CLS]", "[SEP]"]
     assert [f["token"] for f in lines[0]["features"]] == [
         "[CLS]",
         "the",

@@ -128,14 +128,13 @@ class LayerFeatures:
 
 
 def read_lines(path: str) -> list[tuple[str, str | None]]:
-    """(text A, text B or None) per non-empty line; `A ||| B` marks a pair."""
+    """(text A, text B or None) per line, an empty line too (as google-research/bert's
+    extract_features.py: output line i is input line i's); `A ||| B` marks a pair."""
     pairs = []
     with reading(path):
         with open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
                 line = line.strip()
-                if not line:
-                    continue
                 if "|||" in line:
                     a, _, b = line.partition("|||")
                     if "|||" in b:
