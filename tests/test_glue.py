@@ -196,6 +196,10 @@ def test_readers_reject_malformed_rows_with_file_and_line(tmp_path):
     path.write_text("index\tquestion\tlabel\n0\ta\tentailment\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"train.tsv:1: the header lacks column\(s\) \['sentence"):
         tasks.get("qnli").read(str(path))
+    path.write_text('{"data": [' + '"x", ' * 100_000 + '"x"]}\n', encoding="utf-8")  # JSON
+    with pytest.raises(ValueError, match=r"\.\.\. \(500,0\d\d characters\)\)$") as e:
+        tasks.get("sst2").read(str(path))
+    assert len(str(e.value)) < 400  # another task's file: a line, not the file
 
 
 def test_qqps_broken_rows_are_skipped_with_a_warning_in_labelled_files_only(tmp_path):

@@ -78,6 +78,13 @@ class PairExample:
     index: str | None = None  # the file's "index" (QQP: "id") column, where it has one
 
 
+def _shown(header: list[str], limit: int = 200) -> str:
+    """A header as an error shows it: cut at `limit` characters (a file of another task,
+    e.g. a one-line JSON, would print whole)."""
+    text = repr(header)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def _rows(path: str):
     """(line number, cells) of a GLUE .tsv file."""
     # The GLUE files hold fields over 128 KiB in places (csv's default limit).
@@ -149,7 +156,7 @@ class GlueTask(Task):
         if missing:
             raise ValueError(
                 f"{path}:{line}: the header lacks column(s) {missing} of "
-                f"{self.name.upper()} (found {header})"
+                f"{self.name.upper()} (found {_shown(header)})"
             )
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None
