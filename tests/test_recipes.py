@@ -582,7 +582,6 @@ def test_a_sigterm_to_the_parent_alone_stops_its_children(tmp_path):
     assert pids.stdout.strip() == b"", "the child still runs"
 
 
-
 def test_a_stopped_command_line_dies_of_its_signal_so_a_shell_loop_stops(tmp_path):
     """Ctrl-C (SIGINT) or `kill` (SIGTERM) of an experiments or recipe command line: once its
     children are stopped it dies of that signal (exit_with), as the shell expects: bash goes
