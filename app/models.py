@@ -207,6 +207,16 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
         except (OSError, ValueError) as e:
             problems.append(f"{file}: unreadable ({e})")
             continue
+        if backend == "keras" and "encoder" not in info:
+            from model.checkpoints.formats import other_format
+
+            other = other_format(info)
+            if other is not None:  # a folder the Keras backend does not load as it is
+                problems.append(
+                    f"{path}: {other[1]}, not a model directory of this project; convert it "
+                    f"with `python -m model.convert --from {other[0]} {path} --to keras DIR`"
+                )
+                continue
         # A bare BertConfig (no "encoder" section) is an encoder, as model_dir.read_info says.
         task = info.get("task") or ("encoder" if backend == "keras" else None)
         if backend == "keras" and "encoder" not in info:

@@ -38,7 +38,14 @@ tensor, or a vocabulary that does not fit the embedding, stops the conversion
 with its name. A head absent from the source (no MLM head in a sentence
 encoder, no pooler in BertForTokenClassification) is created fresh only with
 --allow-new-heads, and reported. After writing, the output is read back and
-compared with the model, weight by weight (--no-verify skips it).
+compared with the model, weight by weight, before it replaces DST: a failed
+check leaves DST as it was (--no-verify skips it).
+
+A fine-tuned model's usage (config.json's finetuned_task, max_seq_length,
+null_threshold, document_context: what export and evaluate read) is kept in
+our format and in Hugging Face's config.json (the task as `finetuning_task`);
+a keras-hub preset's preprocessor takes its max_seq_length; a note names what
+a format has no room for, or what --task (a model built anew) leaves behind.
 
 The same as a Python API: `model.load(path)` detects the format and returns
 the Keras model; `read(path)` also returns its vocabulary and the notes.
@@ -50,7 +57,7 @@ import argparse
 import os
 import sys
 
-from model.checkpoints.formats import FORMATS, TASKS, read, verify, write
+from model.checkpoints.formats import FORMATS, TASKS, read, usage_of, write
 from model.io.files import exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -99,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         "--sequence-length",
         type=int,
         help="keras-hub only: the task preprocessor's sequence length "
-        "(default: the encoder's positions, at most 512)",
+        "(default: the model's fine-tuning length, else the encoder's positions, at most 512)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
     parser.add_argument(
@@ -136,6 +143,8 @@ def main(argv=None) -> int:
         parser.error(f"--from: unknown format {src_fmt!r}; choose from {FORMATS + ('auto',)}")
     if dst_fmt not in FORMATS:
         parser.error(f"--to: unknown format {dst_fmt!r}; choose from {FORMATS}")
+    if args.sequence_length is not None and dst_fmt != "keras-hub":
+        parser.error("--sequence-length is a keras-hub preset's (--to keras-hub): no other has one")
     if os.path.exists(dst) and (os.path.isfile(dst) or os.listdir(dst)) and not args.overwrite:
         parser.error(f"{dst} exists and is not empty; pass --overwrite to replace it")
     held = _held_by(dst, {"the current directory": os.getcwd(), "the source": src})
@@ -153,11 +162,14 @@ def main(argv=None) -> int:
         )
         if args.vocab:
             vocab_path = args.vocab
-        notes += write(model, dst_fmt, dst, vocab_path, args.sequence_length)
-        checked = None
-        if not args.no_verify and not dst.endswith(".keras"):
-            checked, checked_notes = verify(model, dst_fmt, dst)
-            notes += checked_notes
+        usage = usage_of(src, None if src_fmt == "auto" else src_fmt)
+        if args.task is not None and usage:  # the task chosen anew: how the old one was used
+            notes.append(f"not kept, as --task builds the model anew: {usage}")
+            usage = {}
+        written, checked = write(
+            model, dst_fmt, dst, vocab_path, args.sequence_length, usage, not args.no_verify
+        )
+        notes += written
     except (ValueError, FileNotFoundError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

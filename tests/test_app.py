@@ -1066,3 +1066,22 @@ def test_the_api_schema_is_what_the_endpoints_accept():
         example = [p["example_input"] for p in api["/fill_mask"]["parameters"]]
         status, *_ = client.predict(*example, api_name="/fill_mask")
         assert status.startswith("Filled 1 [MASK]"), status
+
+
+def test_the_keras_backend_passes_over_folders_it_cannot_load_and_says_why(tmp_path):
+    """A keras-hub preset or a Hugging Face folder beside model directories: its config.json
+    made it an 'encoder' the Attention view picked and failed on; now it is left out, with
+    the command that converts it, and the view takes the model directory that serves it."""
+    write_bundle(tmp_path / "mlm", "pretraining", marker="config.json")
+    hub = {"registered_name": "keras_hub>BertBackbone", "config": {}}
+    hf = {"architectures": ["BertForTokenClassification"], "model_type": "bert"}
+    for name, config in (("hubclf", hub), ("nerhf", hf)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    found, problems = models.discover(str(tmp_path), "keras")
+    assert [os.path.basename(p) for p, _ in found["pretraining"]] == ["mlm"]
+    assert "encoder" not in found and len(problems) == 2
+    assert "hubclf: a keras-hub preset" in problems[0] and "--from keras-hub" in problems[0]
+    assert "nerhf: a Hugging Face folder" in problems[1] and "--from hf" in problems[1]
+    attention = models.candidates_for(models.VIEW["attention"], found, "keras")
+    assert [os.path.basename(p) for p, _ in attention] == ["mlm"]

@@ -646,3 +646,102 @@ def test_an_output_that_holds_the_source_or_the_working_directory_is_refused(
         main(["--from", "hf", str(outer / "hf"), "--to", "hf", str(outer / "hf"), "--overwrite"])
         == 0
     )
+
+
+def _fine_tuned_qa(tmp_path) -> str:
+    """A SQuAD 2.0 model directory: the tiny QA model with the fields fine-tuning records."""
+    out = str(tmp_path / "qa2")
+    assert (
+        main(["--from", "hf", copy_hf("BertForQuestionAnswering", tmp_path), "--to", "keras", out])
+        == 0
+    )
+    config = os.path.join(out, "config.json")
+    with open(config) as f:
+        data = json.load(f)
+    data.update(finetuned_task="squad2", max_seq_length=32, null_threshold=-1.5)
+    with open(config, "w") as f:
+        json.dump(data, f)
+    return out
+
+
+USAGE = {"finetuned_task": "squad2", "max_seq_length": 32, "null_threshold": -1.5}
+
+
+def test_a_fine_tuned_models_usage_survives_conversion(tmp_path, capsys):
+    """How a fine-tuned model is used (its task, length, SQuAD 2.0 threshold) stays through
+    ours -> Hugging Face -> ours (it was dropped, and a SQuAD 2.0 model exported from the
+    result never answered "no answer"); --task builds the model anew and says what it
+    leaves; a .keras file, which has no room for them, says so."""
+    qa2 = _fine_tuned_qa(tmp_path)
+    hf, back = str(tmp_path / "hf"), str(tmp_path / "back")
+    assert main(["--from", "keras", qa2, "--to", "hf", hf]) == 0
+    with open(os.path.join(hf, "config.json")) as f:
+        data = json.load(f)
+    assert data["finetuning_task"] == "squad2" and data["null_threshold"] == -1.5
+    assert formats.usage_of(hf) == USAGE
+    assert main(["--from", "hf", hf, "--to", "keras", back]) == 0
+    assert {k: model_dir.read_info(back).get(k) for k in USAGE} == USAGE
+    capsys.readouterr()
+    encoder = str(tmp_path / "encoder")
+    assert main(["--from", "keras", qa2, "--to", "keras", encoder, "--task", "encoder"]) == 0
+    assert "not kept, as --task builds the model anew" in capsys.readouterr().err
+    assert formats.usage_of(encoder) == {}
+    assert main(["--from", "keras", qa2, "--to", "keras", str(tmp_path / "qa2.keras")]) == 0
+    assert f"a .keras file has no room for the source's {USAGE}: not kept" in (
+        capsys.readouterr().err
+    )
+    capsys.readouterr()
+    # A Hugging Face task name that is not one of ours is left out.
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump({**data, "finetuning_task": "my-own-task"}, f)
+    assert formats.usage_of(hf) == {"max_seq_length": 32, "null_threshold": -1.5}
+
+
+def test_a_failed_check_leaves_the_destination_as_it_was(tmp_path, capsys, monkeypatch):
+    """The output is checked in its staging folder, before it replaces DST: a failed check
+    leaves DST's old files (they were deleted already) and no staging folder; and a weight
+    that is NaN is read back as equal (NaN != NaN failed every such model)."""
+    source = copy_hf("BertModel", tmp_path)
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "old.txt").write_text("keep")
+
+    def fails(model, fmt, path):
+        raise ValueError(f"{path}: verification failed: a weight differs after writing")
+
+    with monkeypatch.context() as m:
+        m.setattr(formats, "_verify", fails)
+        assert main(["--from", "hf", source, "--to", "hf", str(dst), "--overwrite"]) == 1
+    assert "verification failed" in capsys.readouterr().err
+    assert os.listdir(dst) == ["old.txt"]
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+    m = load_quietly(source)
+    m.weights[0].assign(np.where(np.arange(m.weights[0].shape[-1]) == 0, np.nan, m.weights[0]))
+    model_dir.save(m, str(tmp_path / "nan"), os.path.join(source, "vocab.txt"))
+    assert main(["--from", "keras", str(tmp_path / "nan"), "--to", "hf", str(tmp_path / "h")]) == 0
+    assert "verified equal" in capsys.readouterr().out
+
+
+def test_sequence_length_is_a_keras_hub_presets_and_fits_the_positions(tmp_path, capsys):
+    source = copy_hf("BertModel", tmp_path)
+    with pytest.raises(SystemExit):
+        main(["--from", "hf", source, "--to", "hf", str(tmp_path / "h"), "--sequence-length", "16"])
+    assert "--sequence-length is a keras-hub preset's" in capsys.readouterr().err
+    positions = load_quietly(source).config.max_sequence_length
+    for length in (positions + 1, 0):
+        argv = ["--from", "hf", source, "--to", "keras-hub", str(tmp_path / f"p{length}")]
+        assert main([*argv, "--sequence-length", str(length)]) == 1
+        assert f"a preprocessor length of {length}: the encoder has {positions}" in (
+            capsys.readouterr().err
+        )
+        assert not (tmp_path / f"p{length}").exists()
+
+
+def test_a_hugging_face_folder_where_our_model_directory_is_read_says_to_convert_it():
+    """It read as a bare BertConfig: evaluate called a BertForSequenceClassification folder
+    an 'encoder' model, export missed model.weights.h5."""
+    folder = os.path.join(TINY, "BertForSequenceClassification")
+    with pytest.raises(
+        ValueError, match=r"a Hugging Face folder, not a model directory .*--from hf"
+    ):
+        model_dir.read_info(folder)

@@ -264,3 +264,64 @@ def test_a_truncated_preset_is_refused_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"error: {preset}: keras-hub cannot load this preset (" in err and "Traceback" not in err
     assert not (tmp_path / "k").exists()
+
+
+def test_a_task_preset_without_its_task_weights_is_refused(tmp_path, capsys):
+    """task.json without task.weights.h5: keras-hub's from_preset builds the task with a
+    random head and says nothing; here it stops, naming the file (the backbone alone is
+    still read with --task encoder)."""
+    vocabulary = tiny_vocabulary()
+    backbone, tokenizer = keras_hub_backbone("bert", vocabulary)
+    preset = tmp_path / "classifier"
+    keras_hub.models.BertTextClassifier(
+        backbone,
+        num_classes=2,
+        preprocessor=keras_hub.models.BertTextClassifierPreprocessor(tokenizer, 24),
+    ).save_to_preset(str(preset))
+    (preset / "task.weights.h5").unlink()
+    with pytest.raises(
+        ValueError, match=r"task.weights.h5 is missing \(its head would be random\)"
+    ):
+        model.load(str(preset))
+    argv = ["--from", "keras-hub", str(preset), "--to", "keras", str(tmp_path / "k")]
+    assert convert(argv) == 1
+    assert "task.weights.h5 is missing" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()
+    assert convert([*argv[:-1], str(tmp_path / "e"), "--task", "encoder"]) == 0
+
+
+def test_a_fine_tuned_classifiers_length_is_its_presets(tmp_path, capsys):
+    """The preprocessor of a fine-tuned classifier's preset reads the length it was trained
+    at (config.json's max_seq_length; it was the encoder's positions), and the note names
+    what a preset has no room for."""
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    size = len(tiny_vocabulary())
+    classifier = BertClassifier(BertEncoder.from_preset("tiny", vocabulary_size=size), 2)
+    usage = {"finetuned_task": "sst2", "max_seq_length": 20}
+    model_dir.save(classifier, str(tmp_path / "sst2"), vocab, extra=usage)
+    preset = tmp_path / "preset"
+    assert (
+        convert(["--from", "keras", str(tmp_path / "sst2"), "--to", "keras-hub", str(preset)]) == 0
+    )
+    assert "a keras-hub preset has no room for the source's {'finetuned_task': 'sst2'}" in (
+        capsys.readouterr().err
+    )
+    with open(preset / "preprocessor.json") as f:
+        assert json.load(f)["config"]["sequence_length"] == 20
+
+
+def test_a_preset_where_our_model_directory_is_read_says_to_convert_it(tmp_path, capsys):
+    """evaluate, export and the app read our model directories (model_dir.read_info): a
+    preset there says what it is and how to convert it (it read as a BertConfig with
+    'unknown keys'); read as a Hugging Face folder, it names --from keras-hub."""
+    vocabulary = tiny_vocabulary()
+    backbone, tokenizer = keras_hub_backbone("bert", vocabulary)
+    preset = str(tmp_path / "preset")
+    backbone.save_to_preset(preset)
+    tokenizer.save_to_preset(preset)
+    with pytest.raises(ValueError, match="a keras-hub preset, not a model directory of this"):
+        model_dir.read_info(preset)
+    assert convert(["--from", "hf", preset, "--to", "keras", str(tmp_path / "k")]) == 1
+    assert "a keras-hub preset, not a Hugging Face folder (--from keras-hub)" in (
+        capsys.readouterr().err
+    )

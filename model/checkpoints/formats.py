@@ -2,7 +2,7 @@
 
     from model.checkpoints.formats import read, write, verify
     model, vocab_path, notes = read("path/to/checkpoint")   # google, hf, keras or keras-hub
-    notes = write(model, "hf", "out/folder", vocab_path)
+    notes, checked = write(model, "hf", "out/folder", vocab_path, usage=usage_of(path))
 
 `python -m model.convert` is the command over these; `model.load(path)` calls `read`.
 Formats and the rules they follow are in that command's docstring (model/convert.py).
@@ -24,6 +24,13 @@ TASKS = {
     "multiple_choice": ("multiple_choice", {}),
     "replaced_token_detection": ("replaced_token_detection", {}),
 }
+# How a fine-tuned model is used, beside its weights (our config.json's fields, which
+# export and evaluate read): the task it was fine-tuned on, the length it was trained and
+# is served at, SQuAD 2.0's tuned "no answer" threshold, CoNLL-2003's document context.
+# A conversion that keeps the model's task keeps them where the format has room: ours, and
+# Hugging Face's config.json (the task as transformers' `finetuning_task`); a keras-hub
+# preprocessor takes the length; what a format cannot hold is said in a note.
+USAGE_FIELDS = ("finetuned_task", "max_seq_length", "null_threshold", "document_context")
 
 
 def detect_format(path: str) -> str:
@@ -57,6 +64,36 @@ def detect_format(path: str) -> str:
         f"model.weights.h5, config.json + model.safetensors, or bert_config.json + "
         f"*.ckpt.index, or a keras-hub preset); found {sorted(files)[:10]}"
     )
+
+
+def other_format(config: dict) -> tuple[str, str] | None:
+    """(format, what it is) when a folder's config.json is a keras-hub preset's or a Hugging
+    Face folder's rather than one of our model directories'; else None. Cheap (no
+    TensorFlow): the app's LiteRT side calls it too."""
+    if str(config.get("registered_name", "")).startswith("keras_hub>"):
+        return "keras-hub", "a keras-hub preset"
+    if "architectures" in config or "model_type" in config:
+        return "hf", "a Hugging Face folder"
+    return None
+
+
+def usage_of(path: str, fmt: str | None = None) -> dict:
+    """The `USAGE_FIELDS` a model folder records ({} where its format holds none). A Hugging
+    Face `finetuning_task` that names none of this project's tasks is left out."""
+    from model.io.files import read_json_object
+    from model.tasks import ALIASES
+    from model.tasks import TASKS as TASK_NAMES
+
+    fmt = fmt or detect_format(path)
+    config = os.path.join(path, "config.json")
+    if fmt not in ("keras", "hf") or not os.path.isfile(config):
+        return {}
+    data = read_json_object(config, "config")
+    if fmt == "hf":
+        name = str(data.get("finetuning_task") or "").lower()
+        name = ALIASES.get(name, name)
+        data = {**data, "finetuned_task": name if name in TASK_NAMES else None}
+    return {k: data[k] for k in USAGE_FIELDS if data.get(k) is not None}
 
 
 def _task_args(task: str | None, options: dict) -> tuple[str | None, dict]:
@@ -153,16 +190,30 @@ def _read_keras(path: str, task, allow_new_heads: bool, options: dict):
 
 
 def write(
-    model, fmt: str, path: str, vocab_path: str | None, sequence_length: int | None = None
-) -> list[str]:
-    """Writes `model` in format `fmt`; returns notes. `sequence_length` is a
-    keras-hub task preprocessor's (the other formats have no preprocessor)."""
+    model,
+    fmt: str,
+    path: str,
+    vocab_path: str | None,
+    sequence_length: int | None = None,
+    usage: dict | None = None,
+    check: bool = True,
+) -> tuple[list[str], int | None]:
+    """Writes `model` in format `fmt`; returns (notes, weights verified or None).
+
+    Args:
+        sequence_length: a keras-hub task preprocessor's (the other formats have none;
+            default: `usage`'s max_seq_length, else the encoder's positions, at most 512).
+        usage: the source's `USAGE_FIELDS` (`usage_of`), kept where `fmt` has room.
+        check: read the output back and compare it with `model` (`verify`) before it
+            replaces what `path` held: a failed check leaves `path` as it was.
+    """
+    usage = usage or {}
     if fmt == "keras" and path.endswith(".keras"):
         from model.io.files import atomic_path
 
         with atomic_path(path) as tmp:
             model.save(tmp)
-        return ["a .keras file holds no vocabulary"]
+        return ["a .keras file holds no vocabulary"] + _not_kept(usage, "a .keras file"), None
     if vocab_path is None:
         raise ValueError(f"writing {fmt} needs a vocabulary; the source has none, pass --vocab")
     if fmt not in FORMATS:
@@ -174,30 +225,52 @@ def write(
     check_vocabulary(vocab_path, encoder_of(model).config.vocabulary_size)  # before any write
     if fmt in ("hf", "google"):
         _refuse_own_head_settings(model, fmt)
-    # The whole folder, then in place of the old one: no old file stays beside the new.
+    # The whole folder, checked, then in place of the old one: no old file stays beside the
+    # new, and a folder that fails its check replaces nothing.
     with staged_directory(path) as tmp:
-        return _write_folder(model, fmt, tmp, vocab_path, sequence_length)
+        notes, kept = _write_folder(model, fmt, tmp, vocab_path, sequence_length, usage)
+        checked = None
+        if check:
+            checked, more = verify(model, fmt, tmp, kept)
+            notes += more
+    return [note.replace(tmp, path) for note in notes], checked
 
 
-def _write_folder(model, fmt: str, path: str, vocab_path: str, sequence_length) -> list[str]:
+def _write_folder(model, fmt, path, vocab_path, sequence_length, usage) -> tuple[list, dict]:
+    """(notes, the usage fields written) of `model` written as `fmt` to `path`."""
+    from model.checkpoints import electra
+
     if fmt == "keras":
         from model.checkpoints import model_dir
 
-        model_dir.save(model, path, vocab_path)
-        return []
-    if fmt == "hf":
+        model_dir.save(model, path, vocab_path, extra=usage)
+        return [], usage
+    if fmt == "hf" and not electra.writes_as_electra(model):
         from model.checkpoints import huggingface as hf_checkpoint
 
-        return hf_checkpoint.write(model, path, vocab_path)
+        return hf_checkpoint.write(model, path, vocab_path, usage), usage
+    if fmt == "hf":
+        return electra.write(model, path, vocab_path) + _not_kept(usage, "ELECTRA's form"), {}
     if fmt == "google":
         from model.checkpoints import google as google_checkpoint
 
-        return google_checkpoint.write(model, path, vocab_path)
+        notes = google_checkpoint.write(model, path, vocab_path)
+        return notes + _not_kept(usage, "a Google checkpoint"), {}
     if fmt == "keras-hub":
         from model.checkpoints import keras_hub_preset
 
-        return keras_hub_preset.write(model, path, vocab_path, sequence_length)
+        length = usage.get("max_seq_length") if sequence_length is None else sequence_length
+        notes = keras_hub_preset.write(model, path, vocab_path, length)
+        rest = {k: v for k, v in usage.items() if k != "max_seq_length"}
+        return notes + _not_kept(rest, "a keras-hub preset"), {}
     raise AssertionError(fmt)
+
+
+def _not_kept(usage: dict, where: str) -> list[str]:
+    """The note for `usage` fields that `where` has no room for."""
+    if not usage:
+        return []
+    return [f"{where} has no room for the source's {usage}: not kept"]
 
 
 def _refuse_own_head_settings(model, fmt: str) -> None:
@@ -214,10 +287,14 @@ def _refuse_own_head_settings(model, fmt: str) -> None:
         )
 
 
-def verify(model, fmt: str, path: str) -> tuple[int, list[str]]:
-    """Reads `path` back and checks every weight it holds equals the model's;
-    returns (weights checked, notes)."""
+def verify(model, fmt: str, path: str, usage: dict | None = None) -> tuple[int, list[str]]:
+    """Reads `path` back and checks every weight it holds equals the model's, and that it
+    records `usage` (`usage_of`); returns (weights checked, notes)."""
     checked = _verify(model, fmt, path)
+    if usage is not None and usage != usage_of(path, fmt):
+        raise ValueError(
+            f"{path}: verification failed: it records {usage_of(path, fmt)}, not {usage}"
+        )
     if fmt == "keras-hub":
         from model.checkpoints import keras_hub_preset
 
@@ -256,7 +333,7 @@ def _verify(model, fmt: str, path: str) -> int:
         # Names repeat (ELECTRA's generator names its blocks as the discriminator
         # does): the same model lists its weights in the same order.
         for w, back in zip(model.weights, again.weights, strict=True):
-            if not np.array_equal(np.asarray(w.numpy()), np.asarray(back.numpy())):
+            if not np.array_equal(np.asarray(w.numpy()), np.asarray(back.numpy()), equal_nan=True):
                 raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
         return len(model.weights)
     skip = {"pooled_dense/kernel", "pooled_dense/bias"} if fmt == "hf" else set()
@@ -269,7 +346,7 @@ def _verify(model, fmt: str, path: str) -> int:
     for w in again.weights:
         if w.path in skip:
             continue
-        if not np.array_equal(np.asarray(w.numpy()), ours[w.path]):
+        if not np.array_equal(np.asarray(w.numpy()), ours[w.path], equal_nan=True):
             raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
         checked += 1
     return checked

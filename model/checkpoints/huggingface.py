@@ -123,6 +123,12 @@ def model_type(directory: str) -> str:
 def read_config(directory: str, expected_type: str = "bert") -> dict:
     path = os.path.join(directory, CONFIG)
     data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
+    from model.checkpoints.formats import other_format
+
+    if (other_format(data) or ("",))[0] == "keras-hub":
+        raise ValueError(
+            f"{directory}: a keras-hub preset, not a Hugging Face folder (--from keras-hub)"
+        )
     if data.get("model_type", "bert") != expected_type:
         raise ValueError(f"{path}: model_type is {data.get('model_type')!r}, not {expected_type!r}")
     if data.get("problem_type") == "multi_label_classification":
@@ -412,8 +418,10 @@ def hf_config(model) -> dict:
     return data
 
 
-def write(model, directory: str, vocab_path: str) -> list[str]:
+def write(model, directory: str, vocab_path: str, usage: dict | None = None) -> list[str]:
     """Writes a folder `transformers.AutoModel*.from_pretrained` reads; returns notes.
+    `usage` (`formats.USAGE_FIELDS`) goes into config.json, the fine-tuning task as
+    transformers' `finetuning_task`.
 
     ELECTRA's models, and encoders and masked LMs with a factorised embedding,
     are written as ELECTRA (`model.checkpoints.electra`)."""
@@ -422,6 +430,8 @@ def write(model, directory: str, vocab_path: str) -> list[str]:
     if electra.writes_as_electra(model):
         return electra.write(model, directory, vocab_path)
     data = hf_config(model)
+    for key, value in (usage or {}).items():
+        data["finetuning_task" if key == "finetuned_task" else key] = value
     arch = data["architectures"][0]
     prefix = "" if arch == "BertModel" else "bert."
     entries = weight_entries(model, prefix)

@@ -44,6 +44,7 @@ from model.io.files import read_json_object
 
 CONFIG = "config.json"
 TASK_CONFIG = "task.json"
+TASK_WEIGHTS = "task.weights.h5"
 TOKENIZER_CONFIG = "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
 PREFIX = "keras_hub>"
@@ -96,14 +97,21 @@ def write(model, directory: str, vocab_path: str, sequence_length: int | None = 
         directory: the preset directory (`formats.write` stages it: written whole or not at
             all).
         vocab_path: the WordPiece vocabulary.
-        sequence_length: the task preprocessor's length (default: the
-            encoder's positions, at most 512).
+        sequence_length: the task preprocessor's length, 3 to the encoder's positions
+            (default: the encoder's positions, at most 512).
     """
     from model.checkpoints.model_dir import describe, encoder_of
 
     info, cfg = describe(model), encoder_of(model).config
     kind = _writable(info, cfg)
-    length = sequence_length or min(MAX_SEQUENCE_LENGTH, cfg.max_sequence_length)
+    length = sequence_length
+    if length is None:
+        length = min(MAX_SEQUENCE_LENGTH, cfg.max_sequence_length)
+    if not 3 <= length <= cfg.max_sequence_length:  # [CLS] a [SEP], within the positions
+        raise ValueError(
+            f"a preprocessor length of {length}: the encoder has {cfg.max_sequence_length} "
+            "positions (--sequence-length from 3 to that)"
+        )
     saved, tokenizer = _keras_hub_model(kind, info, cfg, vocab_path, length)
     tensors = {w.path: np.asarray(w.numpy()) for w in model.weights}
     assign(_entries(saved, _our_name), tensors, f"our {info['task']} model")
@@ -285,6 +293,12 @@ def _load(path: str, kind: str, task: str | None):
         raise ValueError(
             f"{task_file}: task {name!r} has no counterpart here (read: {', '.join(TASKS)}); "
             f"pass --task encoder to read the {kind} alone"
+        )
+    if not os.path.isfile(os.path.join(path, TASK_WEIGHTS)):
+        # keras-hub's from_preset then builds the task with a random head, and says nothing.
+        raise ValueError(
+            f"{path}: {TASK_CONFIG} names a {name} but {TASK_WEIGHTS} is missing (its head "
+            f"would be random); pass --task encoder to read the {kind} alone"
         )
     own, options = TASKS[name]
     loaded, notes = _from_preset(getattr(keras_hub.models, name), path), []

@@ -240,6 +240,7 @@ def read_info(directory: str) -> dict:
     path = os.path.join(directory, CONFIG)
     info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
     if "encoder" not in info:
+        _refuse_other_formats(directory, info)
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
     elif not isinstance(info["encoder"], dict):
@@ -247,6 +248,21 @@ def read_info(directory: str) -> dict:
     else:  # checked here, where the file can be named
         BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
     return with_records_casing(info)
+
+
+def _refuse_other_formats(directory: str, info: dict) -> None:
+    """A keras-hub preset's or a Hugging Face folder's config.json, where one of ours is read
+    (evaluate, export, the app): one line saying to convert it (`model.load` and
+    `finetune --init` read them as they are)."""
+    from model.checkpoints.formats import other_format
+
+    found = other_format(info)
+    if found is not None:
+        fmt, what = found
+        raise ValueError(
+            f"{directory}: {what}, not a model directory of this project; convert it first: "
+            f"python -m model.convert --from {fmt} {directory} --to keras DIR"
+        )
 
 
 def with_records_casing(info: dict) -> dict:
