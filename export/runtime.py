@@ -334,6 +334,7 @@ class EdgeModel:
         self._require("classify")
         if long_texts not in glue.LONG_TEXTS:
             raise ValueError(f"long_texts must be one of {glue.LONG_TEXTS}, not {long_texts!r}")
+        self._check_pairing(text_pair)
         x, n, truncated, encoded = self._packed(text, text_pair)
         single = len(encoded) == 1
         if single and truncated and long_texts == "windows":
@@ -351,6 +352,15 @@ class EdgeModel:
                 {**self._window(pieces, 0, n - 2, 1.0), **self._scores(logits)}
             ]
         return result
+
+    def _check_pairing(self, text_pair: str | None) -> None:
+        """A model fine-tuned on a GLUE task reads what that task gives it: one text (SST-2,
+        CoLA) or a pair (MNLI, MRPC, ...); the other is refused (it answered anyway)."""
+        task = glue.TASKS.get(str(self.info.get("finetuned_task")))
+        if task is None or (task.text_b is not None) == bool(text_pair):  # "": no pair
+            return
+        wants = "a pair of texts (text and text_pair)" if task.text_b else "one text (no text_pair)"
+        raise ValueError(f"this model was fine-tuned on {task.name.upper()}, which reads {wants}")
 
     def _classify_windows(self, text: str, ids: list[int]) -> dict:
         """`classify` of a text longer than the model: its windows, combined."""

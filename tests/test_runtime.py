@@ -101,6 +101,24 @@ def test_classify(tok):
         m.classify("A film.", long_texts="all")
 
 
+def test_a_glue_model_reads_one_text_or_a_pair_as_its_task_did(tok):
+    """SST-2 reads one text, MNLI a pair: the other is refused (both answered anything);
+    a model of no known GLUE task takes either."""
+    logits = stub(lambda x: np.zeros((len(x["token_ids"]), 2)))
+    info = {"task": "classifier", "max_seq_length": 16}
+    sst2 = EdgeModel(logits, tok, {**info, "finetuned_task": "sst2"})
+    with pytest.raises(
+        ValueError, match=r"fine-tuned on SST2, which reads one text \(no text_pair"
+    ):
+        sst2.classify("A gripping film.", "Second text")
+    assert sst2.classify("A gripping film.", "")["windows"] == 1  # an empty pair is no pair
+    mnli = EdgeModel(logits, tok, {**info, "finetuned_task": "mnli"})
+    with pytest.raises(ValueError, match=r"MNLI, which reads a pair of texts"):
+        mnli.classify("Only one text.")
+    assert mnli.classify("A man plays.", "A man is playing.")["windows"] == 1
+    assert EdgeModel(logits, tok, info).classify("a", "b")["windows"] == 1
+
+
 def test_classify_regression_and_unnamed_labels(tok):
     m = EdgeModel(
         stub(lambda x: np.full((1, 1), 3.25)),
