@@ -76,6 +76,14 @@ def test_reader_rejects_malformed_rows_with_file_and_line(tmp_path):
     path.write_text("video-id,sent1,label\nv,a,1\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"val.csv:1: the header lacks SWAG column"):
         tasks.get("swag").read(str(path))
+    # A row is named by the line it starts on, whatever quoted newlines it or those before hold.
+    for rows, line in (
+        (['v,0,s,a,b,gold,"e0\nstill e0",e1,e2,e3,9'], 2),
+        (['v,0,s,a,b,gold,"e0\nstill e0",e1,e2,e3,1', "v,0,s,a,b,gold,e0,e1,e2,e3,9"], 4),
+    ):
+        path.write_text("\n".join([",".join(HEADER), *rows]) + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"val.csv:{line}: label '9' is not one of 0..3"):
+            tasks.get("swag").read(str(path))
 
 
 def test_each_choice_is_context_then_ending(tmp_path):

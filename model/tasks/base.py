@@ -167,6 +167,13 @@ class Task(abc.ABC):
         (floats, computed as the official script does)."""
 
 
+def shown_header(header: list[str], limit: int = 200) -> str:
+    """A header row as an error shows it: cut at `limit` characters (a file of another
+    task, e.g. a one-line JSON, would print whole)."""
+    text = repr(header)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def check_labelled(examples: list, what: str = "label", hint: str = "") -> None:
     """Refuses examples without labels (GLUE test files, for one), naming the
     first; each example has `.label` (or `.tags`) and `.source` ("path:line").

@@ -63,7 +63,14 @@ import sys
 import numpy as np
 
 from model.io.files import limited_lines, reading
-from model.tasks.base import Encoded, Task, check_labelled, pack_rows, predict_in_batches
+from model.tasks.base import (
+    Encoded,
+    Task,
+    check_labelled,
+    pack_rows,
+    predict_in_batches,
+    shown_header,
+)
 
 
 @dataclasses.dataclass
@@ -76,13 +83,6 @@ class PairExample:
     label: str | float | None
     source: str  # "path:line", for error messages
     index: str | None = None  # the file's "index" (QQP: "id") column, where it has one
-
-
-def _shown(header: list[str], limit: int = 200) -> str:
-    """A header as an error shows it: cut at `limit` characters (a file of another task,
-    e.g. a one-line JSON, would print whole)."""
-    text = repr(header)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _rows(path: str):
@@ -156,7 +156,7 @@ class GlueTask(Task):
         if missing:
             raise ValueError(
                 f"{path}:{line}: the header lacks column(s) {missing} of "
-                f"{self.name.upper()} (found {_shown(header)})"
+                f"{self.name.upper()} (found {shown_header(header)})"
             )
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None

@@ -30,6 +30,7 @@ from model.tasks.base import (
     encode_texts,
     pack_rows,
     predict_in_batches,
+    shown_header,
 )
 
 NUM_CHOICES = 4
@@ -73,14 +74,19 @@ class Swag(Task):
                     missing = [c for c in COLUMNS if c not in header]
                     if missing:
                         raise ValueError(
-                            f"{path}:1: the header lacks SWAG column(s) {missing} (found {header})"
+                            f"{path}:1: the header lacks SWAG column(s) {missing} "
+                            f"(found {shown_header(header)})"
                         )
                     at = {c: header.index(c) for c in COLUMNS}
                     label_at = header.index("label") if "label" in header else None
-                    for row in reader:
+                    while True:
+                        start = reader.line_num + 1  # a quoted field may hold newlines
+                        row = next(reader, None)
+                        if row is None:
+                            break
                         if not row:
                             continue
-                        source = f"{path}:{reader.line_num}"
+                        source = f"{path}:{start}"
                         if len(row) != len(header):
                             raise ValueError(
                                 f"{source}: expected {len(header)} comma-separated "
