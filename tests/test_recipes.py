@@ -720,3 +720,21 @@ def test_the_electra_default_is_the_cpu_experiments_run():
     paths = ("--input", "--vocab", "--output")
     for records in (held_out, train):
         assert settings(records.argv, paths) == settings(defaults.ELECTRA_RECORDS_FLAGS, paths)
+
+
+def test_a_sigterm_in_an_in_process_command_stops_the_run_as_a_signal(tmp_path, monkeypatch):
+    """`--in-process` (the GPU calls' mode): a SIGTERM inside a command's main
+    (exit_on_sigterm's SystemExit 143) stops the run as a signal does, not as a command that
+    failed and wants fixing; another exit status is still a failure."""
+    from model.recipes import runner
+
+    (tmp_path / "stopped_main.py").write_text(
+        "def main(argv):\n    raise SystemExit(int(argv[0]))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for code, status, said in ((143, runner.TERMINATED, "stopped by a signal"), (2, 2, "failed")):
+        out = str(tmp_path / f"never-{code}")
+        step = runner.Step("demo", (runner.Command("stopped_main", (str(code),), out),))
+        lines = []
+        assert runner.run([step], log=lines.append, in_process=True) == status
+        assert any(said in line for line in lines), lines

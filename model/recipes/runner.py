@@ -334,6 +334,8 @@ def call_main(module: str, argv: list[str]) -> int:
     try:
         return int(target.main(argv) or 0)
     except SystemExit as e:
+        if e.code == TERMINATED:  # a SIGTERM (exit_on_sigterm): the run stops, as a child's would
+            raise
         return e.code if isinstance(e.code, int) else 1
 
 
