@@ -738,3 +738,27 @@ def test_a_sigterm_in_an_in_process_command_stops_the_run_as_a_signal(tmp_path, 
         lines = []
         assert runner.run([step], log=lines.append, in_process=True) == status
         assert any(said in line for line in lines), lines
+
+
+def test_a_second_signal_within_the_grace_leaves_no_child_running(tmp_path, monkeypatch):
+    """Ctrl-C, then Ctrl-C again while the child has its grace to save: the child is killed
+    before the second interrupt goes on up (it was left running)."""
+    from model.recipes import runner
+
+    (tmp_path / "deaf.py").write_text(
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    real_wait, calls, started = subprocess.Popen.wait, [], []
+
+    def wait(self, timeout=None):
+        calls.append(timeout)
+        started.append(self)
+        if len(calls) <= 2:  # the first interrupt, then the second within the grace
+            raise KeyboardInterrupt
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    with pytest.raises(KeyboardInterrupt):
+        runner._run_here("deaf", [], in_process=False)
+    assert started[0].poll() is not None, "the child still runs"

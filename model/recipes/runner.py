@@ -227,8 +227,11 @@ def _run_here(module: str, argv: list[str], in_process: bool, grace: float = 10.
         try:
             process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            pass
+        finally:  # after the grace, or at a second signal within it: never left running
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         raise
 
 
@@ -314,14 +317,20 @@ class Children:
             if process.poll() is None:  # `timeout` may have signalled the whole group already
                 process.send_signal(signal.SIGINT)
         deadline = time.time() + grace
-        for tag, _, process, path, _ in self.running:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            self.show(f"{tag} (stopped)", path)
-        self.running = []
+        try:
+            for tag, _, process, path, _ in self.running:
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                self.show(f"{tag} (stopped)", path)
+        finally:  # a second signal within the grace: none is left running
+            for _, _, process, _, _ in self.running:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            self.running = []
 
 
 def call_main(module: str, argv: list[str]) -> int:
