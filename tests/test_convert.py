@@ -237,6 +237,14 @@ def test_dot_keras_file_loads_safely(tmp_path):
     assert_same_weights(m, back)
 
 
+def test_a_keras_file_written_by_convert_is_read_back_and_checked(tmp_path, capsys):
+    source = os.path.join(TINY, "BertForSequenceClassification")
+    out = str(tmp_path / "m.keras")
+    assert main(["--from", "hf", source, "--to", "keras", out]) == 0
+    written = len(load_quietly(source).weights)
+    assert f"{written} verified equal after reading back" in capsys.readouterr().out
+
+
 # === The Google mapping against a real released checkpoint ===
 
 

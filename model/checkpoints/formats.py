@@ -213,7 +213,9 @@ def write(
 
         with atomic_path(path) as tmp:
             model.save(tmp)
-        return ["a .keras file holds no vocabulary"] + _not_kept(usage, "a .keras file"), None
+            checked = _verify_keras_file(model, tmp) if check else None
+        notes = ["a .keras file holds no vocabulary"] + _not_kept(usage, "a .keras file")
+        return [note.replace(tmp, path) for note in notes], checked
     if vocab_path is None:
         raise ValueError(f"writing {fmt} needs a vocabulary; the source has none, pass --vocab")
     if fmt not in FORMATS:
@@ -300,6 +302,24 @@ def verify(model, fmt: str, path: str, usage: dict | None = None) -> tuple[int, 
 
         return checked, keras_hub_preset.check_outputs(model, path)
     return checked, []
+
+
+def _verify_keras_file(model, path: str) -> int:
+    """A `.keras` file read back as `model.load` reads it: every weight equal to `model`'s,
+    in order (the file holds the same model); returns the weights checked."""
+    import keras
+    import numpy as np
+
+    again = keras.saving.load_model(path, safe_mode=True)
+    if len(again.weights) != len(model.weights):
+        raise ValueError(
+            f"{path}: verification failed: {len(again.weights)} weights read back, "
+            f"{len(model.weights)} written"
+        )
+    for w, back in zip(model.weights, again.weights, strict=True):
+        if not np.array_equal(np.asarray(w.numpy()), np.asarray(back.numpy()), equal_nan=True):
+            raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
+    return len(model.weights)
 
 
 def _verify(model, fmt: str, path: str) -> int:
