@@ -541,3 +541,22 @@ def test_atomic_open_leaves_the_old_file_when_the_writer_fails(tmp_path):
             raise RuntimeError("killed")
     assert json.loads(path.read_text()) == {"old": 1}
     assert os.listdir(tmp_path) == ["metrics.json"]
+
+
+def test_a_failed_staged_directory_leaves_neither_it_nor_the_parents_it_made(tmp_path):
+    """A refused output under folders that did not exist (model.convert --to keras-hub
+    new/a/b of a model keras-hub lacks): the folders made for it go too; ones that existed,
+    or that another writer filled meanwhile, stay."""
+    from model.io.files import staged_directory
+
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ValueError):
+        with staged_directory(str(tmp_path / "kept" / "a" / "b" / "out")) as tmp:
+            (tmp_path / "kept" / "a" / "other.txt").write_text("another writer's")
+            open(os.path.join(tmp, "half.txt"), "w").close()
+            raise ValueError("refused")
+    assert sorted(os.listdir(tmp_path / "kept" / "a")) == ["other.txt"]
+    with pytest.raises(ValueError):
+        with staged_directory(str(tmp_path / "new" / "a" / "out")):
+            raise ValueError("refused")
+    assert sorted(os.listdir(tmp_path)) == ["kept"]

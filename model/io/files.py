@@ -62,6 +62,11 @@ def staged_directory(path: str):
     `exit_on_sigterm`) it is deleted and `path` is untouched."""
     directory = os.path.abspath(path)
     parent, name = os.path.split(directory)
+    made = []  # the parent folders made here, innermost first: a failure removes them too
+    folder = parent
+    while not os.path.exists(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = staging_dir(parent, f".{name}.tmp-")
     try:
@@ -69,6 +74,11 @@ def staged_directory(path: str):
         replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:
+            try:
+                os.rmdir(folder)  # empty unless another writer put something there meanwhile
+            except OSError:
+                break
         raise
 
 
