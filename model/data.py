@@ -54,6 +54,7 @@ import argparse
 import os
 import sys
 
+from model.io.backend import has_tensorflow
 from model.io.cpus import usable_cpus
 from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
@@ -205,6 +206,14 @@ def main(argv=None) -> int:
     if all(is_tokenized(f) for f in files):  # nothing to tokenise: no TensorFlow
         from model.text.wordpiece import WordPieceTokenizer
     else:
+        if not has_tensorflow():
+            print(
+                "error: tokenising text needs TensorFlow (tensorflow-text), not installed here: "
+                "make the ids where it is (python -m model.data --write-ids --input TEXT "
+                "--vocab VOCAB --output corpus.ids.npz.xz) and give that file as --input here",
+                file=sys.stderr,
+            )
+            return 1
         import_tensorflow_quietly(args.verbose)
         from model.text.tokenizer import WordPieceTokenizer
 

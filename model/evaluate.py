@@ -90,6 +90,7 @@ import os
 import sys
 import time
 
+from model.io.backend import check_keras_backend
 from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES
@@ -684,6 +685,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
     import_tensorflow_quietly(args.verbose)
     start = time.time()
     try:

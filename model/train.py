@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from model.io.backend import check_keras_backend
 from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES, TASKS
 from model.training.strategy import STRATEGIES
@@ -419,6 +420,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
     import_tensorflow_quietly(args.verbose)
     from model.training.strategy import StrategyError
 

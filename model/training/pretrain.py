@@ -111,6 +111,8 @@ def pretrain(args) -> int:
     """The stages of a run, in the order they run."""
     import keras
 
+    from model.training.interrupts import interruptible
+
     runtime = _runtime(args)  # first: TensorFlow's strategies must precede its initialisation
     data = _data(args)
     config = _check(args, runtime, data)
@@ -128,7 +130,10 @@ def pretrain(args) -> int:
     stop = min(args.steps, args.stop_at or args.steps)
     interval_losses = []
     if start_step < stop:
-        interval_losses = _fit(args, runtime, data, model, checkpoint, timing, start_step, stop)
+        with interruptible() as interrupts:  # Ctrl-C stops a run on the device path too
+            interval_losses = _fit(
+                args, runtime, data, model, checkpoint, timing, start_step, stop, interrupts
+            )
         if interval_losses is None:
             return 3
     elif start_step and runtime.chief:
@@ -415,9 +420,10 @@ def _resume(args, runtime, model):
     return checkpoint, start_step
 
 
-def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
-    """Trains from `start_step` to `stop`, one Keras "epoch" per checkpoint interval.
-    Returns the mean loss of each interval, or None when the loss stopped being finite."""
+def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop, interrupts):
+    """Trains from `start_step` to `stop`, one Keras "epoch" per checkpoint interval
+    (`interrupts`: `interrupts.interruptible`'s callback). Returns the mean loss of each
+    interval, or None when the loss stopped being finite."""
     import keras
     import numpy as np
 
@@ -428,6 +434,7 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop):
     # The timer first: a checkpoint's save, which runs at the end of its step, is then not
     # counted as the step's time (it was, before: a calibration run's one save with it).
     callbacks = [_Timer(timing), checkpoint, _StopAt(stop), keras.callbacks.TerminateOnNaN()]
+    callbacks.append(interrupts)  # last: a checkpoint due at this batch end is saved first
     log = _EvalLog(os.path.join(args.output, "eval.json"))
     if args.eval_data and runtime.chief:
         callbacks.append(log)

@@ -1,0 +1,55 @@
+"""Ctrl-C reaches a training run wherever it waits (model/training/interrupts.py), and a
+machine without TensorFlow is told which backend to set (model/io/backend.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from model.io import backend
+from model.training.interrupts import interruptible
+
+
+def test_an_interrupt_lost_where_it_was_raised_is_raised_at_the_next_batch_end():
+    """numpy loses an exception raised inside np.array(jax_array), where a device-path step
+    waits: the interrupt is noted, and the callback raises it at the next batch end."""
+    before = signal.getsignal(signal.SIGINT)
+    with interruptible() as interrupts:
+        interrupts.on_train_batch_end(0)  # nothing noted: nothing raised
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        except KeyboardInterrupt:
+            pass  # as numpy's C code drops it
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.on_train_batch_end(1)
+        interrupts.on_test_batch_end(2)  # raised once
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_ignored_interrupt_stays_ignored():
+    """A background job of a script runs with SIGINT ignored: nothing is installed."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interruptible():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_machine_without_tensorflow_is_told_to_set_keras_backend(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.setattr(backend, "has_tensorflow", lambda: False)
+    assert backend.keras_backend() == "tensorflow"
+    with pytest.raises(SystemExit, match="set KERAS_BACKEND=jax"):
+        backend.check_keras_backend()
+    (tmp_path / "keras.json").write_text('{"backend": "jax"}')
+    assert backend.keras_backend() == "jax"
+    backend.check_keras_backend()  # keras.json chose JAX: fine
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    (tmp_path / "keras.json").unlink()
+    backend.check_keras_backend()
