@@ -45,7 +45,7 @@ A fine-tuned model's usage (config.json's finetuned_task, max_seq_length,
 null_threshold, document_context: what export and evaluate read) is kept in
 our format and in Hugging Face's config.json (the task as `finetuning_task`);
 a keras-hub preset's preprocessor takes its max_seq_length; a note names what
-a format has no room for, or what --task (a model built anew) leaves behind.
+a format has no room for, or what a model of another task (--task) leaves behind.
 
 The same as a Python API: `model.load(path)` detects the format and returns
 the Keras model; `read(path)` also returns its vocabulary and the notes.
@@ -57,7 +57,7 @@ import argparse
 import os
 import sys
 
-from model.checkpoints.formats import FORMATS, TASKS, read, usage_of, write
+from model.checkpoints.formats import FORMATS, TASKS, read, usage_for, usage_of, write
 from model.io.files import exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -162,10 +162,8 @@ def main(argv=None) -> int:
         )
         if args.vocab:
             vocab_path = args.vocab
-        usage = usage_of(src, None if src_fmt == "auto" else src_fmt)
-        if args.task is not None and usage:  # the task chosen anew: how the old one was used
-            notes.append(f"not kept, as --task builds the model anew: {usage}")
-            usage = {}
+        usage, dropped = usage_for(model, usage_of(src, None if src_fmt == "auto" else src_fmt))
+        notes += dropped
         written, checked = write(
             model, dst_fmt, dst, vocab_path, args.sequence_length, usage, not args.no_verify
         )

@@ -692,17 +692,32 @@ def test_a_fine_tuned_models_usage_survives_conversion(tmp_path, capsys):
     capsys.readouterr()
     encoder = str(tmp_path / "encoder")
     assert main(["--from", "keras", qa2, "--to", "keras", encoder, "--task", "encoder"]) == 0
-    assert "not kept, as --task builds the model anew" in capsys.readouterr().err
+    assert "not kept, as the model's task is now encoder, not squad2's question_answerer" in (
+        capsys.readouterr().err
+    )
+    same = str(tmp_path / "same")  # --task naming the model's own head keeps them
+    assert main(["--from", "keras", qa2, "--to", "keras", same, "--task", "question_answerer"]) == 0
+    assert formats.usage_of(same) == USAGE
     assert formats.usage_of(encoder) == {}
     assert main(["--from", "keras", qa2, "--to", "keras", str(tmp_path / "qa2.keras")]) == 0
     assert f"a .keras file has no room for the source's {USAGE}: not kept" in (
         capsys.readouterr().err
     )
     capsys.readouterr()
-    # A Hugging Face task name that is not one of ours is left out.
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump({**data, "finetuning_task": "my-own-task"}, f)
-    assert formats.usage_of(hf) == {"max_seq_length": 32, "null_threshold": -1.5}
+    # A Hugging Face task name that is not one of ours is left out, "ner" too (transformers'
+    # NER script writes it whatever the dataset).
+    for name in ("my-own-task", "ner"):
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            json.dump({**data, "finetuning_task": name}, f)
+        assert formats.usage_of(hf) == {"max_seq_length": 32, "null_threshold": -1.5}
+    # A task of the user's own in our directory is written, though not read back as a task.
+    with open(os.path.join(qa2, "config.json")) as f:
+        ours = json.load(f)
+    with open(os.path.join(qa2, "config.json"), "w") as f:
+        json.dump({**ours, "finetuned_task": "my-qa"}, f)
+    assert main(["--from", "keras", qa2, "--to", "hf", hf, "--overwrite"]) == 0
+    with open(os.path.join(hf, "config.json")) as f:
+        assert json.load(f)["finetuning_task"] == "my-qa"
 
 
 def test_a_failed_check_leaves_the_destination_as_it_was(tmp_path, capsys, monkeypatch):
@@ -720,7 +735,8 @@ def test_a_failed_check_leaves_the_destination_as_it_was(tmp_path, capsys, monke
     with monkeypatch.context() as m:
         m.setattr(formats, "_verify", fails)
         assert main(["--from", "hf", source, "--to", "hf", str(dst), "--overwrite"]) == 1
-    assert "verification failed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"error: {dst}: verification failed" in err and ".tmp-" not in err  # DST named
     assert os.listdir(dst) == ["old.txt"]
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
     m = load_quietly(source)

@@ -384,7 +384,7 @@ def write(model, directory: str, vocab_path: str) -> list[str]:
 def _same_weights(pairs, path: str) -> int:
     """Compares (ours, read back) layers' weights by name, the pooler excepted;
     returns how many of our variables were checked (a tied one once)."""
-    import numpy as np
+    from model.checkpoints.mapping import same_values
 
     checked = set()
     for ours, theirs in pairs:
@@ -394,7 +394,7 @@ def _same_weights(pairs, path: str) -> int:
             differ = sorted(set(mine) ^ set(back))
             raise ValueError(f"{path}: verification failed: weights {differ[:5]} differ in name")
         for name, w in mine.items():
-            if not np.array_equal(np.asarray(w.numpy()), np.asarray(back[name].numpy())):
+            if not same_values(w.numpy(), back[name].numpy()):
                 raise ValueError(f"{path}: verification failed: {name} differs after writing")
             checked.add(id(w))
     return len(checked)

@@ -10,6 +10,7 @@ Formats and the rules they follow are in that command's docstring (model/convert
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 FORMATS = ("google", "hf", "keras", "keras-hub")
@@ -79,10 +80,9 @@ def other_format(config: dict) -> tuple[str, str] | None:
 
 def usage_of(path: str, fmt: str | None = None) -> dict:
     """The `USAGE_FIELDS` a model folder records ({} where its format holds none). A Hugging
-    Face `finetuning_task` that names none of this project's tasks is left out."""
+    Face `finetuning_task` is read only where it names one of this project's tasks (not
+    transformers' "ner", which its NER script writes for any dataset)."""
     from model.io.files import read_json_object
-    from model.tasks import ALIASES
-    from model.tasks import TASKS as TASK_NAMES
 
     fmt = fmt or detect_format(path)
     config = os.path.join(path, "config.json")
@@ -90,10 +90,33 @@ def usage_of(path: str, fmt: str | None = None) -> dict:
         return {}
     data = read_json_object(config, "config")
     if fmt == "hf":
-        name = str(data.get("finetuning_task") or "").lower()
-        name = ALIASES.get(name, name)
-        data = {**data, "finetuned_task": name if name in TASK_NAMES else None}
+        data = {**data, "finetuned_task": _our_task_name(data.get("finetuning_task"))}
     return {k: data[k] for k in USAGE_FIELDS if data.get(k) is not None}
+
+
+def _our_task_name(name) -> str | None:
+    """A Hugging Face `finetuning_task` as one of this project's task names, or None."""
+    from model.tasks import TASKS as TASK_NAMES
+
+    name = {"sst-2": "sst2", "sts-b": "stsb"}.get(str(name).lower(), str(name).lower())
+    return name if name in TASK_NAMES else None
+
+
+def usage_for(model, usage: dict) -> tuple[dict, list[str]]:
+    """(`usage` as far as it describes `model`, notes): a fine-tuning task whose head is not
+    the model's task (the encoder of an MNLI classifier, read with --task encoder) keeps
+    none of it, and says so."""
+    from model import tasks
+    from model.checkpoints.model_dir import describe
+
+    name, task = usage.get("finetuned_task"), describe(model)["task"]
+    try:
+        head = tasks.get(name).head if name else None
+    except ValueError:
+        head = None  # a task of the user's own: kept as it is
+    if head is None or head == task:
+        return usage, []
+    return {}, [f"not kept, as the model's task is now {task}, not {name}'s {head}: {usage}"]
 
 
 def _task_args(task: str | None, options: dict) -> tuple[str | None, dict]:
@@ -211,7 +234,7 @@ def write(
     if fmt == "keras" and path.endswith(".keras"):
         from model.io.files import atomic_path
 
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, _naming(tmp, path):
             model.save(tmp)
             checked = _verify_keras_file(model, tmp) if check else None
         notes = ["a .keras file holds no vocabulary"] + _not_kept(usage, "a .keras file")
@@ -229,13 +252,23 @@ def write(
         _refuse_own_head_settings(model, fmt)
     # The whole folder, checked, then in place of the old one: no old file stays beside the
     # new, and a folder that fails its check replaces nothing.
-    with staged_directory(path) as tmp:
+    with staged_directory(path) as tmp, _naming(tmp, path):
         notes, kept = _write_folder(model, fmt, tmp, vocab_path, sequence_length, usage)
         checked = None
         if check:
             checked, more = verify(model, fmt, tmp, kept)
             notes += more
     return [note.replace(tmp, path) for note in notes], checked
+
+
+@contextlib.contextmanager
+def _naming(tmp: str, path: str):
+    """An error raised while `tmp` stands in for `path` names `path` (`tmp` is gone by the
+    time it is read)."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(str(e).replace(tmp, path)) from None
 
 
 def _write_folder(model, fmt, path, vocab_path, sequence_length, usage) -> tuple[list, dict]:
@@ -250,7 +283,12 @@ def _write_folder(model, fmt, path, vocab_path, sequence_length, usage) -> tuple
     if fmt == "hf" and not electra.writes_as_electra(model):
         from model.checkpoints import huggingface as hf_checkpoint
 
-        return hf_checkpoint.write(model, path, vocab_path, usage), usage
+        notes = hf_checkpoint.write(model, path, vocab_path, usage)
+        name = usage.get("finetuned_task")
+        if name is None or _our_task_name(name) == name:
+            return notes, usage
+        # Written as finetuning_task, but not read back as one of this project's tasks.
+        return notes, {k: v for k, v in usage.items() if k != "finetuned_task"}
     if fmt == "hf":
         return electra.write(model, path, vocab_path) + _not_kept(usage, "ELECTRA's form"), {}
     if fmt == "google":
@@ -308,7 +346,6 @@ def _verify_keras_file(model, path: str) -> int:
     """A `.keras` file read back as `model.load` reads it: every weight equal to `model`'s,
     in order (the file holds the same model); returns the weights checked."""
     import keras
-    import numpy as np
 
     again = keras.saving.load_model(path, safe_mode=True)
     if len(again.weights) != len(model.weights):
@@ -316,8 +353,16 @@ def _verify_keras_file(model, path: str) -> int:
             f"{path}: verification failed: {len(again.weights)} weights read back, "
             f"{len(model.weights)} written"
         )
+    return _same_in_order(model, again, path)
+
+
+def _same_in_order(model, again, path: str) -> int:
+    """Checks `again` (the same model read back) holds `model`'s weights in their order;
+    returns how many."""
+    from model.checkpoints.mapping import same_values
+
     for w, back in zip(model.weights, again.weights, strict=True):
-        if not np.array_equal(np.asarray(w.numpy()), np.asarray(back.numpy()), equal_nan=True):
+        if not same_values(w.numpy(), back.numpy()):
             raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
     return len(model.weights)
 
@@ -325,6 +370,7 @@ def _verify_keras_file(model, path: str) -> int:
 def _verify(model, fmt: str, path: str) -> int:
     import numpy as np
 
+    from model.checkpoints.mapping import same_values
     from model.checkpoints.model_dir import describe
 
     info = describe(model)
@@ -352,10 +398,7 @@ def _verify(model, fmt: str, path: str) -> int:
     if len(ours) < len(model.weights):
         # Names repeat (ELECTRA's generator names its blocks as the discriminator
         # does): the same model lists its weights in the same order.
-        for w, back in zip(model.weights, again.weights, strict=True):
-            if not np.array_equal(np.asarray(w.numpy()), np.asarray(back.numpy()), equal_nan=True):
-                raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
-        return len(model.weights)
+        return _same_in_order(model, again, path)
     skip = {"pooled_dense/kernel", "pooled_dense/bias"} if fmt == "hf" else set()
     if fmt == "hf":
         from model.checkpoints import huggingface as hf_checkpoint
@@ -366,7 +409,7 @@ def _verify(model, fmt: str, path: str) -> int:
     for w in again.weights:
         if w.path in skip:
             continue
-        if not np.array_equal(np.asarray(w.numpy()), ours[w.path], equal_nan=True):
+        if not same_values(w.numpy(), ours[w.path]):
             raise ValueError(f"{path}: verification failed: {w.path} differs after writing")
         checked += 1
     return checked

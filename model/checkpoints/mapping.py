@@ -158,3 +158,9 @@ def check_vocabulary(vocab_path: str, vocabulary_size: int) -> str:
             f"embedding has {vocabulary_size} rows (vocab_size)"
         )
     return vocab_path
+
+
+def same_values(a, b) -> bool:
+    """Whether a weight read back holds what was written: equal shapes and values, a NaN
+    equal to a NaN (it is stored as written)."""
+    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
