@@ -547,7 +547,7 @@ def test_a_failed_staged_directory_leaves_neither_it_nor_the_parents_it_made(tmp
     """A refused output under folders that did not exist (model.convert --to keras-hub
     new/a/b of a model keras-hub lacks): the folders made for it go too; ones that existed,
     or that another writer filled meanwhile, stay."""
-    from model.io.files import staged_directory
+    from model.io.files import atomic_path, staged_directory
 
     (tmp_path / "kept").mkdir()
     with pytest.raises(ValueError):
@@ -558,5 +558,9 @@ def test_a_failed_staged_directory_leaves_neither_it_nor_the_parents_it_made(tmp
     assert sorted(os.listdir(tmp_path / "kept" / "a")) == ["other.txt"]
     with pytest.raises(ValueError):
         with staged_directory(str(tmp_path / "new" / "a" / "out")):
+            raise ValueError("refused")
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    with pytest.raises(ValueError):  # a file's writer (model.convert --to keras new/a/m.keras)
+        with atomic_path(str(tmp_path / "new" / "a" / "m.keras")):
             raise ValueError("refused")
     assert sorted(os.listdir(tmp_path)) == ["kept"]

@@ -25,6 +25,7 @@ def atomic_path(path: str):
     path (e.g. `model.save_weights`). On error the temporary is removed.
     """
     directory = os.path.dirname(os.path.abspath(path))
+    made = _missing_folders(directory)
     os.makedirs(directory, exist_ok=True)
     base = os.path.basename(path)
     suffix = ".weights.h5" if base.endswith(".weights.h5") else os.path.splitext(base)[1]
@@ -42,7 +43,27 @@ def atomic_path(path: str):
             shutil.rmtree(tmp, ignore_errors=True)
         elif os.path.exists(tmp):
             os.remove(tmp)
+        _remove_empty(made)
         raise
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """`folder` and its parents that do not exist yet, innermost first."""
+    made = []
+    while not os.path.exists(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    return made
+
+
+def _remove_empty(folders: list[str]) -> None:
+    """Removes `_missing_folders`' list after a failed write, innermost first, as far as they
+    are empty (another writer may have put something there meanwhile)."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break
 
 
 def staging_dir(parent: str, prefix: str) -> str:
@@ -62,11 +83,7 @@ def staged_directory(path: str):
     `exit_on_sigterm`) it is deleted and `path` is untouched."""
     directory = os.path.abspath(path)
     parent, name = os.path.split(directory)
-    made = []  # the parent folders made here, innermost first: a failure removes them too
-    folder = parent
-    while not os.path.exists(folder):
-        made.append(folder)
-        folder = os.path.dirname(folder)
+    made = _missing_folders(parent)  # a failure removes them too
     os.makedirs(parent, exist_ok=True)
     tmp = staging_dir(parent, f".{name}.tmp-")
     try:
@@ -74,11 +91,7 @@ def staged_directory(path: str):
         replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        for folder in made:
-            try:
-                os.rmdir(folder)  # empty unless another writer put something there meanwhile
-            except OSError:
-                break
+        _remove_empty(made)
         raise
 
 
