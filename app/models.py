@@ -257,15 +257,26 @@ def candidates_for(view: View, found: dict, backend: str) -> list:
 
 
 def choose(view: View, candidates: list) -> list:
-    """`candidates` ordered best first for `view` (planned folder name, fine-tuned task, name)."""
+    """`candidates` ordered best first for `view` (a model that reads one text, planned folder
+    name, fine-tuned task, name): the views send one text, which a model fine-tuned on a pair
+    task (MNLI, MRPC...) refuses."""
     return sorted(
         candidates,
         key=lambda c: (
+            _reads_pairs(c[1]),
             os.path.basename(c[0]) != view.folder,
             bool(view.finetuned) and c[1].get("finetuned_task") not in view.finetuned,
             os.path.basename(c[0]),
         ),
     )
+
+
+def _reads_pairs(info: dict) -> bool:
+    """Whether a model was fine-tuned on a GLUE task of sentence pairs."""
+    from model.tasks import glue
+
+    task = glue.TASKS.get(str(info.get("finetuned_task")))
+    return task is not None and task.text_b is not None
 
 
 def missing_message(view: View, models_dir: str, backend: str) -> str:

@@ -452,6 +452,11 @@ def test_discover_prefers_the_planned_folder_then_the_finetuned_task(tmp_path):
         models.choose(models.VIEW[key], found[models.VIEW[key].task])[0][0]
     )
     assert best("sentiment") == "b-classifier" and best("entities") == "conll2003"
+    # A pair task's classifier (MNLI) refuses the one text the view sends: last, even in
+    # the view's own folder.
+    write_bundle(tmp_path / "sst2", "classifier", "mnli")
+    found, _ = models.discover(str(tmp_path), "litert")
+    assert best("sentiment") == "b-classifier"
     message = models.missing_message(models.VIEW["fill_mask"], str(tmp_path), "litert")
     assert "python -m export" in message and "--backend keras" in message
     assert "keras-only" in message
