@@ -569,3 +569,16 @@ def test_a_gpu_scale_without_a_gpu_is_warned(capsys):
     warn_without_accelerator(SCALES["gpu"], "NVIDIA H200")
     warn_without_accelerator(SCALES["cpu"], None)
     assert capsys.readouterr().err == ""
+
+
+def test_feature_folders_start_with_no_dash_and_old_ones_are_still_found(tmp_path):
+    from model.experiments.plan import Work
+    from model.experiments.tables import TABLES
+
+    work = Work(str(tmp_path), "data", SCALES["gpu"])
+    run = TABLES["feature-based"](work).rows[0].run
+    assert os.path.basename(work.features_dir(run, "-1,-2", 1, "sum")) == "layers-1,-2-sum-seed1"
+    assert os.path.basename(work.features_dir(run, "embeddings", 1)) == "embeddings-seed1"
+    old = os.path.join(os.path.dirname(work.features_dir(run, "-2", 1)), "-2-seed1")
+    os.makedirs(old)  # a WORK from before the rename: its results stay found
+    assert work.features_dir(run, "-2", 1) == old

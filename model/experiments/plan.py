@@ -101,10 +101,12 @@ class Work:
         return self.w("finetune", self.run_name(p), f"{name}-seed{seed}")
 
     def features_dir(self, p: Pretraining, layers: str, seed: int, combine: str = "concat") -> str:
-        # "-1,-2" names a folder "layers-1,-2": a name starting with "-" reads as an option.
-        name = ("layers" if layers.startswith("-") else "") + layers
-        name += "" if combine == "concat" else f"-{combine}"
-        return self.w("features", self.run_name(p), f"{name}-seed{seed}")
+        # "-1,-2" names a folder "layers-1,-2": a name starting with "-" reads as an option to
+        # ls and rm. A WORK made before keeps its "-1,-2-seedN" folders, found as they are.
+        name = layers + ("" if combine == "concat" else f"-{combine}") + f"-seed{seed}"
+        old = self.w("features", self.run_name(p), name)
+        new = self.w("features", self.run_name(p), ("layers" if name[0] == "-" else "") + name)
+        return old if os.path.isdir(old) and not os.path.isdir(new) else new
 
     def mlm_file(self, p: Pretraining) -> str:
         return self.w("mlm", f"{self.run_name(p)}.json")
