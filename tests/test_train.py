@@ -343,6 +343,21 @@ def test_a_model_pretrained_on_cased_records_reads_text_cased(records, tmp_path)
     assert train.main(pretrain_argv(records, tmp_path / "uncased", steps=0, extra=extra)) == 0
 
 
+def test_init_with_another_vocabulary_than_the_records_stops(records, tmp_path, capsys):
+    """--init's vocab.txt must be the records': two lines swapped trained each embedding row
+    on another word's ids, and the run said nothing."""
+    output = tmp_path / "run"
+    assert train.main(pretrain_argv(records, output, steps=0, extra=["--strategy", "cpu"])) == 0
+    lines = (output / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    lines[10], lines[11] = lines[11], lines[10]
+    (output / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    extra = ["--strategy", "cpu", "--init", str(output)]
+    assert train.main(pretrain_argv(records, tmp_path / "again", steps=0, extra=extra)) != 0
+    err = capsys.readouterr().err
+    assert "its vocabulary" in err and "is not the one the records were made with" in err
+    assert not (tmp_path / "again").exists()
+
+
 @pytest.mark.parametrize("layout", ["config", "model directory"])
 def test_a_config_file_naming_the_other_casing_stops(records, tmp_path, capsys, layout):
     from model.config import BertConfig

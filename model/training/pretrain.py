@@ -241,6 +241,8 @@ def _data(args):
             f"--vocab {args.vocab}: not the vocabulary {args.data} was made with (its "
             f"dataset.json's vocab_sha256); leave --vocab out, or make the records with it"
         )
+    if args.init_checkpoint:
+        _check_init_vocabulary(args.init_checkpoint, vocabulary, vocab_path)
     seq_len = info["max_seq_length"]
     if args.seq_len is not None and args.seq_len != seq_len:
         raise ValueError(
@@ -287,6 +289,24 @@ def _data(args):
         seq_len=seq_len,
         objective=objective,
     )
+
+
+def _check_init_vocabulary(path: str, vocabulary: list[str], records_vocab: str) -> None:
+    """--init's vocabulary (where its folder holds one) must be the records': another would
+    train each embedding row on other words' ids, silently."""
+    from model.text.wordpiece import load_vocabulary
+
+    if not os.path.isdir(path):
+        return
+    for name in ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt")):
+        theirs = os.path.join(path, name)
+        if os.path.isfile(theirs):
+            if load_vocabulary(theirs) != vocabulary:
+                raise ValueError(
+                    f"--init {path}: its vocabulary ({theirs}) is not the one the records were "
+                    f"made with ({records_vocab}); make the records with --vocab {theirs}"
+                )
+            return
 
 
 def _check(args, runtime, data):
