@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -440,6 +441,20 @@ def test_device_data_finetune_rounds_to_calls_resumes_and_scores(tmp_path, monke
     out = run_module_ok("model.evaluate", ["--task", "sst2", "--model", straight, "--data", dev])
     scored = json.loads(out[out.index("{") :])
     assert scored["accuracy"] == pytest.approx(metrics["dev"]["accuracy"])
+
+    # --seeds stopped between its seeds' saves (seed 12345 at step 6, seed 7 at 3): each goes
+    # back to step 3, the newest both have, and ends as the straight run (it was refused).
+    half = tmp_path / "half-{seed}"
+    seven = tmp_path / "half-7" / "checkpoints"
+    kill_when_exists(argv(half, "--seeds", "12345,7"), seven / "ckpt-00000006", timeout=RUN_TIMEOUT)
+    assert not (tmp_path / "half-7" / "metrics.json").exists(), "killed too late"
+    shutil.rmtree(seven / "ckpt-00000006")
+    assert (tmp_path / "half-12345" / "checkpoints" / "ckpt-00000006").is_dir()
+    stdout = run_module_ok("model.train", argv(half, "--seeds", "12345,7"))
+    assert "back to step 3, the newest every seed has" in stdout
+    for seed in ("12345", "7"):
+        done = tmp_path / f"half-{seed}" / "model.weights.h5"
+        assert_same_weights(tmp_path / f"straight-{seed}" / "model.weights.h5", done, atol=1e-5)
 
 
 @pytest.mark.parametrize(

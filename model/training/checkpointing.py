@@ -106,13 +106,14 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                 found.append((int(m.group(1)), os.path.join(self.directory, name)))
         return sorted(found)
 
-    def restore(self, model) -> int:
-        """Loads the newest complete checkpoint into `model` (built, compiled).
-        Returns its step, or 0 when there is none. Raises ValueError when
-        there are checkpoints but none fits `model`: starting over would
+    def restore(self, model, at_most: int | None = None) -> int:
+        """Loads the newest complete checkpoint (of a step up to `at_most`, if given) into
+        `model` (built, compiled). Returns its step, or 0 when there is none. Raises
+        ValueError when there are checkpoints but none fits `model`: starting over would
         rotate the real ones away after `keep` saves."""
         error = None
-        for step, path in reversed(self.checkpoints()):
+        found = [(s, p) for s, p in self.checkpoints() if at_most is None or s <= at_most]
+        for step, path in reversed(found):
             try:
                 if not model.optimizer.built:
                     create_optimizer_variables(model)
@@ -190,6 +191,13 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         from model.io.files import write_json
 
         write_json(os.path.join(path, "state.json"), self._state(step))
+
+    def remove_after(self, step: int) -> None:
+        """Deletes the checkpoints of steps after `step` (a run gone back to it)."""
+        if self.is_chief:
+            for later, path in self.checkpoints():
+                if later > step:
+                    shutil.rmtree(path, ignore_errors=True)
 
     def remove_all(self) -> None:
         """Deletes every checkpoint (a finished run no longer needs them)."""

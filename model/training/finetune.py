@@ -147,16 +147,34 @@ def finetune(args) -> int:
         runs.append(_run(seed_args, task, runtime))
         runtime = runs[0].runtime  # the seeds share the features on the device and a trainer
     if len({run.done for run in runs}) > 1:
-        raise ValueError(
-            "--seeds: the seeds' checkpoints are at different steps ("
-            + ", ".join(f"{run.args.output}: {run.done}" for run in runs)
-            + "); remove their checkpoints/ folders to start again"
-        )
+        _back_to_a_shared_step(runs)
     if not _loop(args, runs):
         return 3
     for run in runs:
         _finish(run)
     return 0
+
+
+def _back_to_a_shared_step(runs) -> None:
+    """--seeds stopped while its seeds saved one after another: each resumes from the newest
+    step all of them have a checkpoint of, and the later ones go (the seeds train as one
+    program, at one step). With no such step, the seeds cannot go on together."""
+    shared = set.intersection(*({s for s, _ in run.checkpoint.checkpoints()} for run in runs))
+    if not shared:
+        raise ValueError(
+            "--seeds: the seeds' checkpoints share no step ("
+            + ", ".join(f"{run.args.output}: {run.done}" for run in runs)
+            + "); remove their checkpoints/ folders to start again"
+        )
+    step = max(shared)
+    for run in runs:
+        if run.done != step:
+            print(f"{run.args.output}: back to step {step}, the newest every seed has")
+            run.done = run.checkpoint.restore(run.model, at_most=step)
+            run.progress.update(run.checkpoint.restored_state)
+        run.checkpoint.remove_after(step)
+    if len({run.done for run in runs}) > 1:  # a checkpoint of that step was unreadable
+        raise ValueError(f"--seeds: the seeds could not all go back to step {step}")
 
 
 def per_seed(args) -> list:
