@@ -232,4 +232,4 @@ def test_one_pretraining_serves_every_table_that_needs_it(tables):
     assert runs.count("bert-4x16-seed1") == 1
     assert "mask-100-0-0-4x16-seed1" in runs and "electra-4x16-seed1" in runs
     features = sorted(os.listdir(tables / "features" / "bert-4x16-seed1"))
-    assert {"embeddings-seed1", "-1,-2,-3,-4-sum-seed1", "all-sum-seed1"} <= set(features)
+    assert {"embeddings-seed1", "layers-1,-2,-3,-4-sum-seed1", "all-sum-seed1"} <= set(features)
