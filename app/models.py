@@ -275,8 +275,7 @@ def _reads_pairs(info: dict) -> bool:
     """Whether a model was fine-tuned on a GLUE task of sentence pairs."""
     from model.tasks import glue
 
-    task = glue.TASKS.get(str(info.get("finetuned_task")))
-    return task is not None and task.text_b is not None
+    return glue.reads_pairs(info.get("finetuned_task")) is True
 
 
 def missing_message(view: View, models_dir: str, backend: str) -> str:

@@ -356,11 +356,12 @@ class EdgeModel:
     def _check_pairing(self, text_pair: str | None) -> None:
         """A model fine-tuned on a GLUE task reads what that task gives it: one text (SST-2,
         CoLA) or a pair (MNLI, MRPC, ...); the other is refused (it answered anyway)."""
-        task = glue.TASKS.get(str(self.info.get("finetuned_task")))
-        if task is None or (task.text_b is not None) == bool(text_pair):  # "": no pair
+        name = self.info.get("finetuned_task")
+        pairs = glue.reads_pairs(name)
+        if pairs is None or pairs == bool(text_pair):  # "": no pair
             return
-        wants = "a pair of texts (text and text_pair)" if task.text_b else "one text (no text_pair)"
-        raise ValueError(f"this model was fine-tuned on {task.name.upper()}, which reads {wants}")
+        wants = "a pair of texts (text and text_pair)" if pairs else "one text (no text_pair)"
+        raise ValueError(f"this model was fine-tuned on {name.upper()}, which reads {wants}")
 
     def _classify_windows(self, text: str, ids: list[int]) -> dict:
         """`classify` of a text longer than the model: its windows, combined."""

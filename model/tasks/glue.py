@@ -680,6 +680,13 @@ class Wnli(GlueTask):
 TASKS = {task.name: task for task in (Cola, Sst2, Mrpc, Stsb, Qqp, Mnli, Qnli, Rte, Wnli)}
 
 
+def reads_pairs(task_name) -> bool | None:
+    """Whether the GLUE task named `task_name` reads sentence pairs (MNLI, MRPC...) rather than
+    one text (SST-2, CoLA); None for a name of no GLUE task."""
+    task = TASKS.get(str(task_name))
+    return None if task is None else task.text_b is not None
+
+
 # === Command line ===
 
 # The shipped sentiment model's vocabulary: WordPieces are counted as it reads them.
