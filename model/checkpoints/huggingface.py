@@ -125,7 +125,8 @@ def read_config(directory: str, expected_type: str = "bert") -> dict:
     data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
     from model.checkpoints.formats import other_format
 
-    if (other_format(data) or ("",))[0] == "keras-hub":
+    found = other_format(data)
+    if found is not None and found[0] == "keras-hub":
         raise ValueError(
             f"{directory}: a keras-hub preset, not a Hugging Face folder (--from keras-hub)"
         )

@@ -109,6 +109,7 @@ from model.tasks.squad_negatives import (
     make_v2_train,
     negatives_report,
     parse_negatives,
+    question_ids,
     report_table,
 )
 from model.text.wordpiece import basic_tokenize
@@ -1166,7 +1167,7 @@ def _make_v2_train(args) -> int:
         if args.dev is not None:
             read_squad(args.dev, version_2=True)
         dataset, made = build_v2_train(load_json(args.input), seed=args.seed, negatives=ratios)
-        real = _real_questions(args.real, args.real_repeat, args.dev, _ids(dataset["data"]))
+        real = _real_questions(args.real, args.real_repeat, args.dev, question_ids(dataset["data"]))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -1221,7 +1222,7 @@ def _real_questions(
                 "(python -m model.tasks.squad split-dev)"
             )
     data = load_json(path)["data"]
-    clash = sorted(_ids(data) & made_ids)
+    clash = sorted(question_ids(data) & made_ids)
     if clash:
         raise ValueError(
             f"{path}: {len(clash)} question id(s) also in --input's set, e.g. {clash[0]!r}: "
@@ -1232,13 +1233,6 @@ def _real_questions(
     counts = {"answerable": len(examples) - unanswerable, "unanswerable": unanswerable}
     data = [article for copy in copies for article in copy]
     return {"data": data, "counts": counts, "repeat": repeat}
-
-
-def _ids(articles: list) -> set[str]:
-    """The question ids of a SQuAD dataset's articles."""
-    return {
-        qa["id"] for article in articles for para in article["paragraphs"] for qa in para["qas"]
-    }
 
 
 def _renamed(articles: list, suffix: str) -> list:

@@ -130,6 +130,11 @@ def make_v2_train(
     return build_v2_train(dataset, negative_ratio, seed, negatives)[0]
 
 
+def question_ids(articles: list) -> set[str]:
+    """The question ids of a SQuAD dataset's articles."""
+    return {qa["id"] for a in articles for p in a["paragraphs"] for qa in p["qas"]}
+
+
 def build_v2_train(
     dataset: dict,
     negative_ratio: float | None = None,
@@ -165,7 +170,7 @@ def build_v2_train(
         for qi, qa in enumerate(para["qas"])
         if not qa["is_impossible"] and qa["answers"]
     ]
-    taken = {qa["id"] for a in articles for p in a["paragraphs"] for qa in p["qas"]}
+    taken = question_ids(articles)
     sizes = [len(a["paragraphs"]) for a in articles]  # answer-removed appends paragraphs
     made = {}
     for kind, ratio in ratios.items():
