@@ -75,6 +75,7 @@ import argparse
 import sys
 
 from model.io.backend import check_keras_backend
+from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm, exit_with
 from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES, TASKS
 from model.training.strategy import STRATEGIES
@@ -424,6 +425,7 @@ def main(argv=None) -> int:
     import_tensorflow_quietly(args.verbose)
     from model.training.strategy import StrategyError
 
+    restore = exit_on_sigterm()  # `kill`, `timeout`: the run stops as at Ctrl-C
     try:
         if args.command == "pretrain":
             from model.training.pretrain import pretrain
@@ -436,8 +438,42 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError, StrategyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if isinstance(stop, KeyboardInterrupt) or stop.code == TERMINATED:
+            how = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+            print(stopped(args, how), flush=True)
+        raise
+    finally:
+        restore()
     return 2
 
 
+def stopped(args, how: str) -> str:
+    """The line a run stopped by a signal ends with: the newest checkpoint of each of its
+    outputs (each seed's, for --seeds), from which the same command goes on."""
+    import os
+
+    from model.training.checkpointing import ResumableCheckpoint
+    from model.training.finetune import per_seed
+
+    kept = []
+    for run in per_seed(args):
+        found = ResumableCheckpoint(os.path.join(run.output, "checkpoints"), every=1)
+        if found.checkpoints():
+            step, path = found.checkpoints()[-1]
+            kept.append(f"{path} (step {step})")
+    if not kept:
+        return f"stopped by {how} before a checkpoint was saved: the same command starts over"
+    return f"stopped by {how}; kept {', '.join(kept)}: the same command goes on from there"
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        status = INTERRUPTED
+    except SystemExit as stop:
+        if stop.code != TERMINATED:
+            raise
+        status = TERMINATED
+    exit_with(status)  # a stopped run dies of its signal, as a shell loop expects

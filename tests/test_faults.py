@@ -75,9 +75,9 @@ def newest_step(checkpoints: str) -> int:
     return max((step for step, _ in ResumableCheckpoint(checkpoints, 1).checkpoints()), default=0)
 
 
-def kill_when(argv, log: str, condition, delay: float) -> None:
-    """Runs `python -m model.train argv` (stdout to `log`) and SIGKILLs it
-    `delay` seconds after `condition()` holds."""
+def kill_when(argv, log: str, condition, delay: float, sig=signal.SIGKILL) -> None:
+    """Runs `python -m model.train argv` (stdout to `log`) and sends it `sig` (SIGKILL)
+    `delay` seconds after `condition()` holds; it must die of that signal."""
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, "w", encoding="utf-8") as out:
         child = subprocess.Popen(
@@ -94,12 +94,13 @@ def kill_when(argv, log: str, condition, delay: float) -> None:
                 assert time.time() < deadline, "no kill point after 300 s"
                 time.sleep(0.0005)
             time.sleep(delay)
-            os.kill(child.pid, signal.SIGKILL)
+            os.kill(child.pid, sig)
+            child.wait(timeout=60)
         finally:
             if child.poll() is None:
                 child.kill()
             child.wait()
-    assert child.returncode == -signal.SIGKILL, open(log).read()[-3000:]
+    assert child.returncode == -sig, open(log).read()[-3000:]
 
 
 def resumed_step(text: str) -> int:
@@ -197,6 +198,30 @@ def test_pretraining_killed_three_times_resumes_each_time_and_matches(records, t
     assert "nothing to train: the newest checkpoint is at step 40, at or past --steps 30" in out
     with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
         assert json.load(f) == summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, how", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_run_stopped_by_a_signal_names_the_checkpoint_it_goes_on_from(
+    records, tmp_path, sig, how
+):
+    """Ctrl-C or `kill`: the run dies of that signal (a shell loop stops too), its last line
+    names the newest checkpoint, and no traceback is printed."""
+    output = str(tmp_path / "run")
+    checkpoints = os.path.join(output, "checkpoints")
+    log = str(tmp_path / "run.log")
+    argv = pretrain_argv(records, output, steps=100_000, checkpoint_every=4)
+    kill_when(argv, log, lambda: newest_step(checkpoints) >= 4, 0, sig=sig)
+    with open(log, encoding="utf-8") as f:
+        text = f.read()
+    last = text.strip().splitlines()[-1]
+    said = re.fullmatch(
+        rf"stopped by {how}; kept (\S+) \(step (\d+)\): the same command goes on from there", last
+    )
+    assert said, text[-3000:]
+    assert int(said.group(2)) == newest_step(checkpoints) >= 4
+    assert said.group(1) == os.path.join(checkpoints, f"ckpt-{int(said.group(2)):08d}")
+    assert "Traceback" not in text
 
 
 # === Every other pre-training objective: killed once ===

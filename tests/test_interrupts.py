@@ -30,6 +30,52 @@ def test_an_interrupt_lost_where_it_was_raised_is_raised_at_the_next_batch_end()
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_sigterm_lost_where_it_was_raised_is_raised_at_the_next_batch_end():
+    """Under exit_on_sigterm (model.train's main) a SIGTERM raises SystemExit(143): noted and
+    raised again at the next batch end as well; by default a SIGTERM kills, left as it is."""
+    from model.io.files import TERMINATED, exit_on_sigterm
+
+    with interruptible():
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    restore = exit_on_sigterm()
+    try:
+        with interruptible() as interrupts:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+            except SystemExit:
+                pass  # as numpy's C code drops it
+            with pytest.raises(SystemExit) as stop:
+                interrupts.on_train_batch_end(1)
+            assert stop.value.code == TERMINATED
+            interrupts.on_train_batch_end(2)  # raised once
+    finally:
+        restore()
+
+
+def test_a_stopped_run_names_the_checkpoint_it_goes_on_from(tmp_path):
+    """model.train's last line after a signal: each seed's newest complete checkpoint."""
+    from argparse import Namespace
+
+    from model.train import stopped
+
+    args = Namespace(output=str(tmp_path / "sst2-seed{seed}"), seeds=[1, 2])
+    assert stopped(args, "Ctrl-C") == (
+        "stopped by Ctrl-C before a checkpoint was saved: the same command starts over"
+    )
+    for seed, step in ((1, 40), (1, 80), (2, 80)):
+        path = tmp_path / f"sst2-seed{seed}" / "checkpoints" / f"ckpt-{step:08d}"
+        path.mkdir(parents=True)
+        (path / "state.json").write_text(f'{{"step": {step}}}')
+    (tmp_path / "sst2-seed2" / "checkpoints" / "ckpt-00000120").mkdir()  # a save cut short
+    newest = [tmp_path / f"sst2-seed{seed}" / "checkpoints" / "ckpt-00000080" for seed in (1, 2)]
+    assert stopped(args, "SIGTERM") == (
+        f"stopped by SIGTERM; kept {newest[0]} (step 80), {newest[1]} (step 80): "
+        "the same command goes on from there"
+    )
+
+
 def test_an_ignored_interrupt_stays_ignored():
     """A background job of a script runs with SIGINT ignored: nothing is installed."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)

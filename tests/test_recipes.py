@@ -587,7 +587,8 @@ def test_a_stopped_command_line_dies_of_its_signal_so_a_shell_loop_stops(tmp_pat
     children are stopped it dies of that signal (exit_with), as the shell expects: bash goes
     on to a loop's next command after an exit status of 130, not after a death by SIGINT."""
     (tmp_path / "meet.py").write_text(MEET + "\n")
-    script = TERMINATED.replace("sys.exit(runner.run(", "runner.exit_with(runner.run(")
+    script = TERMINATED.replace("sys.exit(runner.run(", "files.exit_with(runner.run(")
+    script = script.replace("import runner", "import runner\nfrom model.io import files")
     (tmp_path / "parent.py").write_text(script)
     for number, sent in enumerate((signal.SIGINT, signal.SIGTERM)):
         mark, out = tmp_path / f"m{number}", tmp_path / f"a{number}.json"

@@ -245,6 +245,6 @@ def prepare_input(table, work, out) -> int:
 
 
 if __name__ == "__main__":
-    from model.recipes.runner import exit_with
+    from model.io.files import exit_with
 
     exit_with(main())

@@ -12,9 +12,13 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
+
+INTERRUPTED = 130  # Ctrl-C: the shell's status of a command stopped by SIGINT
+TERMINATED = 143  # a SIGTERM (exit_on_sigterm's SystemExit)
 
 
 @contextlib.contextmanager
@@ -243,7 +247,21 @@ def exit_on_sigterm() -> Callable[[], None]:
         return lambda: None
 
     def exit_143(signum, frame):
-        raise SystemExit(128 + signal.SIGTERM)
+        raise SystemExit(TERMINATED)
 
     previous = signal.signal(signal.SIGTERM, exit_143)
     return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def exit_with(rc: int) -> None:
+    """Exits with status `rc`; a command stopped by Ctrl-C or a SIGTERM (INTERRUPTED,
+    TERMINATED) dies of that signal again once cleaned up, as the shell expects of it: a
+    shell loop over commands then stops too, instead of going on to the next (bash goes
+    on after an exit status 130)."""
+    stopped_by = {INTERRUPTED: signal.SIGINT, TERMINATED: signal.SIGTERM}.get(rc)
+    if stopped_by is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(stopped_by, signal.SIG_DFL)
+        os.kill(os.getpid(), stopped_by)
+    sys.exit(rc)

@@ -513,6 +513,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from model.recipes.runner import exit_with
+    from model.io.files import exit_with
 
     exit_with(main())

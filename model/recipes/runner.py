@@ -29,13 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.io.files import exit_on_sigterm
+from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm
 
 # `run`'s status when its time limit stopped it between two commands: sysexits' EX_TEMPFAIL
 # ("try again later"), apart from every command's own statuses (3: a training's NaN loss)
 STOPPED = 75
-INTERRUPTED = 130  # Ctrl-C: the shell's status of a command stopped by SIGINT
-TERMINATED = 143  # a SIGTERM (model.io.files.exit_on_sigterm's SystemExit)
 
 
 @dataclass(frozen=True)
@@ -173,19 +171,6 @@ def run(
     if not dry_run:
         log(f"# all {total} commands done or skipped in {time.time() - started:.1f} s")
     return 0
-
-
-def exit_with(rc: int) -> None:
-    """Exits with `run`'s status; one stopped by Ctrl-C or a SIGTERM dies of that signal
-    again once cleaned up, as the shell expects of it: a shell loop over commands then
-    stops too, instead of going on to the next (bash goes on after an exit status 130)."""
-    stopped_by = {INTERRUPTED: signal.SIGINT, TERMINATED: signal.SIGTERM}.get(rc)
-    if stopped_by is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(stopped_by, signal.SIG_DFL)
-        os.kill(os.getpid(), stopped_by)
-    sys.exit(rc)
 
 
 def _skipped(command: Command, tag: str, dry_run: bool, log) -> bool:

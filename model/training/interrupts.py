@@ -4,8 +4,8 @@ On JAX a step's end waits for the device inside `np.array(jax_array)` (Keras tur
 batch's logs into numbers there), and an exception that a signal handler raises inside
 that call is lost in numpy's C code: a `--device-data` run, which spends nearly all its
 time waiting there, went on to its last step after Ctrl-C. `interruptible()` notes each
-interrupt as well as raising it, and the callback it yields raises it again at the next
-batch end, outside numpy.
+interrupt (and SIGTERM, where Python handles it) as well as raising it, and the callback
+it yields raises it again at the next batch end, outside numpy.
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ import keras
 
 
 class RaiseAtBatchEnd(keras.callbacks.Callback):
-    """Raises KeyboardInterrupt at the first batch end after an interrupt was noted."""
+    """Raises the stop of the first signal noted (KeyboardInterrupt for Ctrl-C, SystemExit
+    for a SIGTERM under `model.io.files.exit_on_sigterm`) at the next batch end."""
 
     def __init__(self):
         super().__init__()
-        self.pending = False
+        self.pending = None  # (the handler that raised, its signal) once one was noted
 
     def check(self) -> None:
         if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
+            handler, signum = self.pending
+            self.pending = None
+            handler(signum, None)
 
     def on_train_batch_end(self, batch, logs=None):
         self.check()
@@ -38,21 +40,30 @@ class RaiseAtBatchEnd(keras.callbacks.Callback):
 
 @contextlib.contextmanager
 def interruptible():
-    """Yields a `RaiseAtBatchEnd` for `model.fit`'s callbacks; within the block a SIGINT
-    raises KeyboardInterrupt as usual and is also noted for it. Where SIGINT is ignored (a
-    background job of a script) or not Python's to handle, nothing changes."""
+    """Yields a `RaiseAtBatchEnd` for `model.fit`'s callbacks; within the block a SIGINT, or
+    a SIGTERM that Python handles, raises as usual and is also noted for it. A signal that
+    is ignored (SIGINT in a background job of a script) or not Python's to handle (SIGTERM
+    by default kills) is left as it is."""
     callback = RaiseAtBatchEnd()
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+    if threading.current_thread() is not threading.main_thread():
         yield callback
         return
-
-    def noted(signum, frame):
-        callback.pending = True
-        previous(signum, frame)
-
-    signal.signal(signal.SIGINT, noted)
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = handler
+            signal.signal(signum, _noting(callback, handler))
     try:
         yield callback
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _noting(callback: RaiseAtBatchEnd, handler):
+    def noted(signum, frame):
+        callback.pending = (handler, signum)
+        handler(signum, frame)
+
+    return noted
