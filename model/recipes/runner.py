@@ -19,6 +19,7 @@ text is printed in a dry run, its value computed just before the command runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -303,19 +304,17 @@ class Children:
                 process.send_signal(signal.SIGINT)
         deadline = time.time() + grace
         try:
-            for tag, _, process, path, _ in self.running:
-                try:
+            for _, _, process, _, _ in self.running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=max(0.0, deadline - time.time()))
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-                self.show(f"{tag} (stopped)", path)
-        finally:  # a second signal within the grace: none is left running
+        finally:  # after the grace, or at a second signal within it: none is left running
             for _, _, process, _, _ in self.running:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-            self.running = []
+            stopped, self.running = self.running, []
+        for tag, _, _, path, _ in stopped:
+            self.show(f"{tag} (stopped)", path)
 
 
 def call_main(module: str, argv: list[str]) -> int:
