@@ -72,6 +72,7 @@ dropout 0 by default there):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from model.io.backend import check_keras_backend
@@ -131,8 +132,15 @@ def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None)
     p.add_argument("--jit", action="store_true", help="compile the train step with XLA")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--checkpoint-every", type=int, default=1000)
-    p.add_argument("--keep-checkpoints", type=int, default=3)
-    p.add_argument("--log-every", type=int, default=100, help="TensorBoard logging period (steps)")
+    p.add_argument(
+        "--keep-checkpoints", type=int, default=3, help="the newest N checkpoints kept (default 3)"
+    )
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=100,
+        help="steps between TensorBoard rows (without TensorFlow: logs/scalars.csv; default 100)",
+    )
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -395,8 +403,6 @@ def _check_masking(parser, args) -> None:
 def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), checked
     before TensorFlow is imported: a mistyped path fails in well under a second."""
-    import os
-
     from model.io.files import check_paths
     from model.pretraining.records import record_files
 
@@ -423,9 +429,11 @@ def main(argv=None) -> int:
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
     import_tensorflow_quietly(args.verbose)
+    from model.training.finetune import per_seed
     from model.training.strategy import StrategyError
 
     restore = exit_on_sigterm()  # `kill`, `timeout`: the run stops as at Ctrl-C
+    made = [run.output for run in per_seed(args) if not os.path.exists(run.output)]
     try:
         if args.command == "pretrain":
             from model.training.pretrain import pretrain
@@ -445,14 +453,15 @@ def main(argv=None) -> int:
         raise
     finally:
         restore()
+        for output in made:  # a run refused before it wrote anything leaves no empty folder
+            if os.path.isdir(output) and not os.listdir(output):
+                os.rmdir(output)
     return 2
 
 
 def stopped(args, how: str) -> str:
     """The line a run stopped by a signal ends with: the newest checkpoint of each of its
     outputs (each seed's, for --seeds), from which the same command goes on."""
-    import os
-
     from model.training.checkpointing import ResumableCheckpoint
     from model.training.finetune import per_seed
 

@@ -314,8 +314,8 @@ def run_module(module: str, argv, timeout: float = 300, python: str | None = Non
 
 
 def kill_when_exists(argv, path, timeout: float = 240) -> None:
-    """Runs `python -m model.train argv` and SIGKILLs it as soon as `path`
-    (e.g. its first checkpoint directory) exists."""
+    """Runs `python -m model.train argv` and SIGKILLs it as soon as `path` (e.g. its first
+    checkpoint directory) exists, or, for a callable `path`, as soon as `path()` is true."""
     import signal
     import subprocess
     import time
@@ -329,7 +329,7 @@ def kill_when_exists(argv, path, timeout: float = 240) -> None:
     )
     try:
         deadline = time.time() + timeout
-        while not os.path.isdir(path):
+        while not (path() if callable(path) else os.path.isdir(path)):
             assert child.poll() is None, f"the run ended before {path} appeared"
             assert time.time() < deadline, f"no {path} after {timeout} s"
             time.sleep(0.01)

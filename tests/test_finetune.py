@@ -124,6 +124,20 @@ def test_finetune_metrics_json_records_the_run(sst2_run):
     assert "--epochs 1.5" in metrics["command"]
 
 
+def test_the_same_command_on_a_finished_run_trains_nothing(sst2_run, capsys):
+    """A finished run keeps no checkpoint: the same command again retrained from scratch over
+    it (and replaced its results); now it trains nothing, as pre-training's does."""
+    root, data, output = sst2_run
+    before = {name: os.stat(os.path.join(output, name)).st_mtime_ns for name in os.listdir(output)}
+    argv = finetune_argv("sst2", data, root / "init", output, epochs="1.5", batch_size=8)
+    capsys.readouterr()
+    assert run_train(argv) == 0
+    assert capsys.readouterr().out.startswith(
+        f"nothing to train: {output} holds a finished run (its metrics.json, no checkpoint left)"
+    )
+    assert before == {n: os.stat(os.path.join(output, n)).st_mtime_ns for n in os.listdir(output)}
+
+
 def test_evaluate_scores_the_model_directory_as_training_did(sst2_run, tmp_path, capsys):
     _, data, output = sst2_run
     out = tmp_path / "m.json"

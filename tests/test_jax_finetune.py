@@ -42,6 +42,7 @@ import numpy as np
 import pytest
 
 from model.tasks.base import Encoded
+from model.training.checkpointing import ResumableCheckpoint
 from model.training.finetune_pydataset import (
     FinetunePyDataset,
     epoch_batches,
@@ -390,7 +391,10 @@ def test_killed_jax_finetune_resumes_and_matches_an_uninterrupted_run(tmp_path, 
     straight = tmp_path / "straight"
     run(straight)
     output = tmp_path / "killed"
-    kill_when_exists(argv(output), output / "checkpoints" / "ckpt-00000005", timeout=RUN_TIMEOUT)
+    # At any complete checkpoint (ckpt-00000005 alone was rotated away before a loaded
+    # machine's poll saw it, and the run went on to its end)
+    saved = ResumableCheckpoint(str(output / "checkpoints"), every=1)
+    kill_when_exists(argv(output), lambda: bool(saved.checkpoints()), timeout=RUN_TIMEOUT)
     assert not (output / "metrics.json").exists(), "killed too late"
     assert "resuming from step" in run(output)
     assert_same_weights(straight / "model.weights.h5", output / "model.weights.h5")

@@ -319,6 +319,51 @@ def test_resuming_with_another_model_stops_instead_of_starting_over(
     assert checkpoint_steps(output) == [20, 30, 40]
 
 
+def test_a_command_training_another_model_into_a_run_is_refused(
+    records, uninterrupted, tmp_path, capsys
+):
+    """Another --config into a finished run's --output: refused before any weight is read,
+    naming what differs (it was called "unreadable" three times, then "fits no model")."""
+    output = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, output)
+    argv = pretrain_argv(records, output, steps=50)
+    argv[argv.index("tiny")] = "mini"
+    assert train.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert (
+        "its checkpoints are of another run (another model: encoder.hidden_dim 32, not 256;" in err
+    )
+    assert "unreadable" not in out + err
+    assert checkpoint_steps(output) == [20, 30, 40]
+
+
+def test_checkpoints_record_their_run_and_refuse_another(tmp_path):
+    """`run` in state.json: another objective (same shape: --no-nsp's model is RoBERTa's) is
+    refused; checkpoints written before runs were recorded still resume."""
+    from model.training.checkpointing import run_identity
+
+    directory = str(tmp_path / "checkpoints")
+    model = tiny_compiled_pretrainer(seed=1)
+    bert = run_identity("--objective bert --no-nsp", model)
+    assert bert["model"]["encoder"]["num_layers"] == 2 and "dropout" not in bert["model"]["encoder"]
+    saver = ResumableCheckpoint(directory, every=1, run=bert)
+    saver.set_model(model)
+    saver.save(3)
+    roberta = run_identity("--objective roberta", model)
+    with pytest.raises(ValueError) as refused:
+        ResumableCheckpoint(directory, every=1, run=roberta).restore(model)
+    assert str(refused.value) == (
+        f"{directory}: its checkpoints are of another run (trains --objective bert --no-nsp, "
+        "this command --objective roberta); resume with the command that wrote them, or use "
+        "a new --output"
+    )
+    assert ResumableCheckpoint(directory, every=1, run=bert).restore(model) == 3
+    state = os.path.join(directory, "ckpt-00000003", "state.json")
+    with open(state, "w") as f:
+        f.write('{"step": 3}')  # as written before runs were recorded
+    assert ResumableCheckpoint(directory, every=1, run=roberta).restore(model) == 3
+
+
 def test_a_model_pretrained_on_cased_records_reads_text_cased(records, tmp_path):
     """The records' casing is the model's (the tiny preset's default is uncased): before, the
     encoder kept the preset's, and fine-tuning, evaluation and export lowercased the text."""

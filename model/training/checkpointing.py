@@ -7,7 +7,7 @@ is a directory built under a temporary name and renamed when complete:
 
     checkpoints/ckpt-00001000/model.weights.h5   weights + optimizer state
                              /rng.npz            dropout seed-generator states
-                             /state.json         {"step": 1000}
+                             /state.json         {"step": 1000, "run": ...}
 
 so a directory named `ckpt-*` is always whole, and restarting the same
 command resumes from the newest one. Dropout's seed state is saved too (Keras
@@ -18,6 +18,10 @@ Multi-worker training: only the chief (`is_chief`) writes; every worker
 restores from the same directory, which must be on a filesystem they share.
 The others have nothing of their own to save, since their variables are
 kept identical to the chief's by the all-reduce.
+
+`run` in state.json says what the run trains (`run_identity`: the objective or task, the
+model's shape): a command that trains something else into the same --output is refused
+before any weight is read, instead of resuming another run's weights and optimizer state.
 
 `load_checkpoint(RUN/checkpoints/ckpt-N)` reads one checkpoint back as a model
 (the run's config.json and vocab.txt, this step's weights, no optimizer): what
@@ -50,6 +54,43 @@ def _rng_variables(model):
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
 
 
+def run_identity(trains: str, model) -> dict:
+    """What a run trains, as its checkpoints record it: `trains` (the command's
+    `--objective ...` or `--task ...`) and the model's shape (`model_dir.describe`
+    less its dropout rates, which a resumed run may change)."""
+    from model.checkpoints.model_dir import describe
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items() if k != "dropout"}
+        return value
+
+    return json.loads(json.dumps({"trains": trains, "model": shape(describe(model))}))
+
+
+def _other_run(directory: str, theirs: dict, ours: dict) -> str:
+    """The error for checkpoints of another run than this command's."""
+    if theirs.get("trains") != ours.get("trains"):
+        differs = f"trains {theirs.get('trains')}, this command {ours.get('trains')}"
+    else:
+        found = []
+
+        def compare(a, b, where=""):
+            for key in sorted(set(a) | set(b)):
+                x, y = a.get(key), b.get(key)
+                if isinstance(x, dict) and isinstance(y, dict):
+                    compare(x, y, f"{where}{key}.")
+                elif x != y:
+                    found.append(f"{where}{key} {x}, not {y}")
+
+        compare(theirs.get("model", {}), ours.get("model", {}))
+        differs = "another model: " + "; ".join(found)
+    return (
+        f"{directory}: its checkpoints are of another run ({differs}); resume with the "
+        f"command that wrote them, or use a new --output"
+    )
+
+
 def _read(path: str, reader):
     """`reader(path)`, its failures re-raised as ValueError naming `path`: h5py's
     and zipfile's messages do not, and a truncated `.npz` raises BadZipFile or
@@ -78,10 +119,18 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         every: steps between checkpoints.
         keep: how many recent checkpoints to keep.
         is_chief: only the chief writes (multi-worker training).
+        run: what the run trains (`run_identity`), kept in state.json; `restore`
+            refuses checkpoints of another run. None: not recorded nor checked.
     """
 
     def __init__(
-        self, directory: str, every: int, keep: int = 3, is_chief: bool = True, state=None
+        self,
+        directory: str,
+        every: int,
+        keep: int = 3,
+        is_chief: bool = True,
+        state=None,
+        run: dict | None = None,
     ):
         super().__init__()
         self.directory = directory
@@ -93,6 +142,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         self.state = state
         self.restored_state: dict = {}
         self.last_saved = None
+        self.run = run
 
     # === Restore ===
 
@@ -113,6 +163,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         rotate the real ones away after `keep` saves."""
         error = None
         found = [(s, p) for s, p in self.checkpoints() if at_most is None or s <= at_most]
+        self._check_run(found)
         for step, path in reversed(found):
             try:
                 if not model.optimizer.built:
@@ -134,7 +185,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                 error = error or e
                 continue
             self.last_saved = step
-            self.restored_state = {k: v for k, v in state.items() if k != "step"}
+            self.restored_state = {k: v for k, v in state.items() if k not in ("step", "run")}
             return step
         if error is not None:
             raise ValueError(
@@ -142,6 +193,21 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                 f"{error}); resume with the command that wrote them, or use a new --output"
             )
         return 0
+
+    def _check_run(self, found: list[tuple[int, str]]) -> None:
+        """Raises ValueError when the newest of `found` that records its run (older
+        checkpoints do not) records another than this one."""
+        if self.run is None:
+            return
+        for _, path in reversed(found):
+            try:
+                theirs = _read_json(os.path.join(path, "state.json")).get("run")
+            except (OSError, ValueError, AttributeError):
+                continue  # unreadable: restore says so, and tries an older one
+            if theirs is not None:
+                if theirs != self.run:
+                    raise ValueError(_other_run(self.directory, theirs, self.run))
+                return
 
     # === Save ===
 
@@ -178,7 +244,8 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             shutil.rmtree(old, ignore_errors=True)
 
     def _state(self, step: int) -> dict:
-        return {"step": step, **(self.state() if self.state else {})}
+        run = {} if self.run is None else {"run": self.run}
+        return {"step": step, **run, **(self.state() if self.state else {})}
 
     def update_state(self) -> None:
         """Rewrites state.json of the newest checkpoint (atomically) with the

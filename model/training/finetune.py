@@ -109,7 +109,6 @@ DEVICE_STEPS_PER_CALL = 50
 # Resumable checkpoints (inside OUTPUT), removed when the run ends.
 CHECKPOINTS = "checkpoints"
 # Under a backend other than TensorFlow: the scalars TensorBoard would get (OUTPUT/logs/).
-SCALARS = "scalars.csv"
 
 
 def resolve_defaults(args, task):
@@ -142,6 +141,13 @@ def finetune(args) -> int:
     task = _task(args)
     args = resolve_defaults(args, task)
     _check(args)
+    finished = _finished(args)
+    if finished:
+        print(
+            f"nothing to train: {', '.join(finished)} holds a finished run (its metrics.json, "
+            "no checkpoint left); remove it, or name another --output, to train again"
+        )
+        return 0
     runs, runtime = [], None
     for seed_args in per_seed(args):
         runs.append(_run(seed_args, task, runtime))
@@ -153,6 +159,26 @@ def finetune(args) -> int:
     for run in runs:
         _finish(run)
     return 0
+
+
+def _finished(args) -> list[str]:
+    """The outputs (each seed's) that hold a finished run: the same command again trains
+    nothing rather than a new run over it. ValueError when only some seeds finished."""
+    from model.training.checkpointing import ResumableCheckpoint
+
+    outputs = [run.output for run in per_seed(args)]
+    finished = [
+        output
+        for output in outputs
+        if os.path.isfile(os.path.join(output, "metrics.json"))
+        and not ResumableCheckpoint(os.path.join(output, CHECKPOINTS), every=1).checkpoints()
+    ]
+    if finished and len(finished) < len(outputs):
+        raise ValueError(
+            f"--seeds: {', '.join(finished)} holds a finished run, the other seeds' do not; "
+            "remove it to train the seeds together again"
+        )
+    return finished
 
 
 def _back_to_a_shared_step(runs) -> None:
@@ -577,6 +603,8 @@ def _callbacks(args, runtime, total_steps: int):
     same scalars as OUTPUT/logs/scalars.csv otherwise; progress lines in a log file."""
     import keras
 
+    from model.training.scalar_log import SCALARS, ScalarLog, append_scalars
+
     logs = os.path.join(args.output, "logs")
     callbacks = [keras.callbacks.TerminateOnNaN()]
     if runtime.tf:
@@ -594,7 +622,7 @@ def _callbacks(args, runtime, total_steps: int):
             f"backend {keras.backend.backend()}: no TensorBoard logs; training loss and dev "
             f"metrics go to {os.path.join(logs, SCALARS)}"
         )
-        callbacks.append(_ScalarLog(os.path.join(logs, SCALARS), args.log_every))
+        callbacks.append(ScalarLog(os.path.join(logs, SCALARS), args.log_every))
 
         def log_dev(step: int, scalars: dict) -> None:
             rows = {f"dev/{k}": v for k, v in scalars.items()}
@@ -612,7 +640,8 @@ def _resume(args, runtime, model):
     --checkpoint-every steps and at the end of every epoch holds the dev history
     too, so the same command restarted after a crash goes on from the newest one
     (same data order, same dropout)."""
-    from model.training.checkpointing import ResumableCheckpoint
+    from model import tasks
+    from model.training.checkpointing import ResumableCheckpoint, run_identity
 
     progress = {"history": [], "best": None, "wall_seconds": 0.0}
     checkpoint = ResumableCheckpoint(
@@ -621,6 +650,7 @@ def _resume(args, runtime, model):
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
         state=lambda: progress,
+        run=run_identity(f"--task {tasks.get(args.task).name}", model),
     )
     checkpoint.clean_partial()
     checkpoint.set_model(model)
@@ -959,20 +989,6 @@ def publish_predictions(scratch: str, output: str) -> list[str]:
     return published
 
 
-def append_scalars(path: str, step: int, scalars: dict) -> None:
-    """Adds `tag,step,value` rows to the CSV log `path` (a header first when
-    it is new): the backend-neutral stand-in for TensorBoard's scalars. Rows of
-    steps run again after a restart appear twice, as in TensorBoard."""
-    from model.io.files import atomic_open
-
-    old = "tag,step,value\n"
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            old = f.read()
-    with atomic_open(path) as f:  # a small file: rewritten whole, never half-written
-        f.write(old + "".join(f"{tag},{step},{float(value)!r}\n" for tag, value in scalars.items()))
-
-
 def _progress_base():
     import keras
 
@@ -993,19 +1009,6 @@ class _ProgressLines(_progress_base()):
             loss = (logs or {}).get("loss")
             loss = f" loss {float(loss):.4f}" if loss is not None else ""
             print(f"step {step}/{self.total}{loss} ({time.time() - self.start:.0f} s)", flush=True)
-
-
-class _ScalarLog(_progress_base()):
-    """Appends the training loss to the CSV log `path` every `every` steps."""
-
-    def __init__(self, path: str, every: int):
-        super().__init__()
-        self.path, self.every = path, max(1, every)
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every == 0 and logs and "loss" in logs:
-            append_scalars(self.path, step, {"train/loss": logs["loss"]})
 
 
 def command_line(args) -> str:

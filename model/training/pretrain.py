@@ -417,13 +417,14 @@ def build_model(args, runtime, data, config):
 
 def _resume(args, runtime, model):
     """The run's checkpoints: the newest restored, else --init's weights."""
-    from model.training.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import ResumableCheckpoint, run_identity
 
     checkpoint = ResumableCheckpoint(
         os.path.join(args.output, "checkpoints"),
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
+        run=run_identity(f"--objective {args.objective}" + " --no-nsp" * args.no_nsp, model),
     )
     if runtime.chief:  # another worker's temporaries may be the chief's save in progress
         checkpoint.clean_partial()
@@ -464,12 +465,14 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop, inter
         scores = model.evaluate(eval_dataset, steps=args.eval_steps, verbose=0, return_dict=True)
         if runtime.chief:
             log.write(start_step, {k: float(v) for k, v in scores.items()})
+    logs = os.path.join(args.output, "logs")
     if runtime.chief and (runtime.tf or _tensorflow_installed()):
-        callbacks.append(
-            keras.callbacks.TensorBoard(
-                os.path.join(args.output, "logs"), update_freq=args.log_every
-            )
-        )
+        callbacks.append(keras.callbacks.TensorBoard(logs, update_freq=args.log_every))
+    elif runtime.chief:
+        from model.training.scalar_log import SCALARS, ScalarLog
+
+        print(f"no TensorFlow, so no TensorBoard: the training curves go to {logs}/{SCALARS}")
+        callbacks.append(ScalarLog(os.path.join(logs, SCALARS), args.log_every))
     history = model.fit(
         dataset,
         initial_epoch=start_step // every,

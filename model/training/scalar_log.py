@@ -1,0 +1,56 @@
+"""The training curves where TensorBoard cannot write them (no TensorFlow: the JAX backend).
+
+`OUTPUT/logs/scalars.csv` holds `tag,step,value` rows: `train/loss` (and every other number
+Keras logs at a batch end: a pre-training's `mlm_loss`, `nsp_accuracy`, ...) every
+`--log-every` steps, and what a run adds (fine-tuning's `dev/...` metrics).
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+SCALARS = "scalars.csv"
+
+
+def append_scalars(path: str, step: int, scalars: dict) -> None:
+    """Adds `tag,step,value` rows to the CSV log `path` (a header first when
+    it is new): the backend-neutral stand-in for TensorBoard's scalars. Rows of
+    steps run again after a restart appear twice, as in TensorBoard."""
+    from model.io.files import atomic_open
+
+    old = "tag,step,value\n"
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    with atomic_open(path) as f:  # a small file: rewritten whole, never half-written
+        f.write(old + "".join(f"{tag},{step},{float(value)!r}\n" for tag, value in scalars.items()))
+
+
+class ScalarLog(keras.callbacks.Callback):
+    """Appends the batch-end logs, as `train/NAME`, to the CSV log `path` whenever the step
+    reaches a multiple of `every` (a call of several steps: when it passes one)."""
+
+    def __init__(self, path: str, every: int):
+        super().__init__()
+        self.path, self.every = path, max(1, every)
+        self.last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        last, self.last = self.last, step
+        if last is None:
+            last = step - 1
+        if step // self.every > last // self.every and logs:
+            scalars = {f"train/{k}": v for k, v in logs.items() if _is_number(v)}
+            if scalars:
+                append_scalars(self.path, step, scalars)
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
