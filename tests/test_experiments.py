@@ -428,7 +428,7 @@ def test_a_one_seed_row_is_not_blamed_on_the_budget(tmp_path):
 
 
 def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys, monkeypatch):
-    """--report needs WORK to exist (a typo would write an empty table); a WORK or --prepare
+    """--report needs WORK to exist (a typo would write an empty table) and a result in it; a WORK or --prepare
     that is a file is one line; --prepare does not take --dry-run; a task folder missing
     from --data stops a run before anything runs, naming it and --data, and before WORK
     is made."""
@@ -440,9 +440,11 @@ def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys, monkey
     assert main([*base, "--work", str(tmp_path / "typo"), "--report"]) == 2
     assert "typo: not a work directory" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "typo")
-    (tmp_path / "empty").mkdir()
-    assert main([*base, "--work", str(tmp_path / "empty"), "--report"]) == 0
-    assert "warning: no result of pretraining-tasks at --scale smoke" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # or a WORK of another --scale: its report is left as it was
+    (tmp_path / "empty" / "pretraining-tasks.md").write_text("the cpu scale's table")
+    assert main([*base, "--work", str(tmp_path / "empty"), "--report"]) == 1
+    assert "error: no result of pretraining-tasks at --scale smoke" in capsys.readouterr().err
+    assert (tmp_path / "empty" / "pretraining-tasks.md").read_text() == "the cpu scale's table"
     with monkeypatch.context() as m:  # inputs found: WORK is checked next
         m.setattr(prepare, "check_inputs", lambda table, work: None)
         with pytest.raises(SystemExit, match="is a file, not a directory"):

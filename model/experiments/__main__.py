@@ -176,18 +176,17 @@ def main(argv=None) -> int:
     )
     if (rc != 0 and rc != STOPPED) or args.dry_run:
         return rc
-    commands = [(c.shell(), c.output) for step in plan for c in step.commands]
     report = work.w(f"{table.name}.md")
+    if args.report and not any(v for row in results(table, work).values() for v in row.values()):
+        print(
+            f"error: no result of {table.name} at --scale {scale.name} in {work.work}: "
+            f"nothing to report (another --work or --scale?); {report} is left as it was",
+            file=sys.stderr,
+        )
+        return 1
+    commands = [(c.shell(), c.output) for step in plan for c in step.commands]
     write(table, work, commands, report)
     print(f"wrote {report}")
-    if args.report:
-        cells = [v for row in results(table, work).values() for v in row.values()]
-        if not any(cells):
-            print(
-                f"warning: no result of {table.name} at --scale {scale.name} in {work.work}: "
-                "the table is empty (another --work or --scale?)",
-                file=sys.stderr,
-            )
     return rc
 
 
