@@ -155,11 +155,18 @@ def start(slots: dict, args: argparse.Namespace):
 
 def serving_problem(args: argparse.Namespace) -> str | None:
     """What stops the app from serving, found before any model loads: a --models folder that
-    is not there, or an address and port something else holds."""
+    is not there or is one model's own, or an address and port something else holds."""
     import socket
 
     if not os.path.isdir(args.models):
         return f"--models {args.models}: no such folder"
+    for marker, kind in (("bundle.json", "a bundle"), ("config.json", "a model directory")):
+        if os.path.isfile(os.path.join(args.models, marker)):
+            parent = os.path.dirname(os.path.abspath(args.models))
+            return (
+                f"--models {args.models} is one model ({kind}), not a folder of them: pass the "
+                f"folder that holds it (--models {parent}), where each view finds its model"
+            )
     try:
         with socket.create_server((args.host, args.port)):
             pass

@@ -80,7 +80,7 @@ VIEWS = (
         (),
         'an encoder (task "encoder") or a masked-language model with its encoder (a '
         'pretraining bundle with an "encoder" signature, which python -m export adds)',
-        "python -m model.convert CHECKPOINT --task encoder ...",
+        "python -m model.convert --from FORMAT CHECKPOINT --to keras DIR --task encoder",
         "attention",
         ("pretraining",),
     ),
@@ -290,7 +290,8 @@ def missing_message(view: View, models_dir: str, backend: str) -> str:
         how = (
             f"Export one with `python -m export --model MODEL_DIR --quantize dynamic "
             f"--out {target}` "
-            f'(MODEL_DIR: a "{view.task}" model directory, made with `{view.train_hint}`), '
+            f'(MODEL_DIR: a model directory of task "{view.task}", made with '
+            f"`{view.train_hint}`), "
             f"or start the app with `--models` pointing at a folder of bundles."
         )
         other = discover(models_dir, "keras")[0].get(view.task)

@@ -7,7 +7,7 @@
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
     python -m export --model runs/minilm --quantize dynamic --output bundles/encoder
     python -m export --model runs/ft/sst2 --quantize int8 --int8-float-layernorm --out b/sst2-int8
-    python -m export --model runs/electra --quantize dynamic --output bundles/electra \
+    python -m export --model runs/electra --quantize dynamic --output bundles/electra \\
         --data ../shared/data/wikitext-2-raw/wiki.valid.raw
 
 Every task model works: pretraining (top-k words at each [MASK], NSP
@@ -66,7 +66,13 @@ def parse_args(argv):
     p.add_argument(
         "--model", required=True, help="model directory (config.json, vocab.txt, model.weights.h5)"
     )
-    p.add_argument("--quantize", default="float32", choices=QUANTIZATIONS)
+    p.add_argument(
+        "--quantize",
+        default="float32",
+        choices=QUANTIZATIONS,
+        help="float32 (default), or a smaller variant checked against it; dynamic (int8 "
+        "weights) is the one docs/export.md measures best for the edge",
+    )
     p.add_argument("--output", "--out", dest="out", required=True, help="bundle directory to write")
     p.add_argument(
         "--data",

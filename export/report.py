@@ -93,7 +93,9 @@ def parse_args(argv):
     p.add_argument("--latency-seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--runs", type=int, default=100)
+    p.add_argument(
+        "--runs", type=int, default=100, help="timed runs per variant (at least 50; default 100)"
+    )
     p.add_argument(
         "--bundles",
         default=None,

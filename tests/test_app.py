@@ -1046,6 +1046,14 @@ def test_a_missing_models_folder_or_a_busy_port_stops_the_app_at_once(tmp_path, 
     assert main(["--models", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--models" in err and "no such folder" in err
+    bundle = tmp_path / "sst2"  # one model's folder (app.md's own path, one level too deep)
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text("{}")
+    assert main(["--models", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is one model (a bundle), not a folder of them" in err
+    assert f"(--models {tmp_path})" in err
+    (bundle / "bundle.json").unlink()
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         assert main(["--models", str(tmp_path), "--port", str(port)]) == 2

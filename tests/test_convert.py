@@ -540,6 +540,18 @@ def test_unrecognised_folder_says_what_it_expected(tmp_path):
         model.load(str(tmp_path))
 
 
+def test_a_bundle_where_a_model_directory_is_read_is_named_so(tmp_path):
+    """`finetune --init`, `convert`, `export --model` on a LiteRT bundle: "not a recognised
+    model folder" or "is it a model directory?" before."""
+    from model.checkpoints import model_dir
+
+    for name in ("bundle.json", "model.tflite", "vocab.txt"):
+        (tmp_path / name).write_text("{}")
+    for reader in (model.load, model_dir.read_info):
+        with pytest.raises(ValueError, match=r"a LiteRT bundle \(python -m export's output\)"):
+            reader(str(tmp_path))
+
+
 # === CLI ===
 
 

@@ -230,6 +230,29 @@ def test_command_line_v2_with_na_probs(tmp_path, capsys):
     assert out["best_f1"] == 100.0 and out["best_f1_thresh"] == -2.0
 
 
+def test_command_line_refuses_files_it_cannot_score_in_one_line(tmp_path, capsys):
+    """The arguments swapped (KeyError: 'data'), predictions of another dataset (one
+    "Missing prediction" line per question, then ZeroDivisionError), or no question at all:
+    one error line each, exit 1."""
+    one = [{"id": "a", "question": "Who?", "answers": [{"text": "cat", "answer_start": 4}]}]
+    data = _write(tmp_path / "d.json", _dataset(one, "v2.0"))
+    preds = _write(tmp_path / "p.json", {"a": "cat"})
+    other = _write(tmp_path / "o.json", {"zz": "cat", "yy": "dog"})
+    empty = _write(tmp_path / "e.json", {"version": "v2.0", "data": []})
+    cases = [
+        ([preds, data], 'p.json: not a SQuAD dataset (no "data" list; the arguments are DATA'),
+        ([data, data], "d.json: not a predictions file ({question id: answer text}; the argu"),
+        ([data, other], "o.json: none of its 2 predictions answers a question of"),
+        ([empty, preds], "e.json: no question to score"),
+    ]
+    for argv, said in cases:
+        assert m.main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1, captured
+        assert said in captured.err
+    assert m.main([data, preds]) == 0
+
+
 # === The real dev set ===
 
 

@@ -60,6 +60,11 @@ def detect_format(path: str) -> str:
         return "hf"
     if "bert_config.json" in files and any(f.endswith(".index") for f in files):
         return "google"
+    if "bundle.json" in files:
+        raise ValueError(
+            f"{path}: a LiteRT bundle (python -m export's output), which only runs: train, "
+            f"convert or export from the model directory it was exported from"
+        )
     raise ValueError(
         f"{path}: not a recognised model folder (expected config.json + "
         f"model.weights.h5, config.json + model.safetensors, or bert_config.json + "

@@ -238,6 +238,11 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
 
 def read_info(directory: str) -> dict:
     path = os.path.join(directory, CONFIG)
+    if not os.path.exists(path) and os.path.isfile(os.path.join(directory, "bundle.json")):
+        raise ValueError(
+            f"{directory}: a LiteRT bundle (python -m export's output), not a model directory: "
+            f"convert or export the model directory it was exported from"
+        )
     info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
     if "encoder" not in info:
         _refuse_other_formats(directory, info)

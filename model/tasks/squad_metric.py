@@ -305,6 +305,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    problem = _not_scorable(args.data_file, dataset_json, args.pred_file, preds)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     version = args.version
     if version == "auto":
         version = "2.0" if args.na_prob_file or is_v2(dataset_json) else "1.1"
@@ -318,6 +322,29 @@ def main(argv=None) -> int:
     else:
         print(json.dumps(evaluate_v2(gold, preds, na_probs, args.na_prob_thresh, warn), indent=2))
     return 0
+
+
+def _not_scorable(data_file: str, dataset_json, pred_file: str, preds) -> str | None:
+    """Why the two files cannot be scored (the official scripts stop with a traceback), or
+    None: DATA_FILE must be a SQuAD dataset, PRED_FILE a {question id: answer} object
+    answering at least one of its questions."""
+    order = "the arguments are DATA_FILE PRED_FILE, in that order"
+    if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
+        return f'{data_file}: not a SQuAD dataset (no "data" list; {order})'
+    try:
+        gold = gold_answers(dataset_json["data"])
+    except (KeyError, TypeError) as e:
+        return f"{data_file}: not a SQuAD dataset ({e!r} missing or of another type)"
+    if not isinstance(preds, dict) or not all(isinstance(v, str) for v in preds.values()):
+        return f"{pred_file}: not a predictions file ({{question id: answer text}}; {order})"
+    if not gold:
+        return f"{data_file}: no question to score"
+    if not any(qid in gold for qid in preds):
+        return (
+            f"{pred_file}: none of its {len(preds)} predictions answers a question of "
+            f"{data_file} (e.g. {next(iter(gold))!r}): predictions of another dataset?"
+        )
+    return None
 
 
 if __name__ == "__main__":
