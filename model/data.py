@@ -194,6 +194,23 @@ def resolve_inputs(
     return inputs, SHORT_SEQ_PROB if short_seq_prob is None else short_seq_prob
 
 
+def warn_of_casing(vocab: str, cased: bool) -> None:
+    """One line when --cased and the vocabulary disagree: a cased text on an uncased vocabulary
+    turns capitalised words into [UNK]; an uncased one never uses a cased vocabulary's
+    capitalised WordPieces."""
+    from model.text.wordpiece import load_vocabulary, looks_cased
+
+    if cased == looks_cased(load_vocabulary(vocab)):
+        return
+    if cased:
+        said = "has no upper-case WordPieces (uncased): --cased turns capitalised words to [UNK]"
+    else:
+        said = (
+            "is cased: without --cased the text is lowercased and its capitalised WordPieces unused"
+        )
+    print(f"warning: {vocab} {said}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     exit_on_sigterm()  # a stopped build leaves no half-written records
@@ -219,6 +236,8 @@ def main(argv=None) -> int:
 
     try:
         tokenizer = WordPieceTokenizer(args.vocab, lowercase=not args.cased)
+        if not all(is_tokenized(f) for f in files):
+            warn_of_casing(args.vocab, args.cased)
         if args.write_ids:
             return write_ids(files, tokenizer, args)
         masking_config = MaskingConfig(

@@ -782,3 +782,25 @@ def test_any_number_of_workers_gives_the_same_bytes(files, ids_file, inputs, tmp
     assert shard_bytes(made["1"]) == shard_bytes(made["2"])
     info = json.load(open(made["2"] / "dataset.json"))
     assert info["num_instances"] > 100
+
+
+def test_a_casing_the_vocabulary_contradicts_is_warned(tmp_path, capsys):
+    """--cased on bert-base-uncased's vocabulary (every capitalised word an [UNK]), or a
+    cased vocabulary without it (its capitalised WordPieces never used): one warning line."""
+    from model.text.wordpiece import looks_cased
+
+    uncased = os.path.join(os.path.dirname(__file__), "fixtures", "bert-base-uncased-vocab.txt")
+    cased = tmp_path / "cased.txt"
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "The", "Paris", "paris", "##is"]
+    cased.write_text("\n".join(words) + "\n")
+    assert not looks_cased(open(uncased, encoding="utf-8").read().split("\n"))  # 'ℝ' aside
+    assert looks_cased(words)
+    for vocab, flag, said in (
+        (uncased, True, "has no upper-case WordPieces (uncased): --cased turns"),
+        (str(cased), False, "is cased: without --cased the text is lowercased"),
+    ):
+        data.warn_of_casing(vocab, flag)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and vocab in err
+        data.warn_of_casing(vocab, not flag)
+        assert capsys.readouterr().err == ""

@@ -600,6 +600,16 @@ def test_split_dev_names_a_malformed_question(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "a")
 
 
+def test_split_dev_refuses_a_file_of_one_article(tmp_path, capsys):
+    """It wrote an empty --report file, without a word."""
+    source = str(tmp_path / "dev.json")
+    write_json(source, {"version": "v2.0", "data": _real_v2()["data"][:1]})
+    argv = ["split-dev", "--input", source, "--tune", str(tmp_path / "a"), "--report", "b"]
+    assert squad.main(argv) == 1
+    assert "1 article(s); a split needs two" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "a")
+
+
 def _real_v2() -> dict:
     """Two articles of people's questions in v2.0 form: one answerable, one not, each."""
     articles = []

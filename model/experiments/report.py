@@ -144,14 +144,20 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
     if table.not_built:
         lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
     timings = read_json(work.w("timings.json"))
+    deferred = any("<" in command for command, _ in commands)
     lines += [
         "",
         "## Commands",
         "",
         "Wall times as measured on the hardware above (with `--jobs`, fine-tunings ran "
-        "several at a time and their times overlap). An argument in `<...>` was computed when "
-        "its command ran (a budget's steps, from the calibration or the scale's step time): "
-        "the steps each pre-training took are in the lines above.",
+        "several at a time and their times overlap)."
+        + (
+            " An argument in `<...>` was computed when its command ran (a budget's steps, from "
+            "the calibration or the scale's step time): the steps each pre-training took are "
+            "in the lines above."
+            if deferred
+            else ""
+        ),
         "",
     ]
     for command, output in commands:

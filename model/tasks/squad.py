@@ -1266,6 +1266,13 @@ def _split_dev(args) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if not report["data"]:
+        print(
+            f"error: {args.input}: {len(tune['data'])} article(s); a split needs two, one to "
+            f"tune on and one to report",
+            file=sys.stderr,
+        )
+        return 1
     summary = {"input": args.input, "questions": len(examples)}
     for name, path, part in (("tune", args.tune, tune), ("report", args.report, report)):
         write_json(path, part)

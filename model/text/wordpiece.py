@@ -60,6 +60,16 @@ _CHUNK = re.compile(f"[^{_SPACES}]+")
 _PART, _ALONE, _DROP, _MIXED = range(4)
 
 
+def looks_cased(tokens: list[str]) -> bool:
+    """Whether a vocabulary is cased: more than 1 % of its WordPieces (its [SPECIAL] tokens
+    aside) hold an upper-case letter. bert-base-uncased's two ('ℝ', '##ℝ') do not make it so;
+    bert-base-cased has thousands."""
+    capitals = sum(
+        any(c.isupper() for c in t) for t in tokens if not (t.startswith("[") and t.endswith("]"))
+    )
+    return capitals > len(tokens) / 100
+
+
 def load_vocabulary(path: str) -> list[str]:
     """One token per line, id = line number; errors name the file."""
     try:

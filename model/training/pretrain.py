@@ -616,6 +616,8 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
     summary = {
         "objective": objective.name,
         "steps": _step(model),
+        # the steps timed: this run's after its first call (which compiles), as the
+        # seconds below; not all the steps it ran (`steps` less the step it resumed from)
         "steps_this_run": timing.steps,
         "seconds_this_run": round(elapsed, 1),
         # the same steps' time without evaluation and checkpoint saves
