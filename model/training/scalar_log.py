@@ -35,13 +35,17 @@ class ScalarLog(keras.callbacks.Callback):
     def __init__(self, path: str, every: int):
         super().__init__()
         self.path, self.every = path, max(1, every)
-        self.last = None
+        self.last = 0
+
+    def _step(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_train_begin(self, logs=None):
+        self.last = self._step()  # a resumed run's first step
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        step = self._step()
         last, self.last = self.last, step
-        if last is None:
-            last = step - 1
         if step // self.every > last // self.every and logs:
             scalars = {f"train/{k}": v for k, v in logs.items() if _is_number(v)}
             if scalars:
