@@ -4,8 +4,8 @@ On JAX a step's end waits for the device inside `np.array(jax_array)` (Keras tur
 batch's logs into numbers there), and an exception that a signal handler raises inside
 that call is lost in numpy's C code: a `--device-data` run, which spends nearly all its
 time waiting there, went on to its last step after Ctrl-C. `interruptible()` notes each
-interrupt (and SIGTERM, where Python handles it) as well as raising it, and the callback
-it yields raises it again at the next batch end, outside numpy.
+interrupt as well as raising it, and the callback it yields raises it again at the next
+batch end, outside numpy; a SIGTERM (where Python handles it) is raised there alone.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ class RaiseAtBatchEnd(keras.callbacks.Callback):
 
 @contextlib.contextmanager
 def interruptible():
-    """Yields a `RaiseAtBatchEnd` for `model.fit`'s callbacks; within the block a SIGINT, or
-    a SIGTERM that Python handles, raises as usual and is also noted for it. A signal that
-    is ignored (SIGINT in a background job of a script) or not Python's to handle (SIGTERM
-    by default kills) is left as it is."""
+    """Yields a `RaiseAtBatchEnd` for `model.fit`'s callbacks. Within the block a SIGINT
+    raises as usual and is also noted for it; a SIGTERM that Python handles is only noted,
+    so the run stops at the next batch end: raised wherever it landed, inside TensorFlow's
+    C++ as a step runs, its SystemExit crashed the process (SIGSEGV) before any line was
+    printed. A signal that is ignored (SIGINT in a background job of a script) or not
+    Python's to handle (SIGTERM by default kills) is left as it is."""
     callback = RaiseAtBatchEnd()
     if threading.current_thread() is not threading.main_thread():
         yield callback
@@ -53,7 +55,7 @@ def interruptible():
         handler = signal.getsignal(signum)
         if callable(handler):
             previous[signum] = handler
-            signal.signal(signum, _noting(callback, handler))
+            signal.signal(signum, _noting(callback, handler, now=signum == signal.SIGINT))
     try:
         yield callback
     finally:
@@ -61,9 +63,10 @@ def interruptible():
             signal.signal(signum, handler)
 
 
-def _noting(callback: RaiseAtBatchEnd, handler):
+def _noting(callback: RaiseAtBatchEnd, handler, now: bool):
     def noted(signum, frame):
         callback.pending = (handler, signum)
-        handler(signum, frame)
+        if now:
+            handler(signum, frame)
 
     return noted
