@@ -532,6 +532,37 @@ def test_a_prepared_directory_is_checked_before_anything_runs(tmp_path, capsys):
     assert f"--vocab {data}/vocab.txt" in out
 
 
+def test_a_dry_run_plans_as_the_device_named(tmp_path, capsys):
+    """At the gpu scale a dry run here planned a calibration that an H200 skips (its step
+    time is stored): --device plans as there. A real run reads its own device."""
+    argv = ["pretraining-tasks", "--scale", "gpu", "--work", str(tmp_path / "w"), "--dry-run"]
+    assert main(argv) == 0
+    assert "calibration/bert-mini-seed1" in capsys.readouterr().out
+    assert main([*argv, "--device", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    assert "calibration/bert-mini-seed1" not in out
+    assert "--output " + str(tmp_path / "w" / "runs" / "bert-mini-seed1") + " --steps 6720" in out
+    assert main(argv[:-1] + ["--device", "NVIDIA H200"]) == 2
+    assert "--device is a flag of --dry-run" in capsys.readouterr().err
+
+
+@needs_data
+def test_raw_text_without_tensorflow_is_sent_to_prepare_before_anything_runs(
+    small_data, tmp_path, capsys, monkeypatch
+):
+    """A JAX-only machine given the raw --data passed the input check, then stopped at its
+    first command with "fix it and run the same command line again", which could not help."""
+    from model.io import backend
+
+    monkeypatch.setattr(backend, "has_tensorflow", lambda: False)
+    work = tmp_path / "w"
+    assert main(["masking", "--scale", "smoke", "--data", small_data, "--work", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert f"--data {small_data} holds raw text, and tokenising it needs TensorFlow" in err
+    assert "(python -m model.experiments masking --scale smoke --prepare DIR)" in err
+    assert not work.exists()
+
+
 @needs_data
 def test_squad_is_prepared_as_the_questions_a_run_reads(tmp_path):
     from model import tasks

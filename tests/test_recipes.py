@@ -456,7 +456,17 @@ def test_concurrent_commands_run_side_by_side_and_the_next_one_waits_for_them(
     assert text.index("[2/3 demo] done in") < text.index("[3/3 demo] python -m json.tool")
     folder = os.path.basename(tmp_path)
     assert sorted(os.listdir(logs)) == [f"demo-{folder}-a.log", f"demo-{folder}-b.log"]
-    assert set(json.load(open(timings))) == {a, b, c}
+    # keyed relative to the timings' folder (WORK): a WORK moved or merged keeps its times
+    from model.recipes import runner
+
+    assert set(json.load(open(timings))) == {"a.json", "b.json", "c.json"}
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    legacy = {os.path.join("/elsewhere/w", "a.json"): 1.5}  # an absolute key, as before
+    (moved / "timings.json").write_text(json.dumps(legacy))
+    assert runner.time_of(str(moved / "timings.json"), str(moved / "a.json")) == 1.5
+    assert runner.time_of(str(moved / "timings.json"), str(moved / "b.json")) is None
+    assert runner.time_of(timings, c) == json.load(open(timings))["c.json"]
 
 
 def test_a_failed_concurrent_command_stops_the_run_once_the_others_end(tmp_path, monkeypatch):

@@ -47,6 +47,13 @@ def parse_args(argv):
     p.add_argument("--work", help="directory for every run and the report")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument(
+        "--device",
+        metavar="KIND",
+        help="with --dry-run: plan as on this accelerator (its JAX device kind, e.g. "
+        "'NVIDIA H200'), whose stored step times spare its budgeted runs their calibration; "
+        "a real run reads the device it is on",
+    )
+    p.add_argument(
         "--prepare",
         metavar="DIR",
         help="write everything the table reads (corpora as WordPiece ids, the tasks' files) "
@@ -111,7 +118,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     from model.experiments.experiment import results, select_runs, steps
     from model.experiments.plan import Work
-    from model.experiments.prepare import check_inputs, prepared_work
+    from model.experiments.prepare import check_inputs, check_tokenising, prepared_work
     from model.experiments.report import accelerators, write
     from model.io.files import check_writable_dir
     from model.recipes.runner import STOPPED, run
@@ -126,9 +133,14 @@ def main(argv=None) -> int:
     table = TABLES[args.table](work)
     if args.prepare:
         return prepare_input(table, work, args.prepare)
-    if not (args.dry_run or args.report):
+    if args.device and not args.dry_run:
+        print(
+            "error: --device is a flag of --dry-run (a run reads its own device)", file=sys.stderr
+        )
+        return 2
+    if not (args.dry_run or args.report) or args.device:
         # A budgeted run takes its steps from the scale's measured step time on this device.
-        work = dataclasses.replace(work, device=next(iter(accelerators()), None))
+        work = dataclasses.replace(work, device=args.device or next(iter(accelerators()), None))
     try:
         work = prepared_work(table, work)
         table = TABLES[args.table](work)
@@ -152,7 +164,8 @@ def main(argv=None) -> int:
     if not (args.dry_run or args.report):
         try:
             check_inputs(table, work)  # before the work directory is made
-        except FileNotFoundError as e:
+            check_tokenising(plan, work, table)
+        except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     if not args.dry_run:

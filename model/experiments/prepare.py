@@ -75,6 +75,33 @@ def check_inputs(table: Table, work: Work) -> None:
             raise FileNotFoundError(f"{data}: no dev file for task {name!r} {where}")
 
 
+def check_tokenising(plan: list, work: Work, table: Table) -> None:
+    """Raises ValueError when a records command still to run reads raw text and this machine
+    has no TensorFlow to tokenise it (a JAX-only GPU machine given the raw --data): the run
+    would stop at its first command, after this check said the inputs were all there."""
+    import glob
+
+    from model.io.backend import has_tensorflow
+    from model.pretraining.tokenized import is_tokenized
+
+    if has_tensorflow():
+        return
+    for step in plan:
+        for command in step.commands:
+            if command.module != "model.data" or command.done():
+                continue
+            argv = [str(a) for a in command.argv]
+            patterns = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--input"]
+            paths = [p for pattern in patterns for p in glob.glob(pattern)]
+            if not all(is_tokenized(path) for path in paths):
+                raise ValueError(
+                    f"--data {work.data} holds raw text, and tokenising it needs TensorFlow, "
+                    f"not installed here: prepare the input where it is (python -m "
+                    f"model.experiments {table.name} --scale {work.scale.name} --prepare DIR) "
+                    f"and run here with --data DIR"
+                )
+
+
 def prepare(table: Table, work: Work, out: str) -> dict:
     """Writes (or adds to) the prepared directory `out` for `table`; returns its manifest.
     Its inputs are checked first by the caller (`check_inputs`, before `out` is made)."""

@@ -25,7 +25,7 @@ import statistics
 from model.experiments.experiment import results
 from model.experiments.plan import Work
 from model.experiments.tables import Table
-from model.recipes.runner import read_json
+from model.recipes.runner import read_json, time_of
 
 
 def cell(values: list[float], lower_is_better: bool = False) -> str:
@@ -59,9 +59,13 @@ def hardware() -> str:
             cpu = names[0]
     except OSError:
         pass
+    from model.io.backend import keras_backend
     from model.io.cpus import usable_cpus
 
-    return f"{accelerator()}{cpu}, {usable_cpus()} logical CPUs, {platform.system()}"
+    return (
+        f"{accelerator()}{cpu}, {usable_cpus()} logical CPUs, {platform.system()}, "
+        f"Keras backend {keras_backend()}"
+    )
 
 
 def record_hardware(work: Work) -> None:
@@ -109,8 +113,9 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         f"batch {work.scale.batch_size} x {work.scale.seq_len} tokens, fine-tuning seeds "
         f"{', '.join(map(str, work.scale.seeds))}. Hardware: {hardware_text(work)}.",
         "",
-        "Cells: median over the seeds [min–max] (n seeds); percent (entity F1, accuracy, "
-        "F1), perplexity for masked-LM columns.",
+        "Cells: median over the fine-tuning seeds [min–max] (n seeds); percent (entity F1, "
+        "accuracy, F1), perplexity for masked-LM columns. One pre-training seed per row: its "
+        "variance is not measured.",
         "",
     ]
     curves = any(r.checkpoint is not None for r in table.rows)
@@ -143,7 +148,6 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
             lines += ["", f"The curves: ![{table.title}]({os.path.basename(image)})"]
     if table.not_built:
         lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
-    timings = read_json(work.w("timings.json"))
     deferred = any("<" in command for command, _ in commands)
     lines += [
         "",
@@ -161,8 +165,8 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         "",
     ]
     for command, output in commands:
-        seconds = timings.get(output)
-        took = f"  # {seconds / 60:.1f} min" if isinstance(seconds, (int, float)) else ""
+        seconds = time_of(work.w("timings.json"), output)
+        took = f"  # {seconds / 60:.1f} min" if seconds is not None else ""
         lines.append(f"    {command}{took}")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

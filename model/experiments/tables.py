@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from model.config import BertConfig
 from model.experiments.plan import Pretraining, Work
 
 
@@ -145,8 +146,15 @@ def pretraining_tasks(work: Work) -> Table:
 
 
 def model_size(work: Work) -> Table:
+    def weights(size):  # a Transformer's weights but its embeddings': 4H^2 + 2HI a block
+        shape = size[1]  # a preset's name or its fields
+        c = BertConfig.preset(shape) if isinstance(shape, str) else BertConfig(**shape)
+        return c.num_layers * (4 * c.hidden_dim**2 + 2 * c.hidden_dim * c.intermediate_dim)
+
+    # smallest first, as Table 6: each comparison is a size against the next larger one
     rows = tuple(
-        Row(f"size {name}", dataclasses.replace(BERT, size=name)) for name, _ in work.scale.sizes
+        Row(f"size {name}", dataclasses.replace(BERT, size=name))
+        for name, _ in sorted(work.scale.sizes, key=weights)
     )
     return Table(
         "model-size",

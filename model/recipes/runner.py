@@ -333,11 +333,31 @@ def call_main(module: str, argv: list[str]) -> int:
 
 
 def record_time(path: str, output: str, seconds: float) -> None:
+    """Records `output`'s wall time in the JSON file `path`, keyed by its path relative to
+    that file's folder (WORK): a WORK moved, or merged from another machine, keeps them."""
     from model.io.files import write_json
 
     times = read_json(path)
-    times[output] = round(seconds, 1)
+    times[_timing_key(path, output)] = round(seconds, 1)
     write_json(path, times)
+
+
+def time_of(path: str, output: str) -> float | None:
+    """`output`'s wall time in the JSON file `path` (record_time's), or None. Keys written
+    before they were relative are absolute paths of the WORK they ran in, maybe another
+    machine's: one that ends with the relative path counts."""
+    times, key = read_json(path), _timing_key(path, output)
+    seconds = times.get(key, times.get(output))
+    if seconds is None:
+        tail = os.sep + key
+        seconds = next((v for k, v in times.items() if k.endswith(tail)), None)
+    return seconds if isinstance(seconds, (int, float)) else None
+
+
+def _timing_key(path: str, output: str) -> str:
+    base = os.path.dirname(os.path.abspath(path))
+    relative = os.path.relpath(os.path.abspath(output), base)
+    return output if relative.startswith(os.pardir) else relative
 
 
 def read_json(path: str) -> dict:
