@@ -428,7 +428,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
-    import_tensorflow_quietly(args.verbose)
+    import_tensorflow_quietly(args.verbose, setup=_split_cpu(args))
     from model.training.finetune import per_seed
     from model.training.strategy import StrategyError
 
@@ -457,6 +457,21 @@ def main(argv=None) -> int:
             if os.path.isdir(output) and not os.listdir(output):
                 os.rmdir(output)
     return 2
+
+
+def _split_cpu(args):
+    """What must precede TensorFlow's first op: --cpu-replicas' logical CPUs (the strategy
+    asks for them again later, a no-op then), or None."""
+    replicas = getattr(args, "cpu_replicas", None)
+    if not replicas:
+        return None
+
+    def split():
+        from model.training.strategy import configure_cpu_replicas
+
+        configure_cpu_replicas(replicas)
+
+    return split
 
 
 def stopped(args, how: str) -> str:

@@ -298,7 +298,7 @@ def subprocess_env() -> dict:
 
 def run_module(module: str, argv, timeout: float = 300, python: str | None = None, env=None):
     """`python -m module argv` in a fresh process (fresh Keras globals), with another
-    interpreter (`python`, a venv's) and more environment variables (`env`) if given; the
+    interpreter (`python`, a venv's) and more environment variables (`env`: None unsets one) if given; the
     `subprocess.CompletedProcess` with text stdout and stderr."""
     import subprocess
 
@@ -306,7 +306,7 @@ def run_module(module: str, argv, timeout: float = 300, python: str | None = Non
     return subprocess.run(
         [python, *command[1:]] if python else command,
         cwd=REPO_ROOT,
-        env={**subprocess_env(), **(env or {})},
+        env={k: v for k, v in {**subprocess_env(), **(env or {})}.items() if v is not None},
         capture_output=True,
         text=True,
         timeout=timeout,

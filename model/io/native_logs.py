@@ -49,13 +49,15 @@ STARTUP_LINES = re.compile(
 )
 
 
-def import_tensorflow_quietly(verbose: bool = False) -> None:
+def import_tensorflow_quietly(verbose: bool = False, setup=None) -> None:
     """Imports TensorFlow with its C++ start-up lines filtered from stderr.
 
     Does nothing with `verbose`, when the user has set TF_CPP_MIN_LOG_LEVEL,
     when TensorFlow is already imported, or under KERAS_BACKEND=jax (whose
     runs import no TensorFlow). Otherwise also sets TF_CPP_MIN_LOG_LEVEL=2,
     so TensorFlow's later C++ INFO and WARNING lines stay off too.
+    `setup()` runs just before the first op (which initialises TensorFlow's logical
+    devices): `--cpu-replicas` splits the CPU there.
     """
     plain_warnings()
     if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
@@ -71,6 +73,8 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # device discovery logs the CUDA lines now
+            if setup is not None:
+                setup()
             tf.function(tf.transpose)(tf.zeros((2, 3), tf.int64))  # the oneDNN notice, now
         except ImportError:
             pass  # a command that needs TensorFlow says so itself
