@@ -22,13 +22,34 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
         task: see `model.checkpoints.formats.TASKS`; None keeps the checkpoint's own.
         allow_new_heads: create heads absent from the checkpoint fresh.
         **options: `num_labels`, `num_choices` for task heads.
+
+    A training run's checkpoint (RUN/checkpoints/ckpt-NNNNNNNN, what `finetune --init`
+    takes) loads as the run's model at that step, or its encoder with `task="encoder"`.
     """
     import warnings
 
     from model.checkpoints.formats import read
     from model.io.native_logs import ProjectWarning
+    from model.training.checkpointing import checkpoint_of
 
+    if checkpoint_of(path) is not None:
+        return _training_checkpoint(path, task)
     model, _, notes = read(path, task=task, allow_new_heads=allow_new_heads, **options)
     for note in notes:
         warnings.warn(f"{path}: {note}", ProjectWarning, stacklevel=2)
     return model
+
+
+def _training_checkpoint(path: str, task: str | None):
+    """The model of a training run at one checkpoint (`load`'s), or its encoder."""
+    from model.checkpoints.model_dir import encoder_of
+    from model.training.checkpointing import load_checkpoint
+
+    if task not in (None, "encoder"):
+        raise ValueError(
+            f"{path}: a training checkpoint loads as its run's model (task None) or its "
+            f"encoder (task='encoder'); a {task} head starts from it with "
+            f"python -m model.train finetune --init {path}"
+        )
+    model, _, _ = load_checkpoint(path)
+    return encoder_of(model) if task == "encoder" else model

@@ -49,8 +49,9 @@ def parse_args(argv):
     p.add_argument(
         "--layers",
         default=",".join(map(str, DEFAULT_LAYERS)),
-        help="comma-separated block indexes, -1 the last (default: %(default)s); "
-        "write --layers=-1,-2 (with '=': the value starts with '-')",
+        help="comma-separated block indexes, -1 the last (default: %(default)s), "
+        "'embeddings' (the embedding layer's output) or 'all' (every block); write "
+        "--layers=-1,-2 (with '=': the value starts with '-')",
     )
     p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
@@ -68,9 +69,11 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import_tensorflow_quietly(args.verbose)
     from model.io.files import atomic_open
-    from model.text.tokenizer import WordPieceTokenizer
+    from model.text import tokenizer_class
 
     try:
+        if args.batch_size < 1 or args.decimals < 0:
+            raise ValueError("--batch-size must be positive and --decimals not negative")
         pairs = read_lines(args.input)
         encoder, vocab_path = load_encoder(args.model)
         layers = parse_layers(args.layers, encoder.config.num_layers)
@@ -79,7 +82,7 @@ def main(argv=None) -> int:
                 f"--seq-len {args.max_seq_length} exceeds the model's "
                 f"{encoder.config.max_sequence_length}"
             )
-        tokenizer = WordPieceTokenizer(vocab_path, lowercase=encoder.config.lowercase)
+        tokenizer = tokenizer_class()(vocab_path, lowercase=encoder.config.lowercase)
         features = LayerFeatures(encoder, layers)
         with atomic_open(args.output) as f:
             for index, (tokens, values) in enumerate(

@@ -540,6 +540,27 @@ def test_unrecognised_folder_says_what_it_expected(tmp_path):
         model.load(str(tmp_path))
 
 
+def test_load_refuses_options_it_would_ignore(tmp_path):
+    """A misspelt option (num_label=2) and num_labels without a task were swallowed, and
+    num_choices=0 built a model of no choices; the missing num_labels names the argument."""
+    from model.checkpoints import model_dir
+    from model.networks.encoder import BertEncoder
+
+    directory = str(tmp_path / "encoder")
+    model_dir.save(
+        BertEncoder.from_preset("tiny", vocabulary_size=99), directory, tiny_vocab(tmp_path)
+    )
+    cases = [
+        ({"task": "classifier"}, "or from model.load(..., num_labels=N)"),
+        ({"task": "classifier", "num_label": 2}, "unknown option(s) num_label; a task head"),
+        ({"num_labels": 2}, "num_labels size(s) a new head: name its task too"),
+        ({"task": "multiple_choice", "num_choices": 0}, "num_choices must be a positive integer"),
+    ]
+    for options, said in cases:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            model.load(directory, allow_new_heads=True, **options)
+
+
 def test_a_bundle_where_a_model_directory_is_read_is_named_so(tmp_path):
     """`finetune --init`, `convert`, `export --model` on a LiteRT bundle: "not a recognised
     model folder" or "is it a model directory?" before."""

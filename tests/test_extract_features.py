@@ -224,3 +224,27 @@ def test_feature_tagger_records_the_layers_and_how_they_combine(
         metrics = json.load(f)
     again = evaluate_task("conll2003", str(output), str(data / "valid.txt"))
     assert again["f1"] == pytest.approx(metrics["dev"]["f1"], abs=1e-9)
+
+
+def test_bad_numbers_and_empty_training_data_are_refused_in_one_line(init, tmp_path, capsys):
+    """`feature_tagger --epochs 0` crashed (AttributeError), an empty train.txt was "no
+    examples to evaluate", `extract_features --batch-size 0` said "range() arg 3 must not be
+    zero"; none leaves an output behind."""
+    from model import extract_features, feature_tagger
+
+    data = tmp_path / "conll2003"
+    data.mkdir()
+    write_conll(data / "train.txt", random_sentences(4, seed=1))
+    write_conll(data / "valid.txt", random_sentences(2, seed=2))
+    base = ["--model", init, "--data", str(data), "--output", str(tmp_path / "tagger")]
+    assert feature_tagger.main([*base, "--epochs", "0"]) == 1
+    assert "error: --epochs must be positive, got 0" in capsys.readouterr().err
+    (data / "train.txt").write_text("")
+    assert feature_tagger.main(base) == 1
+    assert "train.txt: no sentences to train on" in capsys.readouterr().err
+    text = tmp_path / "input.txt"
+    text.write_text("the cats sat\n", encoding="utf-8")
+    argv = ["--model", init, "--input", str(text), "--output", str(tmp_path / "f.jsonl")]
+    assert extract_features.main([*argv, "--batch-size", "0"]) == 1
+    assert "--batch-size must be positive" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["conll2003", "input.txt"]

@@ -337,6 +337,23 @@ def test_a_command_training_another_model_into_a_run_is_refused(
     assert checkpoint_steps(output) == [20, 30, 40]
 
 
+def test_model_load_reads_a_training_checkpoint_as_finetune_init_does(uninterrupted):
+    """`model.load(RUN/checkpoints/ckpt-N)` said "not a recognised model folder", where
+    `finetune --init` takes the same path (docs/finetuning.md: any checkpoint model.load reads)."""
+    import model
+
+    path = os.path.join(uninterrupted, "checkpoints", "ckpt-00000030")
+    from model.training.checkpointing import load_checkpoint
+
+    pretrainer = model.load(path)
+    assert isinstance(pretrainer, BertPretrainer)
+    for a, b in zip(pretrainer.get_weights(), load_checkpoint(path)[0].get_weights()):
+        np.testing.assert_array_equal(a, b)  # the step's weights, as finetune --init reads them
+    assert isinstance(model.load(path, task="encoder"), BertEncoder)
+    with pytest.raises(ValueError, match=r"a classifier head starts from it with python -m"):
+        model.load(path, task="classifier")
+
+
 def test_checkpoints_record_their_run_and_refuse_another(tmp_path):
     """`run` in state.json: another objective (same shape: --no-nsp's model is RoBERTa's) is
     refused; checkpoints written before runs were recorded still resume."""

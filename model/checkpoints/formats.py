@@ -124,7 +124,19 @@ def usage_for(model, usage: dict) -> tuple[dict, list[str]]:
     return {}, [f"not kept, as the model's task is now {task}, not {name}'s {head}: {usage}"]
 
 
+# What `read` (and `model.load`) take beside the task: the heads' sizes and dropout.
+OPTIONS = ("num_labels", "num_choices", "dropout", "next_sentence")
+
+
 def _task_args(task: str | None, options: dict) -> tuple[str | None, dict]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; a task head takes {OPTIONS}")
+    heads = sorted(set(options) & {"num_labels", "num_choices"})
+    if task is None and heads:
+        raise ValueError(
+            f"{', '.join(heads)} size(s) a new head: name its task too (task=, --task)"
+        )
     if task is None:
         return None, options
     if task not in TASKS:

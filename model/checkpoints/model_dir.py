@@ -140,7 +140,10 @@ def _num_labels(info: dict) -> int:
         return info["num_labels"]
     if info.get("id2label"):
         return len(info["id2label"])
-    raise ValueError(f"task {info['task']!r} needs num_labels (or id2label) in config.json")
+    raise ValueError(
+        f"task {info['task']!r} needs num_labels (or id2label) in config.json, or from "
+        f"model.load(..., num_labels=N)"
+    )
 
 
 def _dropout(info: dict) -> float:

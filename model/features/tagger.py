@@ -235,8 +235,14 @@ def _read(task, args) -> tuple:
     every sentence tagged; at most --max-train-examples training sentences."""
     from model.tasks.base import check_labelled
 
+    for flag in ("epochs", "batch_size", "max_train_examples"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be positive, got {value}")
     train_file, dev_file = task.files(args.data)
     train_set = task.read(train_file)[: args.max_train_examples]
+    if not train_set:
+        raise ValueError(f"{train_file}: no sentences to train on")
     check_labelled(train_set, "tags")
     dev_set = task.read(dev_file) if dev_file else []
     if dev_set:

@@ -54,6 +54,8 @@ class BertMultipleChoice(BertTaskModel):
     def __init__(
         self, encoder: BertEncoder, num_choices: int | None = None, dropout: float = 0.1, **kwargs
     ):
+        if num_choices is not None and (not isinstance(num_choices, int) or num_choices < 1):
+            raise ValueError(f"num_choices must be a positive integer, got {num_choices!r}")
         cfg = encoder.config
 
         # === Layers ===
