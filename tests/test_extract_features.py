@@ -152,6 +152,9 @@ def test_feature_tagger_trains_on_frozen_features(init, tmp_path):
     assert again["f1"] == pytest.approx(best["f1"], abs=1e-9)
     with pytest.raises(ValueError, match="scores task conll2003, not sst2"):
         evaluate_task("sst2", str(output), str(data / "valid.txt"))
+    # Where a model directory is read (evaluate --task mlm, export), it is named for what it is
+    with pytest.raises(ValueError, match="a feature-based tagger .* over the frozen encoder"):
+        model_dir.read_info(str(output))
 
 
 def test_embeddings_and_sums_of_layers_against_a_direct_computation(init):

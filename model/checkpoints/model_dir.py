@@ -251,6 +251,12 @@ def read_info(directory: str) -> dict:
         _refuse_other_formats(directory, info)
         # A bare BertConfig (or Google's bert_config.json form).
         info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
+    elif info.get("task") == "feature_tagger":
+        raise ValueError(
+            f"{directory}: a feature-based tagger (python -m model.feature_tagger's: a BiLSTM "
+            f"over the frozen encoder {info['encoder']}), which model.evaluate --task "
+            f"conll2003 scores; other commands take that encoder"
+        )
     elif not isinstance(info["encoder"], dict):
         raise ValueError(f'{path}: "encoder" must be an object of BertConfig fields')
     else:  # checked here, where the file can be named
