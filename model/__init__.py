@@ -33,6 +33,11 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
     from model.training.checkpointing import checkpoint_of
 
     if checkpoint_of(path) is not None:
+        if allow_new_heads or options:
+            raise ValueError(
+                f"{path}: a training checkpoint takes no new head nor its options "
+                f"({sorted(options) or 'allow_new_heads'}): load it, or fine-tune from it"
+            )
         return _training_checkpoint(path, task)
     model, _, notes = read(path, task=task, allow_new_heads=allow_new_heads, **options)
     for note in notes:

@@ -72,6 +72,7 @@ dropout 0 by default there):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -454,8 +455,9 @@ def main(argv=None) -> int:
     finally:
         restore()
         for output in made:  # a run refused before it wrote anything leaves no empty folder
-            if os.path.isdir(output) and not os.listdir(output):
-                os.rmdir(output)
+            with contextlib.suppress(OSError):  # written to, or removed, meanwhile: left
+                if not os.listdir(output):
+                    os.rmdir(output)
     return 2
 
 
@@ -463,8 +465,8 @@ def _split_cpu(args):
     """What must precede TensorFlow's first op: --cpu-replicas' logical CPUs (the strategy
     asks for them again later, a no-op then), or None."""
     replicas = getattr(args, "cpu_replicas", None)
-    if not replicas:
-        return None
+    if not replicas or replicas < 1:
+        return None  # the strategy refuses a count below 1 in one line
 
     def split():
         from model.training.strategy import configure_cpu_replicas
@@ -482,13 +484,14 @@ def stopped(args, how: str) -> str:
 
     kept = []
     for run in per_seed(args):
-        found = ResumableCheckpoint(os.path.join(run.output, "checkpoints"), every=1)
-        if found.checkpoints():
-            step, path = found.checkpoints()[-1]
+        found = ResumableCheckpoint(os.path.join(run.output, "checkpoints"), every=1).checkpoints()
+        if found:
+            step, path = found[-1]
             kept.append(f"{path} (step {step})")
     if not kept:
         return f"stopped by {how} before a checkpoint was saved: the same command starts over"
-    return f"stopped by {how}; kept {', '.join(kept)}: the same command goes on from there"
+    where = "there" if len(kept) == 1 else "the newest step they all have"
+    return f"stopped by {how}; kept {', '.join(kept)}: the same command goes on from {where}"
 
 
 if __name__ == "__main__":

@@ -129,11 +129,25 @@ def test_the_same_command_on_a_finished_run_trains_nothing(sst2_run, capsys):
     it (and replaced its results); now it trains nothing, as pre-training's does."""
     root, data, output = sst2_run
     before = {name: os.stat(os.path.join(output, name)).st_mtime_ns for name in os.listdir(output)}
-    argv = finetune_argv("sst2", data, root / "init", output, epochs="1.5", batch_size=8)
+    argv = finetune_argv(
+        "sst2",
+        data,
+        root / "init",
+        output,
+        epochs="1.5",
+        batch_size=8,
+        extra=["--dropout", "0.05", "--warmup-steps", "1"],
+    )
     capsys.readouterr()
     assert run_train(argv) == 0
     assert capsys.readouterr().out.startswith(
         f"nothing to train: {output} holds a finished run (its metrics.json, no checkpoint left)"
+    )
+    # Another command (another task, a sweep's next learning rate) is not skipped silently
+    other = [*argv[:-4], "--learning-rate", "1e-3"]
+    assert run_train(other) == 1
+    assert f"{output} holds a finished run of another command (python -m model.train" in (
+        capsys.readouterr().err
     )
     assert before == {n: os.stat(os.path.join(output, n)).st_mtime_ns for n in os.listdir(output)}
 

@@ -72,7 +72,7 @@ def test_a_stopped_run_names_the_checkpoint_it_goes_on_from(tmp_path):
     newest = [tmp_path / f"sst2-seed{seed}" / "checkpoints" / "ckpt-00000080" for seed in (1, 2)]
     assert stopped(args, "SIGTERM") == (
         f"stopped by SIGTERM; kept {newest[0]} (step 80), {newest[1]} (step 80): "
-        "the same command goes on from there"
+        "the same command goes on from the newest step they all have"
     )
 
 

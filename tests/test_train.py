@@ -330,9 +330,8 @@ def test_a_command_training_another_model_into_a_run_is_refused(
     argv[argv.index("tiny")] = "mini"
     assert train.main(argv) == 1
     out, err = capsys.readouterr()
-    assert (
-        "its checkpoints are of another run (another model: encoder.hidden_dim 32, not 256;" in err
-    )
+    said = "its checkpoints are of another run (another model: encoder.hidden_dim 32 (this "
+    assert said + "command: 256);" in err
     assert "unreadable" not in out + err
     assert checkpoint_steps(output) == [20, 30, 40]
 

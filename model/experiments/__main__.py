@@ -138,6 +138,14 @@ def main(argv=None) -> int:
             "error: --device is a flag of --dry-run (a run reads its own device)", file=sys.stderr
         )
         return 2
+    known = sorted({device for device, _, _ in scale.step_seconds})
+    if args.device and args.device not in known:
+        print(
+            f"warning: --device {args.device!r}: no step time of --scale {scale.name} is stored "
+            f"for it (stored: {', '.join(known) or 'none'}), so the plan calibrates every "
+            f"budgeted run",
+            file=sys.stderr,
+        )
     if not (args.dry_run or args.report) or args.device:
         # A budgeted run takes its steps from the scale's measured step time on this device.
         work = dataclasses.replace(work, device=args.device or next(iter(accelerators()), None))

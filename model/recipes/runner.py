@@ -348,9 +348,10 @@ def time_of(path: str, output: str) -> float | None:
     machine's: one that ends with the relative path counts."""
     times, key = read_json(path), _timing_key(path, output)
     seconds = times.get(key, times.get(output))
-    if seconds is None:
+    if seconds is None:  # the nearest WORK's: the shortest old key with this tail
         tail = os.sep + key
-        seconds = next((v for k, v in times.items() if k.endswith(tail)), None)
+        older = sorted((k for k in times if k.endswith(tail)), key=len)
+        seconds = times[older[0]] if older else None
     return seconds if isinstance(seconds, (int, float)) else None
 
 

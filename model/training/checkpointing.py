@@ -81,7 +81,7 @@ def _other_run(directory: str, theirs: dict, ours: dict) -> str:
                 if isinstance(x, dict) and isinstance(y, dict):
                     compare(x, y, f"{where}{key}.")
                 elif x != y:
-                    found.append(f"{where}{key} {x}, not {y}")
+                    found.append(f"{where}{key} {x} (this command: {y})")
 
         compare(theirs.get("model", {}), ours.get("model", {}))
         differs = "another model: " + "; ".join(found)

@@ -154,25 +154,38 @@ def finetune(args) -> int:
         runtime = runs[0].runtime  # the seeds share the features on the device and a trainer
     if len({run.done for run in runs}) > 1:
         _back_to_a_shared_step(runs)
-    if not _loop(args, runs):
-        return 3
+    from model.training.interrupts import interruptible
+
+    with interruptible() as interrupts:  # Ctrl-C and SIGTERM stop a run on the device path too
+        if not _loop(args, runs, interrupts):
+            return 3
     for run in runs:
         _finish(run)
     return 0
 
 
 def _finished(args) -> list[str]:
-    """The outputs (each seed's) that hold a finished run: the same command again trains
-    nothing rather than a new run over it. ValueError when only some seeds finished."""
+    """The outputs (each seed's) that hold a finished run of this command: the same command
+    again trains nothing rather than a new run over it. ValueError when one holds another
+    command's run (its metrics.json says which), or when only some seeds finished."""
+    from model.io.files import read_json_object
     from model.training.checkpointing import ResumableCheckpoint
 
-    outputs = [run.output for run in per_seed(args)]
-    finished = [
-        output
-        for output in outputs
-        if os.path.isfile(os.path.join(output, "metrics.json"))
-        and not ResumableCheckpoint(os.path.join(output, CHECKPOINTS), every=1).checkpoints()
-    ]
+    runs = per_seed(args)
+    outputs = [run.output for run in runs]
+    finished = []
+    for run in runs:
+        metrics = os.path.join(run.output, "metrics.json")
+        checkpoints = os.path.join(run.output, CHECKPOINTS)
+        if not os.path.isfile(metrics) or ResumableCheckpoint(checkpoints, every=1).checkpoints():
+            continue
+        command = read_json_object(metrics, "metrics").get("command")
+        if command != command_line(run):
+            raise ValueError(
+                f"{run.output} holds a finished run of another command ({command}); remove it, "
+                f"or name another --output"
+            )
+        finished.append(run.output)
     if finished and len(finished) < len(outputs):
         raise ValueError(
             f"--seeds: {', '.join(finished)} holds a finished run, the other seeds' do not; "
@@ -661,10 +674,11 @@ def _resume(args, runtime, model):
     return checkpoint, progress, done
 
 
-def _loop(args, runs) -> bool:
+def _loop(args, runs, interrupts) -> bool:
     """Every epoch: train it (from where a restart left off; the seeds of --seeds together),
     then score each run on the dev sets and keep its best. False when the loss stopped
-    being finite."""
+    being finite. `interrupts` (`interrupts.interruptible`'s callback) raises a noted
+    Ctrl-C or SIGTERM at the next batch end (a device call's, a scoring's)."""
     lead = runs[0]
     steps_per_epoch = lead.schedule.steps_per_epoch
     for run in runs:
@@ -675,7 +689,7 @@ def _loop(args, runs) -> bool:
             continue  # trained and scored before a restart
         done = lead.done
         if epoch_end > done and getattr(lead.runtime, "steps_per_call", None):
-            if not _device_fit(args, runs, epoch_end):
+            if not _device_fit(args, runs, epoch_end, interrupts):
                 return False
         elif epoch_end > done:
             lead.model.fit(
@@ -683,7 +697,7 @@ def _loop(args, runs) -> bool:
                 initial_epoch=epoch,
                 epochs=epoch + 1,
                 steps_per_epoch=epoch_end - done,
-                callbacks=lead.callbacks,
+                callbacks=[*lead.callbacks, interrupts],  # last: a checkpoint due is saved first
                 shuffle=False,
                 verbose=1 if sys.stdout.isatty() else 2,
             )
@@ -698,10 +712,11 @@ def _loop(args, runs) -> bool:
         for run in runs:
             _score(run)
             run.checkpoint.update_state()  # this epoch is scored: a restart skips it
+        interrupts.check()
     return True
 
 
-def _device_fit(args, runs, epoch_end: int) -> bool:
+def _device_fit(args, runs, epoch_end: int, interrupts) -> bool:
     """--device-data: trains every run from `done` to `epoch_end` in whole calls (the seeds
     of --seeds in one program), the weights written back and checkpointed every
     --checkpoint-every steps (rounded up to a call) and at the end; False, with the last
@@ -733,6 +748,7 @@ def _device_fit(args, runs, epoch_end: int) -> bool:
         rate = steps * args.batch_size * len(runs) / (time.time() - began)
         loss = "/".join(f"{v:.4f}" for v in losses)
         print(f"step {lead.done}/{lead.schedule.total_steps}: loss {loss}, {rate:,.0f} examples/s")
+        interrupts.check()
     return True
 
 

@@ -65,8 +65,9 @@ def interruptible():
 
 def _noting(callback: RaiseAtBatchEnd, handler, now: bool):
     def noted(signum, frame):
+        again = callback.pending is not None
         callback.pending = (handler, signum)
-        if now:
+        if now or again:  # a second SIGTERM does not wait (a long compile, a stuck step)
             handler(signum, frame)
 
     return noted
