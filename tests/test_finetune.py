@@ -609,3 +609,40 @@ def test_a_model_with_another_number_of_outputs_is_refused():
     _check_model(tasks.get("sst2"), "m", hub)
     shipped = os.path.join(os.path.dirname(__file__), "..", "assets", "models", "sst2")
     assert _bundle_as_info(bundle.read_info(shipped))["num_labels"] == 2
+
+
+def test_seeds_stopped_while_finishing_go_on_or_finish(tmp_path):
+    """--seeds wrote each seed's metrics.json and removed its checkpoints one seed after
+    another: stopped between, a finished seed beside an unfinished one was refused ("remove
+    it"). The metrics now all come first; a stop among them resumes every seed, a stop
+    among the removals finishes them."""
+    from model import train
+    from model.training import finetune as ft
+
+    argv = ["finetune", "--task", "sst2", "--data", str(tmp_path), "--init", str(tmp_path)]
+    argv += ["--output", str(tmp_path / "s{seed}"), "--seeds", "1,2", "--device-data"]
+    args = train.parse_args(argv)
+    args = ft.resolve_defaults(args, ft._task(args))
+    runs = ft.per_seed(args)
+
+    def state(metrics: tuple, checkpoints: tuple) -> None:
+        for run in runs:
+            shutil.rmtree(run.output, ignore_errors=True)
+            os.makedirs(run.output)
+        for i in metrics:
+            with open(os.path.join(runs[i].output, "metrics.json"), "w") as f:
+                json.dump({"command": ft.command_line(runs[i])}, f)
+        for i in checkpoints:
+            step = os.path.join(runs[i].output, "checkpoints", "ckpt-00000010")
+            os.makedirs(step)
+            with open(os.path.join(step, "state.json"), "w") as f:
+                f.write('{"step": 10}')
+
+    state(metrics=(0,), checkpoints=(0, 1))  # stopped among the metrics: all go on
+    assert ft._finished(args) == []
+    state(metrics=(0, 1), checkpoints=(1,))  # stopped among the removals: both finished
+    assert ft._finished(args) == [run.output for run in runs]
+    assert not os.path.exists(os.path.join(runs[1].output, "checkpoints"))
+    state(metrics=(0,), checkpoints=(1,))  # seed 1 finished alone: cannot train together
+    with pytest.raises(ValueError, match="holds a finished run, the other seeds' do not"):
+        ft._finished(args)

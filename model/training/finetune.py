@@ -161,6 +161,8 @@ def finetune(args) -> int:
             return 3
     for run in runs:
         _finish(run)
+    for run in runs:  # after every seed's metrics.json: a stop between leaves them all resumable
+        run.checkpoint.remove_all()
     return 0
 
 
@@ -172,12 +174,10 @@ def _finished(args) -> list[str]:
     from model.training.checkpointing import ResumableCheckpoint
 
     runs = per_seed(args)
-    outputs = [run.output for run in runs]
     finished = []
     for run in runs:
         metrics = os.path.join(run.output, "metrics.json")
-        checkpoints = os.path.join(run.output, CHECKPOINTS)
-        if not os.path.isfile(metrics) or ResumableCheckpoint(checkpoints, every=1).checkpoints():
+        if not os.path.isfile(metrics):
             continue
         command = read_json_object(metrics, "metrics").get("command")
         if command != command_line(run):
@@ -185,13 +185,21 @@ def _finished(args) -> list[str]:
                 f"{run.output} holds a finished run of another command ({command}); remove it, "
                 f"or name another --output"
             )
-        finished.append(run.output)
-    if finished and len(finished) < len(outputs):
+        finished.append(run)
+
+    def resumable(run):
+        return ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1).checkpoints()
+
+    if len(finished) == len(runs):
+        for run in finished:  # a stop between the metrics and the checkpoints' removal
+            ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1).remove_all()
+        return [run.output for run in finished]
+    if not all(resumable(run) for run in finished):
         raise ValueError(
-            f"--seeds: {', '.join(finished)} holds a finished run, the other seeds' do not; "
-            "remove it to train the seeds together again"
+            f"--seeds: {', '.join(r.output for r in finished)} holds a finished run, the "
+            f"other seeds' do not; remove it to train the seeds together again"
         )
-    return finished
+    return []  # none finished, or a stop while the seeds wrote theirs: all go on
 
 
 def _back_to_a_shared_step(runs) -> None:
@@ -264,13 +272,13 @@ def _run(args, task, runtime=None):
 
 def _finish(run) -> None:
     """metrics.json of the best epoch (the last without a dev set, its model saved then);
-    the resumable checkpoints removed: the model directory is complete without them."""
+    the caller then removes the resumable checkpoints: the model directory is complete
+    without them."""
     best = run.progress["best"]
     if not run.data.dev_sets:
         best = run.progress["history"][-1] if run.progress["history"] else None
         _save(run, best or {})
     _summarise(run, best)
-    run.checkpoint.remove_all()
 
 
 def _task(args):
