@@ -130,7 +130,11 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   $ner --document-context --output "$W/r_ner-document-seed{seed}" > "$W/logs/ner-document.log" 2>&1 &
   echo "QA and NER runs started at $(el) s"
   while [ -n "$(jobs -rp)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
-  for p in $(jobs -rp); do echo "stopping $p at $(el) s"; kill "$p"; done; wait
+  # A SIGTERM ends a run at its next batch end (model/training/interrupts.py): one still
+  # scoring its dev set after 10 s is killed, so the packing below keeps its time.
+  for p in $(jobs -rp); do echo "stopping $p at $(el) s"; kill "$p"; done
+  for _ in 1 2 3 4 5; do [ -n "$(jobs -rp)" ] && sleep 2; done
+  for p in $(jobs -rp); do echo "killing $p at $(el) s"; kill -9 "$p"; done; wait
   unset XLA_PYTHON_CLIENT_MEM_FRACTION
   echo "QA done at $(el) s"
 }
