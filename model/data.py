@@ -220,7 +220,8 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if all(is_tokenized(f) for f in files):  # nothing to tokenise: no TensorFlow
+    tokenized = all(is_tokenized(f) for f in files)
+    if tokenized:  # nothing to tokenise: no TensorFlow
         from model.text.wordpiece import WordPieceTokenizer
     else:
         if not has_tensorflow():
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
 
     try:
         tokenizer = WordPieceTokenizer(args.vocab, lowercase=not args.cased)
-        if not all(is_tokenized(f) for f in files):
+        if not tokenized:
             warn_of_casing(args.vocab, args.cased)
         if args.write_ids:
             return write_ids(files, tokenizer, args)

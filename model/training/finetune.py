@@ -108,7 +108,6 @@ SCRATCH_PREFIX = ".epoch-predictions-"
 DEVICE_STEPS_PER_CALL = 50
 # Resumable checkpoints (inside OUTPUT), removed when the run ends.
 CHECKPOINTS = "checkpoints"
-# Under a backend other than TensorFlow: the scalars TensorBoard would get (OUTPUT/logs/).
 
 
 def resolve_defaults(args, task):
@@ -187,14 +186,14 @@ def _finished(args) -> list[str]:
             )
         finished.append(run)
 
-    def resumable(run):
-        return ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1).checkpoints()
+    def saved(run):
+        return ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1)
 
     if len(finished) == len(runs):
         for run in finished:  # a stop between the metrics and the checkpoints' removal
-            ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1).remove_all()
+            saved(run).remove_all()
         return [run.output for run in finished]
-    if not all(resumable(run) for run in finished):
+    if not all(saved(run).checkpoints() for run in finished):
         raise ValueError(
             f"--seeds: {', '.join(r.output for r in finished)} holds a finished run, the "
             f"other seeds' do not; remove it to train the seeds together again"
