@@ -30,7 +30,7 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
 
     from model.checkpoints.formats import read
     from model.io.native_logs import ProjectWarning
-    from model.training.checkpointing import checkpoint_of
+    from model.training.layout import checkpoint_of
 
     if checkpoint_of(path) is not None:
         if allow_new_heads or options:

@@ -479,12 +479,15 @@ def _split_cpu(args):
 def stopped(args, how: str) -> str:
     """The line a run stopped by a signal ends with: the newest checkpoint of each of its
     outputs (each seed's, for --seeds), from which the same command goes on."""
+    from model.training import layout
     from model.training.checkpointing import ResumableCheckpoint
-    from model.training.finetune import CHECKPOINTS, per_seed
+    from model.training.finetune import per_seed
 
     kept = []
     for run in per_seed(args):
-        found = ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1).checkpoints()
+        found = ResumableCheckpoint(
+            os.path.join(run.output, layout.CHECKPOINTS), every=1
+        ).checkpoints()
         if found:
             step, path = found[-1]
             kept.append(f"{path} (step {step})")

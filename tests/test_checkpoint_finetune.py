@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from model.checkpoints import model_dir
-from model.training.checkpointing import checkpoint_of, load_checkpoint
+from model.training.checkpointing import load_checkpoint
+from model.training.layout import checkpoint_of
 from tests.helpers import finetune_argv, make_records, pretrain_argv, run_train
 from tests.test_ner import random_sentences, write_conll
 

@@ -24,6 +24,7 @@ import os
 
 from model.experiments.scales import Scale
 from model.recipes.runner import Command, Deferred, read_json
+from model.training import layout
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # bert-base-uncased's 30,522 WordPieces (the shipped models' vocabulary).
@@ -128,9 +129,7 @@ class Work:
         """The pre-training step of checkpoint `k` of the scale's `checkpoints` (the last: the
         finished run); None while a run with a time budget has not finished."""
         s = self.scale
-        total = s.steps or read_json(os.path.join(self.run_dir(p), "train_summary.json")).get(
-            "steps"
-        )
+        total = s.steps or read_json(os.path.join(self.run_dir(p), layout.SUMMARY)).get("steps")
         if not isinstance(total, int):
             return None
         if k == s.checkpoints:
@@ -143,7 +142,7 @@ class Work:
         step = self.checkpoint_step(p, k)
         if step is None:
             raise ValueError(f"{self.run_dir(p)}: the run has not finished (no train_summary.json)")
-        return os.path.join(self.run_dir(p), "checkpoints", f"ckpt-{step:08d}")
+        return layout.checkpoint_dir(self.run_dir(p), step)
 
     def config_arg(self, size: str) -> str:
         """`--config`: a preset name, or WORK/configs/SIZE.json for a size given by its fields
@@ -227,7 +226,7 @@ class Work:
         """The run of `p` (after a calibration run when the scale has a time budget and no
         measured step time for this device)."""
         run = self.run_dir(p)
-        done = os.path.join(run, "train_summary.json")
+        done = os.path.join(run, layout.SUMMARY)
         s = self.scale
         if p.random:  # the initialised model, saved: nothing trained, nothing compiled
             return [Command("model.train", self.pretrain_argv(p, run, "0", "1"), done)]
@@ -244,7 +243,7 @@ class Work:
         calibrate = Command(
             "model.train",
             self.pretrain_argv(p, calibration, str(n), str(n)),
-            os.path.join(calibration, "train_summary.json"),
+            os.path.join(calibration, layout.SUMMARY),
             skip_if=done,  # the run itself is complete: nothing left to time
         )
         steps = Deferred(
@@ -264,7 +263,7 @@ class Work:
         (`seconds_in_steps`, without the held-out evaluation that would count several times
         more per step than in the long run), else, for a run written before either field, its
         wall time."""
-        summary = read_json(os.path.join(calibration, "train_summary.json"))
+        summary = read_json(os.path.join(calibration, layout.SUMMARY))
         if summary.get("median_step_seconds"):
             return self.steps_for(summary["median_step_seconds"])
         seconds = summary.get("seconds_in_steps") or summary.get("seconds_this_run")

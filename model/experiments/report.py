@@ -26,6 +26,7 @@ from model.experiments.experiment import results
 from model.experiments.plan import Work
 from model.experiments.tables import Table
 from model.recipes.runner import read_json, time_of
+from model.training import layout
 
 
 def cell(values: list[float], lower_is_better: bool = False) -> str:
@@ -191,7 +192,7 @@ def budgets(table: Table, work: Work) -> list[str]:
         if p.random or p in seen:
             continue
         seen.add(p)
-        summary = read_json(os.path.join(work.run_dir(p), "train_summary.json"))
+        summary = read_json(os.path.join(work.run_dir(p), layout.SUMMARY))
         steps, seconds = summary.get("steps"), summary.get("seconds_in_steps")
         timed = summary.get("steps_this_run")
         if not isinstance(steps, int) or not seconds or not timed:

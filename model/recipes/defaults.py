@@ -52,6 +52,7 @@ import sys
 from dataclasses import dataclass
 
 from model.recipes.runner import Command, Step, read_json, run
+from model.training import layout
 
 # === The settings of the shipped models ===
 
@@ -267,7 +268,7 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
                     *PRETRAIN_FLAGS,
                     *flags,
                 ),
-                os.path.join(output, "train_summary.json"),
+                os.path.join(output, layout.SUMMARY),
             )
         )
         start = output
@@ -371,7 +372,7 @@ def electra_step(p: Paths, vocab: str) -> Step:
                 "model.train",
                 ("pretrain", "--data", records, "--eval-data", held_out, "--output", run)
                 + ELECTRA_PRETRAIN_FLAGS,
-                os.path.join(run, "train_summary.json"),
+                os.path.join(run, layout.SUMMARY),
             ),
             Command(
                 "export",

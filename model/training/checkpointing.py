@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import zipfile
@@ -42,12 +41,9 @@ import keras
 import numpy as np
 
 from model.io.files import staging_dir
+from model.training import layout
+from model.training.layout import WEIGHTS, checkpoint_of
 from model.training.optimizer import create_optimizer_variables
-
-_NAME = re.compile(r"^ckpt-(\d{8})$")
-# A save killed before its rename: never a checkpoint to read.
-_PARTIAL = re.compile(r"^\.ckpt-\d{8}\.tmp-")
-WEIGHTS = "model.weights.h5"
 
 
 def _rng_variables(model):
@@ -151,9 +147,11 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             return []
         found = []
         for name in os.listdir(self.directory):
-            m = _NAME.match(name)
-            if m and os.path.isfile(os.path.join(self.directory, name, "state.json")):
-                found.append((int(m.group(1)), os.path.join(self.directory, name)))
+            step = layout.step_of(name)
+            if step is not None and os.path.isfile(
+                os.path.join(self.directory, name, "state.json")
+            ):
+                found.append((step, os.path.join(self.directory, name)))
         return sorted(found)
 
     def restore(self, model, at_most: int | None = None) -> int:
@@ -218,7 +216,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         if not self.is_chief:
             return
         os.makedirs(self.directory, exist_ok=True)
-        tmp = staging_dir(self.directory, f".ckpt-{step:08d}.tmp-")
+        tmp = staging_dir(self.directory, layout.partial_prefix(step))
         try:
             self.model.save_weights(os.path.join(tmp, WEIGHTS))
             np.savez(
@@ -233,7 +231,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             for name in os.listdir(tmp):
                 with open(os.path.join(tmp, name), "rb+") as f:
                     os.fsync(f.fileno())
-            final = os.path.join(self.directory, f"ckpt-{step:08d}")
+            final = os.path.join(self.directory, layout.checkpoint_name(step))
             if os.path.isdir(final):
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -279,7 +277,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def _step(self) -> int:
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        return optimizer_step(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         if logs and not np.isfinite(logs.get("loss", 0.0)):
@@ -299,14 +297,9 @@ class ResumableCheckpoint(keras.callbacks.Callback):
 # === Reading one checkpoint as a model ===
 
 
-def checkpoint_of(path: str) -> str | None:
-    """The checkpoint directory `path` names (`.../ckpt-NNNNNNNN`, its model.weights.h5, or a
-    partial `.ckpt-*.tmp-*`), or None when `path` is no training checkpoint."""
-    directory = os.path.normpath(path)
-    if os.path.basename(directory) == WEIGHTS:
-        directory = os.path.dirname(directory)
-    name = os.path.basename(directory)
-    return directory if _NAME.match(name) or _PARTIAL.match(name) else None
+def optimizer_step(model) -> int:
+    """The training step `model` is at: its optimizer's step count (what a checkpoint saves)."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
 def load_checkpoint(path: str):
@@ -323,7 +316,7 @@ def load_checkpoint(path: str):
 
     directory = checkpoint_of(path) or os.path.normpath(path)
     name = os.path.basename(directory)
-    if not _NAME.match(name):
+    if layout.step_of(name) is None:
         raise ValueError(
             f"{directory}: not a complete checkpoint (complete ones are named "
             f"ckpt-NNNNNNNN; .ckpt-*.tmp-* is a save that never finished)"
@@ -338,7 +331,7 @@ def load_checkpoint(path: str):
             raise FileNotFoundError(f"{needed}: missing, so {directory} is not a whole checkpoint")
     state = _read(state_path, _read_json)
     step = state.get("step") if isinstance(state, dict) else None
-    if step != int(_NAME.match(name).group(1)):
+    if step != layout.step_of(name):
         raise ValueError(f"{state_path}: step {step!r} is not the step its directory names")
     run = os.path.dirname(os.path.dirname(directory))
     for needed in (model_dir.CONFIG, model_dir.VOCAB):

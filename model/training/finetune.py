@@ -95,7 +95,11 @@ import tempfile
 import time
 import types
 
+import keras
+
 from model.tasks.base import LENGTH_MULTIPLE
+from model.training import layout
+from model.training.checkpointing import optimizer_step
 
 # The paper's fine-tuning recipe (section 4), for tasks that set no default of their own.
 PAPER_EPOCHS = 3.0
@@ -106,8 +110,6 @@ POOLER_UNUSED = ("question_answerer", "token_classifier")
 SCRATCH_PREFIX = ".epoch-predictions-"
 # --device-data: training steps in one compiled call unless --steps-per-call says.
 DEVICE_STEPS_PER_CALL = 50
-# Resumable checkpoints (inside OUTPUT), removed when the run ends.
-CHECKPOINTS = "checkpoints"
 
 
 def resolve_defaults(args, task):
@@ -187,7 +189,7 @@ def _finished(args) -> list[str]:
         finished.append(run)
 
     def saved(run):
-        return ResumableCheckpoint(os.path.join(run.output, CHECKPOINTS), every=1)
+        return ResumableCheckpoint(os.path.join(run.output, layout.CHECKPOINTS), every=1)
 
     if len(finished) == len(runs):
         for run in finished:  # a stop between the metrics and the checkpoints' removal
@@ -398,7 +400,8 @@ def _init(args):
     from model.checkpoints import model_dir
     from model.checkpoints.formats import read
     from model.text import tokenizer_class
-    from model.training.checkpointing import checkpoint_of, load_checkpoint
+    from model.training.checkpointing import load_checkpoint
+    from model.training.layout import checkpoint_of
 
     step = None
     if checkpoint_of(args.init) is not None:  # one step of a training run
@@ -665,7 +668,7 @@ def _resume(args, runtime, model):
 
     progress = {"history": [], "best": None, "wall_seconds": 0.0}
     checkpoint = ResumableCheckpoint(
-        os.path.join(args.output, CHECKPOINTS),
+        os.path.join(args.output, layout.CHECKPOINTS),
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
@@ -1012,13 +1015,7 @@ def publish_predictions(scratch: str, output: str) -> list[str]:
     return published
 
 
-def _progress_base():
-    import keras
-
-    return keras.callbacks.Callback
-
-
-class _ProgressLines(_progress_base()):
+class _ProgressLines(keras.callbacks.Callback):
     """Prints `step N/TOTAL loss L (S s)` every `every` steps."""
 
     def __init__(self, every: int, total: int):
@@ -1027,7 +1024,7 @@ class _ProgressLines(_progress_base()):
         self.start = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
+        step = optimizer_step(self.model)
         if step % self.every == 0:
             loss = (logs or {}).get("loss")
             loss = f" loss {float(loss):.4f}" if loss is not None else ""

@@ -17,6 +17,11 @@ import statistics
 import sys
 import time
 
+import keras
+
+from model.training import layout
+from model.training.checkpointing import optimizer_step
+
 
 def resolve_config(spec: str, vocabulary_size: int, dropout: float | None):
     from model.config import PRESETS, BertConfig
@@ -148,7 +153,7 @@ def pretrain(args) -> int:
         if done:
             return 0
     if not runtime.chief:
-        print(f"worker done at step {_step(model)}; the chief writes {args.output}")
+        print(f"worker done at step {optimizer_step(model)}; the chief writes {args.output}")
         return 0
     _save(args, runtime, data, config, model, timing, interval_losses)
     return 0
@@ -158,7 +163,7 @@ def _summary_step(output: str) -> int | None:
     """The step train_summary.json says the run's model is at (None: no summary)."""
     from model.io.files import read_json_object
 
-    path = os.path.join(output, "train_summary.json")
+    path = os.path.join(output, layout.SUMMARY)
     return read_json_object(path, "run summary").get("steps") if os.path.isfile(path) else None
 
 
@@ -420,7 +425,7 @@ def _resume(args, runtime, model):
     from model.training.checkpointing import ResumableCheckpoint, run_identity
 
     checkpoint = ResumableCheckpoint(
-        os.path.join(args.output, "checkpoints"),
+        os.path.join(args.output, layout.CHECKPOINTS),
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
@@ -491,9 +496,9 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop, inter
     # count reached, so look at the loss itself, not only at the step.
     interval_losses = [float(v) for v in history.history.get("loss", [])]
     last_loss = (interval_losses or [0.0])[-1]
-    if not np.isfinite(last_loss) or (model.stop_training and _step(model) < stop):
+    if not np.isfinite(last_loss) or (model.stop_training and optimizer_step(model) < stop):
         print(
-            f"error: training stopped at step {_step(model)}: the loss is not finite. "
+            f"error: training stopped at step {optimizer_step(model)}: the loss is not finite. "
             f"The last good checkpoint is kept in {checkpoint.directory}",
             file=sys.stderr,
         )
@@ -615,7 +620,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
     tokens = timing.steps * args.batch_size * seq_len
     summary = {
         "objective": objective.name,
-        "steps": _step(model),
+        "steps": optimizer_step(model),
         # the steps timed: this run's after its first call (which compiles), as the
         # seconds below; not all the steps it ran (`steps` less the step it resumed from)
         "steps_this_run": timing.steps,
@@ -629,7 +634,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         "tokens_per_second_in_steps": round(tokens / timing.in_steps, 1)
         if timing.in_steps
         else None,
-        "examples_seen": _step(model) * args.batch_size,
+        "examples_seen": optimizer_step(model) * args.batch_size,
         "batch_size": args.batch_size,
         "seq_len": seq_len,
         # mean training loss of each checkpoint interval this run ran
@@ -645,7 +650,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         "data": args.data,
         "argv": sys.argv,
     }
-    write_json(os.path.join(args.output, "train_summary.json"), summary)
+    write_json(os.path.join(args.output, layout.SUMMARY), summary)
     if summary["tokens_per_second"] and summary["tokens_per_second_in_steps"]:
         print(
             f"step {summary['steps']} of {args.steps}; "
@@ -668,29 +673,17 @@ def _tensorflow_installed() -> bool:
         return False
 
 
-def _step(model) -> int:
-    import keras
-
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
-def _callbacks_base():
-    import keras
-
-    return keras.callbacks.Callback
-
-
-class _StopAt(_callbacks_base()):
+class _StopAt(keras.callbacks.Callback):
     def __init__(self, steps):
         super().__init__()
         self.steps = steps
 
     def on_train_batch_end(self, batch, logs=None):
-        if _step(self.model) >= self.steps:
+        if optimizer_step(self.model) >= self.steps:
             self.model.stop_training = True
 
 
-class _Timer(_callbacks_base()):
+class _Timer(keras.callbacks.Callback):
     """Times the steps after the first (tracing and compilation excluded): the wall time
     since the first step ended, and the time inside the steps alone, up to the moment their
     results are there (it waits for the step count: the steps may run after their call
@@ -706,7 +699,7 @@ class _Timer(_callbacks_base()):
 
     def on_train_batch_end(self, batch, logs=None):
         # One call may run several steps (steps_per_execution): batch - first + 1 of them.
-        _step(self.model)  # the device has finished them
+        optimizer_step(self.model)  # the device has finished them
         now = time.time()
         if self.timing.start is None:
             self.timing.start = now
@@ -718,7 +711,7 @@ class _Timer(_callbacks_base()):
                 self.timing.calls.append((steps, now - self.began))
 
 
-class _EvalLog(_callbacks_base()):
+class _EvalLog(keras.callbacks.Callback):
     """Appends the held-out metrics of every checkpoint interval, with the step,
     to a JSON list (rewritten atomically; a resumed run goes on appending)."""
 
@@ -729,7 +722,7 @@ class _EvalLog(_callbacks_base()):
     def on_epoch_end(self, epoch, logs=None):
         held_out = {k[4:]: float(v) for k, v in (logs or {}).items() if k.startswith("val_")}
         if held_out:
-            self.write(_step(self.model), held_out)
+            self.write(optimizer_step(self.model), held_out)
 
     def write(self, step: int, scores: dict) -> None:
         from model.io.files import read_json_object, write_json

@@ -11,6 +11,8 @@ import os
 
 import keras
 
+from model.training.checkpointing import optimizer_step
+
 SCALARS = "scalars.csv"
 
 
@@ -37,14 +39,11 @@ class ScalarLog(keras.callbacks.Callback):
         self.path, self.every = path, max(1, every)
         self.last = 0
 
-    def _step(self) -> int:
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
     def on_train_begin(self, logs=None):
-        self.last = self._step()  # a resumed run's first step
+        self.last = optimizer_step(self.model)  # a resumed run's first step
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
+        step = optimizer_step(self.model)
         last, self.last = self.last, step
         if step // self.every > last // self.every and logs:
             scalars = {f"train/{k}": v for k, v in logs.items() if _is_number(v)}

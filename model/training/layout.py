@@ -1,0 +1,53 @@
+"""Where a training run keeps what, in one place (no Keras: the experiments planner reads it).
+
+RUN/checkpoints/ckpt-00001000/        a whole checkpoint (`checkpointing` writes it)
+RUN/checkpoints/.ckpt-00001000.tmp-*  a save cut off before its rename: never read
+RUN/train_summary.json                a finished pre-training's steps and timings
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+CHECKPOINTS = "checkpoints"
+SUMMARY = "train_summary.json"
+WEIGHTS = "model.weights.h5"
+_NAME = re.compile(r"^ckpt-(\d{8})$")
+_PARTIAL = re.compile(r"^\.ckpt-\d{8}\.tmp-")
+
+
+def checkpoint_name(step: int) -> str:
+    """The directory name of the checkpoint at `step`: ckpt-NNNNNNNN."""
+    return f"ckpt-{step:08d}"
+
+
+def partial_prefix(step: int) -> str:
+    """The start of the temporary name a save of `step` is built under."""
+    return f".{checkpoint_name(step)}.tmp-"
+
+
+def checkpoint_dir(run: str, step: int) -> str:
+    """RUN/checkpoints/ckpt-NNNNNNNN."""
+    return os.path.join(run, CHECKPOINTS, checkpoint_name(step))
+
+
+def step_of(name: str) -> int | None:
+    """The step a whole checkpoint's directory `name` is at; None for any other name."""
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_partial(name: str) -> bool:
+    """Whether `name` is a save that never finished (`partial_prefix`)."""
+    return _PARTIAL.match(name) is not None
+
+
+def checkpoint_of(path: str) -> str | None:
+    """The checkpoint directory `path` names (`.../ckpt-NNNNNNNN`, its model.weights.h5, or a
+    partial `.ckpt-*.tmp-*`), or None when `path` is no training checkpoint."""
+    directory = os.path.normpath(path)
+    if os.path.basename(directory) == WEIGHTS:
+        directory = os.path.dirname(directory)
+    name = os.path.basename(directory)
+    return directory if step_of(name) is not None or is_partial(name) else None
