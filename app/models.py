@@ -217,11 +217,10 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
                     f"with `python -m model.convert --from {other[0]} {path} --to keras DIR`"
                 )
                 continue
-        # A bare BertConfig (no "encoder" section) is an encoder, as model_dir.read_info says.
-        task = info.get("task") or ("encoder" if backend == "keras" else None)
-        if backend == "keras" and "encoder" not in info:
-            task = "encoder"
+        task = info.get("task")
         if backend == "keras":
+            # A bare BertConfig (no "encoder" section) is an encoder, as model_dir.read_info says.
+            task = (task if "encoder" in info else None) or "encoder"
             task = KERAS_VIEW_TASKS.get(task, task)
         found.setdefault(task, []).append((path, info))
     return found, problems

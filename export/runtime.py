@@ -82,7 +82,7 @@ import numpy as np
 
 from model.pretraining.masking import Masker, MaskingConfig
 from model.tasks import glue, ner, squad
-from model.tasks.base import predict_in_batches
+from model.tasks.base import ordered_labels, predict_in_batches
 from model.text import wordpiece
 
 TASK_METHODS = {
@@ -197,7 +197,7 @@ class EdgeModel:
         self.path = None
         id2label = info.get("id2label")
         if id2label:
-            self.labels = [str(id2label[k]) for k in sorted(id2label, key=int)]
+            self.labels = ordered_labels(id2label)
         elif self.task == "token_classifier" and info.get("finetuned_task") == "conll2003":
             self.labels = list(ner.CONLL2003_LABELS)
         else:

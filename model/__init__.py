@@ -1,7 +1,7 @@
 """BERT on Keras 3: the encoder, its heads, and checkpoint conversion.
 
     import model
-    encoder_or_task_model = model.load("path/to/checkpoint")   # google, hf or keras
+    encoder_or_task_model = model.load("path/to/checkpoint")   # google, hf, keras or keras-hub
 
 `import model` stays cheap (no TensorFlow): `load` imports what it needs.
 """
@@ -12,7 +12,8 @@ def load(path: str, task: str | None = None, allow_new_heads: bool = False, **op
 
     Recognises our model directory (config.json with "encoder" +
     model.weights.h5), a `.keras` file, a Hugging Face folder (config.json +
-    model.safetensors; pytorch_model.bin is refused) and a Google TF1 folder
+    model.safetensors; pytorch_model.bin is refused), a keras-hub preset folder
+    (its config.json a keras-hub backbone's) and a Google TF1 folder
     (bert_config.json + *.ckpt.index). Errors name the tensor or file at
     fault; heads created fresh (only with `allow_new_heads=True`) are reported
     with a warning.

@@ -623,6 +623,8 @@ def _check_options(task, null_threshold, skip_invalid: bool, long_texts) -> None
 def _check_model(task, directory: str, info: dict) -> None:
     """Refuses a model whose head or labels are not `task`'s; warns when it was
     fine-tuned on another task with the same head."""
+    from model.tasks.base import ordered_labels
+
     if info.get("task") != task.head:
         raise ValueError(
             f"{directory}: holds a {info.get('task')!r} model, but task {task.name} "
@@ -633,7 +635,7 @@ def _check_model(task, directory: str, info: dict) -> None:
     stored = info.get("id2label")
     # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
     in_file = list(getattr(task, "label_names", None) or labels or [])
-    names = [stored[k] for k in sorted(stored, key=int)] if stored else []
+    names = ordered_labels(stored) if stored else []
     unnamed = names == [f"LABEL_{i}" for i in range(len(names))]  # transformers' defaults
     if labels and names and not unnamed and names not in (labels, in_file):
         raise ValueError(

@@ -6,7 +6,8 @@
 `--objective` picks what is learned: `bert` (default; masked LM + next
 sentence prediction, `--no-nsp` for masked LM alone), `roberta` (dynamic
 masking, no NSP, FULL-SENTENCES inputs), `spanbert` (span masking + the span
-boundary objective) or `ltr` (a left-to-right LM with causal attention, which
+boundary objective), `electra` (a small generator's replacements, detected by
+the discriminator) or `ltr` (a left-to-right LM with causal attention, which
 the saved config keeps for fine-tuning, export and the app). Each needs
 records of its inputs format (`python -m model.data --inputs ...`).
 `--eval-data` scores held-out records after every checkpoint interval
@@ -157,6 +158,16 @@ def parse_args(argv):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True)
+    pre = _pretrain_parser(sub)
+    _finetune_parser(sub)
+    args = p.parse_args(argv)
+    if args.command == "pretrain":
+        _check_masking(pre, args)
+    return args
+
+
+def _pretrain_parser(sub):
+    """The `pretrain` command's flags (its parser, for `_check_masking`'s errors)."""
     pre = sub.add_parser(
         "pretrain",
         help="pre-training: BERT's masked LM + NSP, RoBERTa, SpanBERT, ELECTRA or a "
@@ -242,21 +253,20 @@ def parse_args(argv):
         help="with --strategy mirrored and no GPU: split the CPU into N logical "
         "devices, one replica each (tests; multi-replica numerics on a laptop)",
     )
-    g = pre.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
-    g.add_argument(
-        "--device-data",
-        action="store_true",
-        help="keep the records on the device and cut and mask each batch inside the compiled "
+    _device_flags(
+        pre,
+        "keep the records on the device and cut and mask each batch inside the compiled "
         "step, several steps per call (every objective; default dropout 0)",
+        "default: 100, or the largest number below it that divides --checkpoint-every and "
+        "the stop step",
     )
-    g.add_argument(
-        "--steps-per-call",
-        type=int,
-        default=None,
-        metavar="K",
-        help="with --device-data: training steps in one compiled call (default: 100, or the "
-        "largest number below it that divides --checkpoint-every and the stop step)",
-    )
+    _masking_flags(pre)
+    _electra_flags(pre)
+    add_common_flags(pre)
+    return pre
+
+
+def _masking_flags(pre) -> None:
     g = pre.add_argument_group("dynamic masking (records made with --masking dynamic)")
     g.add_argument(
         "--max-predictions",
@@ -280,6 +290,9 @@ def parse_args(argv):
     )
     g.add_argument("--whole-word-masking", action="store_true")
     g.add_argument("--shuffle-buffer", type=int, default=10_000)
+
+
+def _electra_flags(pre) -> None:
     g = pre.add_argument_group("electra")
     g.add_argument(
         "--generator-size",
@@ -294,8 +307,10 @@ def parse_args(argv):
         help="λ, the weight of the discriminator's loss beside the generator's "
         "(default: %(default)s)",
     )
-    add_common_flags(pre)
 
+
+def _finetune_parser(sub) -> None:
+    """The `finetune` command's flags."""
     fine = sub.add_parser(
         "finetune",
         help="fine-tune on a task of the paper",
@@ -352,20 +367,11 @@ def parse_args(argv):
         help="conll2003: read each sentence with the words around it in its document, up to "
         "--seq-len (the paper's section 5.3); recorded in config.json",
     )
-    g = fine.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
-    g.add_argument(
-        "--device-data",
-        action="store_true",
-        help="keep the encoded features on the device and run several full-length steps in "
+    g = _device_flags(
+        fine,
+        "keep the encoded features on the device and run several full-length steps in "
         "one compiled call (model/training/seeds.py); each epoch rounds up to whole calls",
-    )
-    g.add_argument(
-        "--steps-per-call",
-        type=int,
-        default=None,
-        metavar="K",
-        help="with --device-data: training steps in one compiled call (default 50: "
-        "model/training/finetune.py's DEVICE_STEPS_PER_CALL)",
+        "default 50: model/training/finetune.py's DEVICE_STEPS_PER_CALL",
     )
     g.add_argument(
         "--seeds",
@@ -379,10 +385,20 @@ def parse_args(argv):
     add_common_flags(fine, FINETUNE_HELP)
     # None: the task's own default (model/tasks/*), else the paper's.
     fine.set_defaults(learning_rate=None, batch_size=None)
-    args = p.parse_args(argv)
-    if args.command == "pretrain":
-        _check_masking(pre, args)
-    return args
+
+
+def _device_flags(parser, data_help: str, steps_default: str):
+    """The "one accelerator" group (`--device-data`, `--steps-per-call`), returned."""
+    g = parser.add_argument_group("one accelerator, fully used (KERAS_BACKEND=jax)")
+    g.add_argument("--device-data", action="store_true", help=data_help)
+    g.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"with --device-data: training steps in one compiled call ({steps_default})",
+    )
+    return g
 
 
 def _check_masking(parser, args) -> None:

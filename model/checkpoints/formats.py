@@ -101,9 +101,10 @@ def usage_of(path: str, fmt: str | None = None) -> dict:
 
 def _our_task_name(name) -> str | None:
     """A Hugging Face `finetuning_task` as one of this project's task names, or None."""
+    from model.tasks import SPELLINGS
     from model.tasks import TASKS as TASK_NAMES
 
-    name = {"sst-2": "sst2", "sts-b": "stsb"}.get(str(name).lower(), str(name).lower())
+    name = SPELLINGS.get(str(name).lower(), str(name).lower())  # not "ner": any tag set
     return name if name in TASK_NAMES else None
 
 

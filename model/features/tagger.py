@@ -139,7 +139,9 @@ def evaluate(directory: str, path: str) -> dict:
     feats = word_features(
         features, tokenizer, [s.words for s in sentences], int(info["max_seq_length"])
     )
-    labels = [info["id2label"][k] for k in sorted(info["id2label"], key=int)]
+    from model.tasks.base import ordered_labels
+
+    labels = ordered_labels(info["id2label"])
     tagger = build_tagger(
         feats[0].shape[1], len(labels), int(info["lstm_units"]), int(info["lstm_layers"])
     )

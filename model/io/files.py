@@ -200,6 +200,18 @@ def check_size(path: str, limit: int = MAX_JSON_BYTES) -> None:
         raise ValueError(f"{path}: {size} bytes, over the limit of {limit} (a corrupt file?)")
 
 
+def load_json(path: str):
+    """The JSON in `path` (a data file: any value), bounded by `check_size` and read past a
+    byte-order mark; errors name the file, and its line and column where it is not JSON."""
+    with reading(path):
+        try:
+            check_size(path)
+            with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON
+                return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
 def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
     """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
     try:

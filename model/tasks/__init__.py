@@ -29,7 +29,8 @@ _MODULES = {
     "squad1": "model.tasks.squad",
     "squad2": "model.tasks.squad",
 }
-ALIASES = {"ner": "conll2003", "sst-2": "sst2", "sts-b": "stsb"}
+SPELLINGS = {"sst-2": "sst2", "sts-b": "stsb"}  # GLUE's and Hugging Face's names
+ALIASES = {"ner": "conll2003", **SPELLINGS}
 TASKS = tuple(_MODULES)
 
 
@@ -44,16 +45,6 @@ def get(name: str):
     from model.tasks.base import Task
 
     found = getattr(module, "TASKS", {}).get(key)
-    if found is None:
-        # A module without a TASKS dict: its Task subclass named `key`.
-        found = next(
-            (
-                v
-                for v in vars(module).values()
-                if isinstance(v, type) and issubclass(v, Task) and v.name == key
-            ),
-            None,
-        )
     if found is None:
         raise ValueError(f"{_MODULES[key]} defines no task {key!r}")
     return found if isinstance(found, Task) else found()  # a class or a factory

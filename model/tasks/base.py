@@ -167,6 +167,11 @@ class Task(abc.ABC):
         (floats, computed as the official script does)."""
 
 
+def ordered_labels(id2label: dict) -> list[str]:
+    """A config's `id2label` ({"0": name, ...}, keys as JSON writes them) as a list by id."""
+    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
 def shown_header(header: list[str], limit: int = 200) -> str:
     """A header row as an error shows it: cut at `limit` characters (a file of another
     task, e.g. a one-line JSON, would print whole)."""

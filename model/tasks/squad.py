@@ -98,7 +98,7 @@ import typing
 
 import numpy as np
 
-from model.io.files import check_size, reading
+from model.io.files import load_json
 from model.tasks import squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
 from model.tasks.squad_negatives import (
@@ -172,16 +172,6 @@ class SquadExample:
     @property
     def context(self) -> str:
         return self.paragraph.context
-
-
-def load_json(path: str):
-    with reading(path):
-        try:
-            check_size(path)
-            with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON
-                return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
 
 def read_squad(path: str, version_2: bool, skip_invalid: bool = False, spans: bool = True):
@@ -996,8 +986,13 @@ class SquadTask(Task):
         return metrics
 
     def score(self, examples: list[SquadExample], predictions: SquadPredictions) -> dict:
-        gold = {e.qas_id: [a["text"] for a in e.answers] for e in examples}
+        gold = _gold(examples)
         return {**squad_metric.evaluate_v1(gold, predictions.predictions), "total": len(gold)}
+
+
+def _gold(examples: list[SquadExample]) -> dict[str, list[str]]:
+    """`{question id: [answer texts]}`: what the official scripts score against."""
+    return {e.qas_id: [a["text"] for a in e.answers] for e in examples}
 
 
 class Squad1Task(SquadTask):
@@ -1022,7 +1017,7 @@ class Squad2Task(SquadTask):
         """The official v2.0 metrics at `null_threshold`, the best threshold
         (found on the best non-null answers, see the module docstring), and
         the always-no-answer baseline."""
-        gold = {e.qas_id: [a["text"] for a in e.answers] for e in examples}
+        gold = _gold(examples)
         odds = predictions.null_odds
         metrics = squad_metric.evaluate_v2(
             gold, predictions.predictions, odds, na_prob_thresh=self.null_threshold

@@ -296,8 +296,8 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        # The task's reader of JSON: bounded, past a byte-order mark, errors at file:line.
-        from model.tasks.squad import load_json
+        # The project's reader of JSON: bounded, past a byte-order mark, errors at file:line.
+        from model.io.files import load_json
 
         dataset_json = load_json(args.data_file)
         preds = load_json(args.pred_file)
