@@ -8,7 +8,8 @@ by `python -m export`) or `config.json` (Keras backend: a model directory of `mo
 one fine-tuned on the view's data set, then the first by name. A view with no model of its task
 falls back to a model of its `fallback` tasks that serves its method: the Attention view to the
 fill-mask bundle, whose "encoder" signature draws the maps (bundle.json "methods"; a Keras
-pre-training model always can), so assets/models needs no encoder bundle. Views on the same folder
+pre-training model always can), so assets/models needs no encoder bundle; failing that, to an
+ELECTRA bundle's (its discriminator's encoder). Views on the same folder
 share one loaded model. A view with no model, or whose model fails to load or to answer a test
 sentence, gets a message saying what is missing and how to make it; the app starts anyway.
 
@@ -78,11 +79,12 @@ VIEWS = (
         "encoder",
         "encoder",
         (),
-        'an encoder (task "encoder") or a masked-language model with its encoder (a '
-        'pretraining bundle with an "encoder" signature, which python -m export adds)',
+        'an encoder (task "encoder") or a masked-language model or ELECTRA discriminator with '
+        'its encoder (a pretraining or replaced_token_detection bundle with an "encoder" '
+        "signature, which python -m export adds)",
         "python -m model.convert --from FORMAT CHECKPOINT --to keras DIR --task encoder",
         "attention",
-        ("pretraining",),
+        ("pretraining", "replaced_token_detection"),
     ),
     View(
         "sentiment",
@@ -229,12 +231,15 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
 def offers(info: dict, method: str, backend: str) -> bool:
     """Whether the model `info` describes serves `method`: its task's methods, and a bundle's
     other signatures' (bundle.json "methods"; older bundles have only their task's). A Keras
-    pre-training model serves its encoder's methods too (`load_keras`)."""
+    pre-training or ELECTRA model serves its encoder's methods too (`load_keras`)."""
+    from export.bundle import ENCODER_SIGNATURE_TASKS
     from export.runtime import methods_of
 
     task = info.get("task")
     if backend == "keras":
-        return method in methods_of(task) + (methods_of("encoder") if task == "pretraining" else [])
+        task = KERAS_VIEW_TASKS.get(task, task)
+        encoder = methods_of("encoder") if task in ENCODER_SIGNATURE_TASKS else []
+        return method in methods_of(task) + encoder
     methods = info.get("methods")
     return method in (methods if isinstance(methods, list) else methods_of(task))
 
@@ -246,7 +251,7 @@ def candidates_for(view: View, found: dict, backend: str) -> list:
     own = choose(view, found.get(view.task, []))
     if own:
         return own
-    owners = {v.task: v for v in VIEWS}
+    owners = {v.task: v for v in VIEWS + OPTIONAL_VIEWS}
     return [
         c
         for task in view.fallback
@@ -302,14 +307,14 @@ def missing_message(view: View, models_dir: str, backend: str) -> str:
             f"e.g. from `{view.train_hint}`."
         )
     unable = [
-        path
+        (path, task)
         for task in view.fallback
         for path, info in discover(models_dir, backend)[0].get(task, [])
         if not offers(info, view.method, backend)
     ]
     if unable:
         how += (
-            f" (`{unable[0]}` cannot serve it: a {view.fallback[0]} bundle exported without "
+            f" (`{unable[0][0]}` cannot serve it: a {unable[0][1]} bundle exported without "
             f'an "encoder" signature; export it again with `python -m export`.)'
         )
     return f"This view needs {view.what}: {where}. {how}"
@@ -423,16 +428,17 @@ def load_keras(directory: str):
     vocab = os.path.join(directory, model_dir.VOCAB)
     tokenizer = WordPieceTokenizer(vocab, lowercase=info["lowercase"])
     next_sentence = bool(config.get("next_sentence", True))
-    signatures = None
-    if task == "pretraining":
-        # A pre-trainer's encoder, as a pre-training bundle's "encoder" signature serves it.
-        signatures = {"encoder": keras_predict(keras_model.encoder, "encoder")}
-    elif task == "electra_pretraining":
-        # The discriminator and the generator, as the run's bundle serves them.
-        task = info["task"] = KERAS_VIEW_TASKS[task]
-        signatures = {"generator": keras_predict(keras_model, "generator")}
+    source_task, signatures = task, {}
+    # ELECTRA's run: the discriminator, its encoder and the generator, as its bundle has them.
+    task = info["task"] = KERAS_VIEW_TASKS.get(task, task)
+    if task in bundle.ENCODER_SIGNATURE_TASKS:
+        # A pre-trainer's encoder (ELECTRA's discriminator's), as its bundle's "encoder"
+        # signature serves it.
+        signatures["encoder"] = keras_predict(keras_model.encoder, "encoder")
+    if source_task == "electra_pretraining":
+        signatures["generator"] = keras_predict(keras_model, "generator")
     predict = keras_predict(keras_model, task, next_sentence=next_sentence)
-    return runtime.EdgeModel(predict, tokenizer, info, signatures)
+    return runtime.EdgeModel(predict, tokenizer, info, signatures or None)
 
 
 def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K, next_sentence: bool = False):

@@ -18,9 +18,10 @@ signature, "encoder" (`export/convert.py`; ~1 % of the file): the same bundle
 serves fill_mask, attention and features (--no-encoder-signature leaves it
 out). Either ELECTRA model directory (electra_pretraining, what
 `--objective electra` saves, or replaced_token_detection) exports its
-discriminator as a "replaced_token_detection" bundle (detect_replaced); a
-pre-training run's also holds its generator as a second signature,
-"generator" (corrupt; --no-generator-signature leaves it out). Steps:
+discriminator as a "replaced_token_detection" bundle (detect_replaced), with
+the discriminator's encoder as its "encoder" signature too; a pre-training
+run's also holds its generator as a third signature, "generator" (corrupt;
+--no-generator-signature leaves it out). Steps:
 
   1. load the model directory (weights checked by name and shape);
   2. read real examples (`export/examples.py`: --data, else the fine-tuned
@@ -114,8 +115,8 @@ def parse_args(argv):
         "--encoder-signature",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="pretraining: also write the encoder's outputs (attention probabilities, "
-        'features) as a second signature, "encoder" (default: on)',
+        help="pretraining and ELECTRA: also write the encoder's outputs (attention "
+        'probabilities, features) as a second signature, "encoder" (default: on)',
     )
     p.add_argument(
         "--generator-signature",
@@ -192,7 +193,7 @@ def build(
     scores refused variants too) and VerificationError is raised.
 
     loaded: (model, info, tokenizer) already in memory; None loads `model_dir`.
-    encoder_signature: the "encoder" signature; None: for pretraining models.
+    encoder_signature: the "encoder" signature; None: for pretraining and ELECTRA models.
     generator_signature: the "generator" signature; None: for ELECTRA
     pre-training runs (whose bundle is a "replaced_token_detection" one)."""
     from export import bundle, convert
@@ -281,10 +282,11 @@ def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job
     electra = source_task in bundle.ELECTRA_TASKS
     task = bundle.REPLACED_TOKEN_TASK if electra else source_task
     if encoder_signature is None:
-        encoder_signature = task == "pretraining"
-    if encoder_signature and task != "pretraining":
+        encoder_signature = task in bundle.ENCODER_SIGNATURE_TASKS
+    if encoder_signature and task not in bundle.ENCODER_SIGNATURE_TASKS:
         raise ValueError(
-            f"--encoder-signature: only pretraining bundles have one, not {task} bundles"
+            f"--encoder-signature: only {' and '.join(bundle.ENCODER_SIGNATURE_TASKS)} bundles "
+            f"have one, not {task} bundles"
         )
     if generator_signature is None:
         generator_signature = source_task == "electra_pretraining"
@@ -338,8 +340,13 @@ def _representative(job: _Job, calibration, rows, calibrated: range):
         if not (job.electra and job.generator_signature):
             return (x for _, x in calibration.batches(CALIBRATION_BATCH))
         masked = rows.masked.take(calibrated)
+        # The encoder signature is the discriminator's encoder: calibrated on what it reads.
         return (
-            {bundle.DEFAULT_SIGNATURE: x, bundle.GENERATOR_SIGNATURE: m}
+            {
+                bundle.DEFAULT_SIGNATURE: x,
+                bundle.ENCODER_SIGNATURE: x,
+                bundle.GENERATOR_SIGNATURE: m,
+            }
             for (_, x), (_, m) in zip(
                 calibration.batches(CALIBRATION_BATCH), masked.batches(CALIBRATION_BATCH)
             )

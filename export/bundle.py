@@ -1,8 +1,8 @@
 """The bundle directory `python -m export` writes: everything an edge app needs, nothing else.
 
     BUNDLE/model.tflite    the LiteRT model: signature "serving_default" (the task's
-                           outputs) and, in pre-training bundles, "encoder" (the
-                           encoder's outputs, attention probabilities included); in
+                           outputs) and, in pre-training and ELECTRA bundles, "encoder"
+                           (the encoder's outputs, attention probabilities included); in
                            ELECTRA bundles exported from a pre-training run, "generator"
                            (the generator's masked-LM logits)
     BUNDLE/vocab.txt       the WordPiece vocabulary
@@ -68,8 +68,9 @@ FIELD_WORDS = {
     (int, float): "a number",
 }
 # The signature with the bundle's own task's outputs (the one `model.evaluate` and
-# verification read), and the extra one of a pre-training bundle: its encoder's
-# outputs, as an "encoder" bundle's (named after the task whose contract it follows).
+# verification read), and the extra one of a pre-training or ELECTRA bundle: its encoder's
+# outputs (ELECTRA's: the discriminator's), as an "encoder" bundle's (named after the task
+# whose contract it follows).
 DEFAULT_SIGNATURE = "serving_default"
 ENCODER_SIGNATURE = "encoder"
 # An ELECTRA bundle's default signature is its discriminator ("replaced_token_detection",
@@ -81,6 +82,8 @@ REPLACED_TOKEN_TASK = "replaced_token_detection"
 # served and evaluated at; fine-tuned ones store theirs (`max_seq_length`).
 DEFAULT_SEQ_LEN = 128
 ELECTRA_TASKS = ("electra_pretraining", REPLACED_TOKEN_TASK)  # the model directories' tasks
+# The bundle tasks that carry an "encoder" signature unless exported without it.
+ENCODER_SIGNATURE_TASKS = ("pretraining", REPLACED_TOKEN_TASK)
 GENERATOR_SIGNATURE = "generator"
 
 

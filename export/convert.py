@@ -28,9 +28,10 @@ input int32 with a dynamic batch and length:
                   so a top-k cut would change the draws)
 
 Each but the last is the file's "serving_default" signature of its task. A
-pre-training bundle also gets an "encoder" signature (`signatures(...,
-encoder_signature=True)`): its encoder's serving function, the encoder
-contract above, so the fill-mask bundle draws attention maps too and no
+pre-training or ELECTRA bundle also gets an "encoder" signature (`signatures(...,
+encoder_signature=True)`): its encoder's serving function (ELECTRA's: the
+discriminator's encoder), the encoder contract above, so the fill-mask or
+replaced-token bundle draws attention maps and gives features too and no
 separate encoder bundle is needed. An ELECTRA bundle exported from a
 pre-training run gets a "generator" signature (`generator_signature=True`).
 TFLite keeps one subgraph per signature but one copy of every weight buffer
@@ -81,6 +82,7 @@ import warnings
 from export.bundle import (
     DEFAULT_SIGNATURE,
     ENCODER_SIGNATURE,
+    ENCODER_SIGNATURE_TASKS,
     GENERATOR_SIGNATURE,
     QUANTIZATIONS,
     REPLACED_TOKEN_TASK,
@@ -186,14 +188,15 @@ def signatures(
     generator_signature: bool = False,
 ) -> dict:
     """{signature key: `serving(...)`'s triple}: the task's own under "serving_default"
-    and, with `encoder_signature` (pretraining models), the model's encoder's (the
-    encoder contract) under "encoder"; with `generator_signature` (an ELECTRA
+    and, with `encoder_signature` (pretraining and ELECTRA models), the model's encoder's
+    (the encoder contract; ELECTRA's discriminator's) under "encoder"; with `generator_signature` (an ELECTRA
     pre-trainer exported as "replaced_token_detection"), its generator's under "generator"."""
     result = {DEFAULT_SIGNATURE: serving(model, task, top_k, next_sentence)}
     if encoder_signature:
-        if task != "pretraining":
+        if task not in ENCODER_SIGNATURE_TASKS:
             raise ValueError(
-                f"an {ENCODER_SIGNATURE!r} signature is for pretraining models, not {task!r} ones"
+                f"an {ENCODER_SIGNATURE!r} signature is for "
+                f"{' and '.join(ENCODER_SIGNATURE_TASKS)} models, not {task!r} ones"
             )
         result[ENCODER_SIGNATURE] = serving(model.encoder, "encoder")
     if generator_signature:

@@ -65,7 +65,8 @@ Which methods a bundle serves: those of its task (`TASK_METHODS`), and those of
 the task each other signature of its file is named after. A pre-training
 bundle written by today's `python -m export` has an "encoder" signature, so it
 serves fill_mask, attention and features (bundle.json's "methods" lists them);
-an older one only fill_mask.
+an older one only fill_mask. An ELECTRA bundle's "encoder" signature is its
+discriminator's encoder: detect_replaced, attention and features.
 Bad input raises ValueError with a message for the user (empty text, no
 [MASK], a method the bundle's task cannot do).
 """
@@ -762,10 +763,13 @@ class EdgeModel:
                 "electra; a discriminator's model directory has no generator)"
             )
         if "encoder" in tasks:  # attention, features
-            needs += ' (or a pretraining bundle with an "encoder" signature'
+            from export.bundle import ENCODER_SIGNATURE_TASKS
+
+            needs += f" (or {' or '.join(_a(t) for t in ENCODER_SIGNATURE_TASKS)} bundle with "
+            needs += 'an "encoder" signature'
             needs += (
                 ": this one was exported without it; export it again with python -m export)"
-                if self.task == "pretraining"
+                if self.task in ENCODER_SIGNATURE_TASKS
                 else ")"
             )
         raise ValueError(f"this is {_a(self.task)} bundle; {method}() needs {needs}")

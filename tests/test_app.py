@@ -980,8 +980,11 @@ def test_keras_backend_serves_an_electra_run_as_its_bundle(electra_models, tmp_p
     shutil.copytree(electra["run"], tmp_path / "electra")
     slot = models.load_all(str(tmp_path), backend="keras")["replaced_tokens"]
     assert slot.ready and slot.info["task"] == "replaced_token_detection"
-    assert slot.model.methods == ["detect_replaced", "corrupt"]
+    assert slot.model.methods == ["detect_replaced", "attention", "features", "corrupt"]
     assert "Keras" in slot.describe() and "with its generator" in slot.describe()
+    # The only model there: the Attention view draws the discriminator's encoder's maps.
+    attention = models.load_all(str(tmp_path), backend="keras")["attention"]
+    assert attention.ready and attention.model.attention(ELECTRA_TEXT)["attention"].ndim == 4
     lite = runtime.load(electra["float32"])
     for seed in (1, 2):
         keras, bundle = (

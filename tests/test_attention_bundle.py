@@ -175,9 +175,8 @@ def test_old_bundles_still_fill_masks_and_say_what_attention_needs(bundles, tmp_
     for method in (old.attention, old.features):
         with pytest.raises(
             ValueError,
-            match="needs an encoder bundle \\(or a pretraining bundle "
-            'with an "encoder" signature: this one was '
-            "exported without it",
+            match="needs an encoder bundle \\(or a pretraining or a replaced_token_detection "
+            'bundle with an "encoder" signature: this one was exported without it',
         ):
             method(TEXT)
     # bundle.json promising a signature the file lacks is refused when loaded.
@@ -267,13 +266,14 @@ def test_app_keras_backend_draws_attention_with_a_pretraining_model_directory(bu
     )
 
 
-def test_only_pretraining_bundles_take_an_encoder_signature(tmp_path, capsys):
+def test_only_pretraining_and_electra_bundles_take_an_encoder_signature(tmp_path, capsys):
     from export.__main__ import main
     from tests.helpers import leftovers
 
     directory = make_model_dir(tmp_path, "classifier", TASK_INFOS["classifier"])
     assert main(["--model", directory, "--out", str(tmp_path / "b"), "--encoder-signature"]) == 1
-    assert "only pretraining bundles have one, not classifier bundles" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "only pretraining and replaced_token_detection bundles have one, not classifier" in err
     assert leftovers(tmp_path, "b") == []
 
 

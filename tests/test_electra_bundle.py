@@ -99,10 +99,11 @@ def test_bundle_json_of_a_run_and_of_a_discriminator(electra):
     vocabulary = len(open(os.path.join(electra["run"], "vocab.txt")).read().split("\n")) - 1
     assert info["task"] == "replaced_token_detection" and info["max_seq_length"] == 32
     assert info["source"]["config"]["task"] == "electra_pretraining"
-    assert info["methods"] == ["detect_replaced", "corrupt"]
+    assert info["methods"] == ["detect_replaced", "attention", "features", "corrupt"]
     assert runtime.methods_of("replaced_token_detection") == ["detect_replaced"]
     assert runtime.methods_of("generator") == ["corrupt"]
-    assert sorted(info["signatures"]) == ["generator", "serving_default"]
+    assert sorted(info["signatures"]) == ["encoder", "generator", "serving_default"]
+    assert info["signatures"]["encoder"]["task"] == "encoder"
     assert info["outputs"] == {"rtd": [-1, -1]}
     assert info["inputs"] == {n: [-1, -1] for n in ("padding_mask", "segment_ids", "token_ids")}
     generator = info["signatures"]["generator"]
@@ -112,7 +113,11 @@ def test_bundle_json_of_a_run_and_of_a_discriminator(electra):
     for name in ("float32", "dynamic"):
         stored = bundle.read_info(electra[name])
         limit = verify.THRESHOLDS[name].max_relative_error
-        for report in (stored["verification"], stored["signatures"]["generator"]["verification"]):
+        signatures = stored["signatures"]
+        reports = [stored["verification"]] + [
+            signatures[k]["verification"] for k in ("encoder", "generator")
+        ]
+        for report in reports:
             assert report["passed"] and report["quantization"] == name
             assert report["data"] == electra["text"]
             assert all(o["relative_error"] <= limit for o in report["outputs"].values())
@@ -121,8 +126,9 @@ def test_bundle_json_of_a_run_and_of_a_discriminator(electra):
         # About 15 % of the tokens chosen (never [CLS]/[SEP]), a few draws equal the original.
         assert 0.05 < held_out["replaced"] / held_out["tokens"] < 0.15
     alone = bundle.read_info(electra["discriminator-float32"])
-    assert alone["task"] == "replaced_token_detection" and alone["methods"] == ["detect_replaced"]
-    assert list(alone["signatures"]) == ["serving_default"]
+    assert alone["task"] == "replaced_token_detection"
+    assert alone["methods"] == ["detect_replaced", "attention", "features"]
+    assert sorted(alone["signatures"]) == ["encoder", "serving_default"]
     assert alone["source"]["config"]["task"] == "replaced_token_detection"
     assert alone["verification"]["replaced_tokens"]["corruption"] == "random vocabulary tokens"
 
@@ -187,6 +193,34 @@ def test_detect_replaced_is_the_keras_discriminators(electra, keras_run, name):
     else:
         assert relative_error(got, expected) <= verify.THRESHOLDS["dynamic"].max_relative_error
         assert np.abs(np.asarray(got) - expected).max() <= MAX_ABS_DYNAMIC
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["float32", "dynamic", "discriminator-float32"])
+def test_features_and_attention_are_the_keras_discriminators_encoders(electra, keras_run, name):
+    """The "encoder" signature is the discriminator's encoder: the features and attention maps
+    the Keras run's encoder gives the same tokens (float32 to rounding, dynamic within its
+    verification threshold)."""
+    from export import convert, verify
+
+    model, _, tokenizer = keras_run
+    m = runtime.load(electra[name])
+    features, attention = m.features(TEXT), m.attention(TEXT)
+    assert features["tokens"] == attention["tokens"] and features["tokens"][0] == "[CLS]"
+    ids = np.array([[tokenizer.token_to_id[t] for t in features["tokens"]]], np.int32)
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    expected = convert.keras_outputs(convert.serving(model.encoder, "encoder")[0], x)
+    pairs = (
+        (features["sequence_output"], expected["sequence_output"][0]),
+        (features["pooled_output"], expected["pooled_output"][0]),
+        (attention["attention"], expected["attention_probs"][0]),
+    )
+    for got, want in pairs:
+        assert got.shape == want.shape
+        if name.endswith("float32"):
+            np.testing.assert_allclose(got, want, atol=1e-4)
+        else:
+            assert relative_error(got, want) <= verify.THRESHOLDS["dynamic"].max_relative_error
 
 
 @pytest.mark.slow
@@ -272,8 +306,8 @@ def test_the_discriminator_bundle_is_the_runs_discriminator(electra):
 def test_int8_export_verifies_and_answers_within_its_tolerance(
     electra, keras_run, tmp_path, monkeypatch
 ):
-    """Full int8 of both signatures, calibrated on corrupted (discriminator) and masked
-    (generator) text. A 20-step model's near-zero logits flip sign under int8 more than a
+    """Full int8 of all three signatures, calibrated on corrupted (discriminator and its
+    encoder) and masked (generator) text. A 20-step model's near-zero logits flip sign under int8 more than a
     trained model's: verified at 0.85 agreement, as tests/test_export.py does for int8."""
     from export import bundle, verify
     from tests.test_export import export
@@ -286,6 +320,7 @@ def test_int8_export_verifies_and_answers_within_its_tolerance(
     info = bundle.read_info(str(tmp_path / "int8"))
     assert info["conversion"]["calibration"]["data"] == electra["text"]
     assert info["signatures"]["generator"]["verification"]["passed"]
+    assert info["signatures"]["encoder"]["verification"]["passed"]  # calibrated with the rest
     result = runtime.load(str(tmp_path / "int8")).detect_replaced(TEXT)
     got = [t["probability_replaced"] for t in result["tokens"]]
     expected = keras_probabilities(discriminator, tokenizer, result["read"])
@@ -596,7 +631,8 @@ from export import runtime
 
 m = runtime.load(sys.argv[1])
 result = {"methods": m.methods, "detect": m.detect_replaced(sys.argv[2]),
-          "corrupt": m.corrupt(sys.argv[2], 0.3, 11)}
+          "corrupt": m.corrupt(sys.argv[2], 0.3, 11),
+          "pooled": m.features(sys.argv[2])["pooled_output"].tolist()}
 result["heavy_modules"] = sorted(name for name in sys.modules if name.split(".")[0] in
                                  ("tensorflow", "keras", "tensorflow_text", "keras_hub", "jax"))
 print(json.dumps(result))
@@ -616,8 +652,10 @@ def test_electra_methods_in_the_edge_environment(electra, edge_python):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     edge = json.loads(result.stdout)
-    assert edge["heavy_modules"] == [] and edge["methods"] == ["detect_replaced", "corrupt"]
+    assert edge["heavy_modules"] == []
+    assert edge["methods"] == ["detect_replaced", "attention", "features", "corrupt"]
     m = runtime.load(electra["dynamic"])
+    np.testing.assert_allclose(edge["pooled"], m.features(TEXT)["pooled_output"], atol=1e-6)
     assert edge["corrupt"] == json.loads(json.dumps(m.corrupt(TEXT, 0.3, 11)))
     here = m.detect_replaced(TEXT)
     assert [t["probability_replaced"] for t in edge["detect"]["tokens"]] == pytest.approx(
