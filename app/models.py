@@ -210,7 +210,7 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
             problems.append(f"{file}: unreadable ({e})")
             continue
         if backend == "keras" and "encoder" not in info:
-            from model.checkpoints.formats import other_format
+            from model.checkpoints.detect import other_format
 
             other = other_format(info)
             if other is not None:  # a folder the Keras backend does not load as it is

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from model.checkpoints.detect import detect_format
+
 FORMATS = ("google", "hf", "keras", "keras-hub")
 # CLI task names -> (our task, options); "masked_lm" is pre-training without NSP.
 TASKS = {
@@ -32,55 +34,6 @@ TASKS = {
 # Hugging Face's config.json (the task as transformers' `finetuning_task`); a keras-hub
 # preprocessor takes the length; what a format cannot hold is said in a note.
 USAGE_FIELDS = ("finetuned_task", "max_seq_length", "null_threshold", "document_context")
-
-
-def detect_format(path: str) -> str:
-    """ "keras", "keras-hub", "hf" or "google", from the files a path holds."""
-    if path.endswith(".keras") and os.path.isfile(path):
-        return "keras"
-    if not os.path.isdir(path):
-        if os.path.isfile(path + ".index") or path.endswith(".index"):
-            return "google"
-        if os.path.isfile(path):
-            raise ValueError(
-                f"{path}: a file; pass the model folder that holds it "
-                f"({os.path.dirname(path) or '.'})"
-            )
-        raise FileNotFoundError(f"{path}: no such model folder or file")
-    files = set(os.listdir(path))
-    from model.checkpoints import keras_hub_preset
-
-    if keras_hub_preset.is_preset(path):
-        return "keras-hub"
-    if "config.json" in files and "model.weights.h5" in files:
-        return "keras"
-    if "config.json" in files and (
-        files & {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"}
-    ):
-        return "hf"
-    if "bert_config.json" in files and any(f.endswith(".index") for f in files):
-        return "google"
-    if "bundle.json" in files:
-        raise ValueError(
-            f"{path}: a LiteRT bundle (python -m export's output), which only runs: train, "
-            f"convert or export from the model directory it was exported from"
-        )
-    raise ValueError(
-        f"{path}: not a recognised model folder (expected config.json + "
-        f"model.weights.h5, config.json + model.safetensors, or bert_config.json + "
-        f"*.ckpt.index, or a keras-hub preset); found {sorted(files)[:10]}"
-    )
-
-
-def other_format(config: dict) -> tuple[str, str] | None:
-    """(format, what it is) when a folder's config.json is a keras-hub preset's or a Hugging
-    Face folder's rather than one of our model directories'; else None. Cheap (no
-    TensorFlow): the app's LiteRT side calls it too."""
-    if str(config.get("registered_name", "")).startswith("keras_hub>"):
-        return "keras-hub", "a keras-hub preset"
-    if "architectures" in config or "model_type" in config:
-        return "hf", "a Hugging Face folder"
-    return None
 
 
 def usage_of(path: str, fmt: str | None = None) -> dict:

@@ -123,7 +123,7 @@ def model_type(directory: str) -> str:
 def read_config(directory: str, expected_type: str = "bert") -> dict:
     path = os.path.join(directory, CONFIG)
     data = read_json_object(path, "config", f"; is {directory!r} a Hugging Face model folder?")
-    from model.checkpoints.formats import other_format
+    from model.checkpoints.detect import other_format
 
     found = other_format(data)
     if found is not None and found[0] == "keras-hub":

@@ -33,11 +33,11 @@ a preset is our model with the tanh GELU, which computes what keras-hub computes
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
+from model.checkpoints.detect import KERAS_HUB_PREFIX
 from model.checkpoints.mapping import ENCODER, Entry, assign
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
 from model.io.files import read_json_object
@@ -47,7 +47,7 @@ TASK_CONFIG = "task.json"
 TASK_WEIGHTS = "task.weights.h5"
 TOKENIZER_CONFIG = "tokenizer.json"
 VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.txt")
-PREFIX = "keras_hub>"
+PREFIX = KERAS_HUB_PREFIX
 BACKBONES = ("BertBackbone", "ElectraBackbone")
 LAYER_NORM_EPSILON = 1e-12  # keras-hub's BERT and ELECTRA hard-code it
 # BertMaskedLM's head: the exact GELU and MaskedLMHead's default epsilon, over a tanh-GELU backbone
@@ -71,19 +71,6 @@ SHARED_FIELDS = (
     "max_sequence_length",
     "num_segments",
 )
-
-
-def is_preset(path: str) -> bool:
-    """True for a folder whose config.json is a keras-hub backbone's."""
-    config = os.path.join(path, CONFIG)
-    if not os.path.isfile(config):
-        return False
-    try:
-        with open(config, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and str(data.get("registered_name", "")).startswith(PREFIX)
 
 
 # === Writing ===

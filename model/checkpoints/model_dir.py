@@ -268,7 +268,7 @@ def _refuse_other_formats(directory: str, info: dict) -> None:
     """A keras-hub preset's or a Hugging Face folder's config.json, where one of ours is read
     (evaluate, export, the app): one line saying to convert it (`model.load` and
     `finetune --init` read them as they are)."""
-    from model.checkpoints.formats import other_format
+    from model.checkpoints.detect import other_format
 
     found = other_format(info)
     if found is not None:
