@@ -73,7 +73,7 @@ EXAMPLES = {
     ],
 }
 
-# Heatmap cell shades q0 (white) .. q20 (deep blue), see predict.heatmap_html.
+# Heatmap cell shades q0 (white) .. q20 (deep blue), see render.heatmap_html.
 _SHADES = "\n".join(
     f".attn td.q{q} {{ background: rgb({255 - round(q / 20 * 226)}, {255 - round(q / 20 * 177)}, "
     f"{255 - round(q / 20 * 39)}); }}"

@@ -687,6 +687,15 @@ def reads_pairs(task_name) -> bool | None:
     return None if task is None else task.text_b is not None
 
 
+def meanings(task_name) -> dict[str, str]:
+    """{a label as the GLUE task `task_name`'s files write it ("0"): what it means
+    ("negative")}; {} for a name of no GLUE task or one whose labels are words already."""
+    task = TASKS.get(str(task_name))
+    if task is None or not task.display_names:
+        return {}
+    return dict(zip(task.label_names, task.display_names))
+
+
 # === Command line ===
 
 # The shipped sentiment model's vocabulary: WordPieces are counted as it reads them.
