@@ -726,8 +726,8 @@ def test_the_electra_default_is_the_cpu_experiments_run():
         flags(list(recipe), "--checkpoint-every")
     )
     held_out, train = work.make_records("segments")
-    assert flags(list(held_out.argv), "--input") == work.d(defaults.ELECTRA_HELD_OUT)
-    assert flags(list(train.argv), "--input") == [work.d(p) for p in defaults.ELECTRA_INPUTS]
+    assert flags(list(held_out.argv), "--input") == work.in_data(defaults.ELECTRA_HELD_OUT)
+    assert flags(list(train.argv), "--input") == [work.in_data(p) for p in defaults.ELECTRA_INPUTS]
     paths = ("--input", "--vocab", "--output")
     for records in (held_out, train):
         assert settings(records.argv, paths) == settings(defaults.ELECTRA_RECORDS_FLAGS, paths)

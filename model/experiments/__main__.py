@@ -188,16 +188,16 @@ def main(argv=None) -> int:
         else run(
             plan,
             dry_run=args.dry_run,
-            timings=work.w("timings.json"),
+            timings=work.in_work("timings.json"),
             in_process=args.in_process,
             time_limit=args.time_limit,
             jobs=args.jobs,
-            log_dir=work.w("logs"),
+            log_dir=work.in_work("logs"),
         )
     )
     if (rc != 0 and rc != STOPPED) or args.dry_run:
         return rc
-    report = work.w(f"{table.name}.md")
+    report = work.in_work(f"{table.name}.md")
     if args.report and not any(v for row in results(table, work).values() for v in row.values()):
         print(
             f"error: no result of {table.name} at --scale {scale.name} in {work.work}: "

@@ -23,7 +23,7 @@ import math
 import os
 
 from model.experiments.scales import Scale
-from model.recipes.runner import Command, Deferred, read_json
+from model.recipes.runner import Command, Deferred, WorkAndData, read_json
 from model.training import layout
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,7 +57,7 @@ class Pretraining:
 
 
 @dataclasses.dataclass(frozen=True)
-class Work:
+class Work(WorkAndData):
     """The work directory, the data directory and the scale of one experiment; `device`: the
     accelerator's kind where the commands run ("NVIDIA H200"; None: not known, or a CPU)."""
 
@@ -66,12 +66,6 @@ class Work:
     scale: Scale
     vocab: str = DEFAULT_VOCAB
     device: str | None = None
-
-    def w(self, *parts) -> str:
-        return os.path.join(self.work, *parts)
-
-    def d(self, *parts) -> str:
-        return os.path.join(self.data, *parts)
 
     # === Names ===
 
@@ -82,10 +76,10 @@ class Work:
         return f"{p.name}-{self.size_of(p)}-seed{PRETRAINING_SEED}"
 
     def run_dir(self, p: Pretraining) -> str:
-        return self.w("runs", self.run_name(p))
+        return self.in_work("runs", self.run_name(p))
 
     def records(self, inputs: str, static: bool = False, split: str = "train") -> str:
-        return self.w("data", f"{split}-{inputs}" + ("-static" if static else ""))
+        return self.in_work("data", f"{split}-{inputs}" + ("-static" if static else ""))
 
     def finetune_dir(
         self,
@@ -99,18 +93,20 @@ class Work:
         name = task + ("-bilstm" if bilstm else "")
         if checkpoint is not None and checkpoint != self.scale.checkpoints:
             name += f"-checkpoint{checkpoint}of{self.scale.checkpoints}"
-        return self.w("finetune", self.run_name(p), f"{name}-seed{seed}")
+        return self.in_work("finetune", self.run_name(p), f"{name}-seed{seed}")
 
     def features_dir(self, p: Pretraining, layers: str, seed: int, combine: str = "concat") -> str:
         # "-1,-2" names a folder "layers-1,-2": a name starting with "-" reads as an option to
         # ls and rm. A WORK made before keeps its "-1,-2-seedN" folders, found as they are.
         name = layers + ("" if combine == "concat" else f"-{combine}") + f"-seed{seed}"
-        old = self.w("features", self.run_name(p), name)
-        new = self.w("features", self.run_name(p), ("layers" if name[0] == "-" else "") + name)
+        old = self.in_work("features", self.run_name(p), name)
+        new = self.in_work(
+            "features", self.run_name(p), ("layers" if name[0] == "-" else "") + name
+        )
         return old if os.path.isdir(old) and not os.path.isdir(new) else new
 
     def mlm_file(self, p: Pretraining) -> str:
-        return self.w("mlm", f"{self.run_name(p)}.json")
+        return self.in_work("mlm", f"{self.run_name(p)}.json")
 
     def hidden_dim(self, size: str) -> int:
         from model.config import BertConfig
@@ -150,12 +146,12 @@ class Work:
         fields = dict(self.scale.sizes).get(size, size)
         if isinstance(fields, str):
             return fields
-        return self.w("configs", f"{size}.json")
+        return self.in_work("configs", f"{size}.json")
 
     def config_files(self) -> dict[str, dict]:
         """{path: BertConfig fields} of the sizes that are not presets."""
         return {
-            self.w("configs", f"{name}.json"): {"vocabulary_size": 30522, **fields}
+            self.in_work("configs", f"{name}.json"): {"vocabulary_size": 30522, **fields}
             for name, fields in self.scale.sizes
             if not isinstance(fields, str)
         }
@@ -171,7 +167,7 @@ class Work:
             out = self.records(inputs, static, split)
             argv = ["--inputs", inputs, "--vocab", self.vocab, "--output", out]
             for source in sources:
-                argv += ["--input", self.d(source)]
+                argv += ["--input", self.in_data(source)]
             argv += ["--seq-len", str(self.scale.seq_len)]
             argv += ["--num-shards", str(self.scale.record_shards)]
             if static:
@@ -238,7 +234,7 @@ class Work:
             steps = self.steps_for(known)
             every = str(steps // s.checkpoints)
             return [Command("model.train", self.pretrain_argv(p, run, str(steps), every), done)]
-        calibration = self.w("calibration", self.run_name(p))
+        calibration = self.in_work("calibration", self.run_name(p))
         n = s.calibration_steps
         calibrate = Command(
             "model.train",
@@ -312,7 +308,7 @@ class Work:
             "--task",
             task,
             "--data",
-            self.d(t.data),
+            self.in_data(t.data),
             "--init",
             init,
             "--output",
@@ -334,7 +330,7 @@ class Work:
             "--model",
             self.run_dir(p),
             "--data",
-            self.d(t.data),
+            self.in_data(t.data),
             "--output",
             out,
             f"--layers={layers}",
@@ -356,7 +352,7 @@ class Work:
             "--model",
             self.run_dir(p),
             "--data",
-            self.d(self.scale.held_out),
+            self.in_data(self.scale.held_out),
             "--seq-len",
             str(self.scale.seq_len),
             "--output",

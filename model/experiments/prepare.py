@@ -59,14 +59,14 @@ def check_inputs(table: Table, work: Work) -> None:
     scale = work.scale
     where = f"(--data {work.data})"
     for source in scale.corpora:
-        if not glob.glob(work.d(source)):
-            raise FileNotFoundError(f"{work.d(source)}: no corpus file matches {where}")
-    if not os.path.isfile(work.d(scale.held_out)):
-        raise FileNotFoundError(f"{work.d(scale.held_out)}: no held-out text {where}")
+        if not glob.glob(work.in_data(source)):
+            raise FileNotFoundError(f"{work.in_data(source)}: no corpus file matches {where}")
+    if not os.path.isfile(work.in_data(scale.held_out)):
+        raise FileNotFoundError(f"{work.in_data(scale.held_out)}: no held-out text {where}")
     if not os.path.isfile(work.vocab):
         raise FileNotFoundError(f"{work.vocab}: no vocabulary file (--vocab)")
     for name in task_names(table):
-        data = work.d(scale.tasks[name].data)
+        data = work.in_data(scale.tasks[name].data)
         try:
             train, dev = tasks.get(name).files(data)
         except FileNotFoundError as e:
@@ -129,13 +129,13 @@ def prepare(table: Table, work: Work, out: str) -> dict:
             continue
         argv = ["--write-ids", "--vocab", vocab, "--output", path]
         for source in sources:
-            argv += ["--input", work.d(source)]
+            argv += ["--input", work.in_data(source)]
         if make_data.main(argv) != 0:
             raise ValueError(f"could not write {path} (the error is above)")
     copied = dict(manifest.get("tasks", {}))
     for name in task_names(table):
         t = scale.tasks[name]
-        train, dev = tasks.get(name).files(work.d(t.data))
+        train, dev = tasks.get(name).files(work.in_data(t.data))
         for path in filter(None, (train, dev)):
             target = os.path.join(out, os.path.relpath(path, work.data))
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -211,7 +211,7 @@ def _size(directory: str) -> int:
 def prepared_work(table: Table, work: Work) -> Work:
     """`work` reading from its `--data` directory when that is a prepared one (the corpora
     as ids, its own vocabulary), after checking it holds what `table` reads; else `work`."""
-    manifest = read_json(work.d(MANIFEST))
+    manifest = read_json(work.in_data(MANIFEST))
     if not manifest:
         return work
     where = work.data
@@ -230,4 +230,4 @@ def prepared_work(table: Table, work: Work) -> Work:
     scale: Scale = dataclasses.replace(
         work.scale, corpora=(manifest["train_ids"],), held_out=manifest["valid_ids"]
     )
-    return dataclasses.replace(work, scale=scale, vocab=work.d("vocab.txt"))
+    return dataclasses.replace(work, scale=scale, vocab=work.in_data("vocab.txt"))

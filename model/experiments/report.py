@@ -74,7 +74,7 @@ def record_hardware(work: Work) -> None:
     (parts of a table may run on several)."""
     from model.io.files import write_json
 
-    path = work.w("hardware.json")
+    path = work.in_work("hardware.json")
     machines = read_json(path).get("machines", [])
     if hardware() not in machines:
         write_json(path, {"machines": [*machines, hardware()]})
@@ -82,7 +82,7 @@ def record_hardware(work: Work) -> None:
 
 def hardware_text(work: Work) -> str:
     """The machines WORK's commands ran on (WORK/hardware.json), never guessed from this one."""
-    machines = read_json(work.w("hardware.json")).get("machines")
+    machines = read_json(work.in_work("hardware.json")).get("machines")
     return "; ".join(machines) if machines else "not recorded (no command has run in WORK)"
 
 
@@ -166,7 +166,7 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         "",
     ]
     for command, output in commands:
-        seconds = time_of(work.w("timings.json"), output)
+        seconds = time_of(work.in_work("timings.json"), output)
         took = f"  # {seconds / 60:.1f} min" if seconds is not None else ""
         lines.append(f"    {command}{took}")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
@@ -223,8 +223,8 @@ def baselines(table: Table, work: Work, measured: dict) -> list[str]:
             continue
         majority = {}  # by dev set: MNLI's metrics are "matched_accuracy", ...
         try:
-            train = task.read(task.files(work.d(spec.data))[0])
-            for prefix, dev in task.dev_files(work.d(spec.data)).items():
+            train = task.read(task.files(work.in_data(spec.data))[0])
+            for prefix, dev in task.dev_files(work.in_data(spec.data)).items():
                 metrics = task.majority_metrics(train, task.read(dev)) or {}
                 majority.update({prefix + k: v for k, v in metrics.items()})
         except (OSError, ValueError):

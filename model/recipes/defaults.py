@@ -51,7 +51,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from model.recipes.runner import Command, Step, read_json, run
+from model.recipes.runner import Command, Step, WorkAndData, read_json, run
 from model.training import layout
 
 # === The settings of the shipped models ===
@@ -203,17 +203,11 @@ TABLE_METRICS = {
 
 
 @dataclass(frozen=True)
-class Paths:
+class Paths(WorkAndData):
     minilm: str | None
     work: str
     assets: str
     data: str
-
-    def w(self, *parts) -> str:
-        return os.path.join(self.work, *parts)
-
-    def d(self, *parts) -> str:
-        return os.path.join(self.data, *parts)
 
     def bundle(self, step: str) -> str:
         return os.path.join(self.assets, ASSET_FOLDERS[step])
@@ -222,8 +216,8 @@ class Paths:
 def export_and_score(step: str, model: str, p: Paths, task: str, *flags: str) -> list[Command]:
     """Export `model` (with `flags`) to its bundle folder and score the bundle on the step's
     dev file as `task`."""
-    bundle, dev = p.bundle(step), p.d(DEV[step])
-    out = p.w(f"{step}.bundle-metrics.json")
+    bundle, dev = p.bundle(step), p.in_data(DEV[step])
+    out = p.in_work(f"{step}.bundle-metrics.json")
     return [
         Command(
             "export",
@@ -253,7 +247,7 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
     """One `model.train pretrain` per schedule of PRETRAIN_STAGES, each from the one before."""
     commands = []
     for name, flags in PRETRAIN_STAGES:
-        output = p.w(name)
+        output = p.in_work(name)
         commands.append(
             Command(
                 "model.train",
@@ -277,7 +271,7 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
 
 def plan(p: Paths) -> list[Step]:
     """Every step of the recipe, in order."""
-    minilm = p.w("minilm")
+    minilm = p.in_work("minilm")
     steps = [_convert_step(p, minilm), _mlm_step(p, minilm)]
     steps += [_finetune_step(p, minilm, task) for task in FINETUNE]
     steps.append(electra_step(p, os.path.join(minilm, "vocab.txt")))
@@ -305,12 +299,12 @@ def _convert_step(p: Paths, minilm: str) -> Step:
 
 
 def _mlm_step(p: Paths, minilm: str) -> Step:
-    records, mlm = p.w("pretrain_records"), p.w(PRETRAIN_STAGES[-1][0])
+    records, mlm = p.in_work("pretrain_records"), p.in_work(PRETRAIN_STAGES[-1][0])
     trained_on = ",".join(os.path.join(records, shard) for shard in PRETRAIN_SHARDS)
-    inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.d(pattern))]
+    inputs = [a for pattern in PRETRAIN_INPUTS for a in ("--input", p.in_data(pattern))]
     vocab = os.path.join(minilm, "vocab.txt")
-    keras_metrics = p.w("mlm.metrics.json")
-    evaluate = ("--task", "mlm", "--model", mlm, "--data", p.d(DEV["mlm"]))
+    keras_metrics = p.in_work("mlm.metrics.json")
+    evaluate = ("--task", "mlm", "--model", mlm, "--data", p.in_data(DEV["mlm"]))
     return Step(
         "mlm",
         (
@@ -338,8 +332,8 @@ def _records(inputs, vocab: str, output: str, flags) -> Command:
 
 def _finetune_step(p: Paths, minilm: str, task: str) -> Step:
     data, flags = FINETUNE[task]
-    output = p.w(task)
-    finetune = ("finetune", "--task", task, "--data", p.d(data), "--init", minilm)
+    output = p.in_work(task)
+    finetune = ("finetune", "--task", task, "--data", p.in_data(data), "--init", minilm)
     return Step(
         task,
         (
@@ -359,15 +353,17 @@ def electra_step(p: Paths, vocab: str) -> Step:
     """ELECTRA from scratch, its bundle (discriminator + generator) and its report card
     (`python -m export.report`: AUC, accuracy on replaced and original tokens, float32 against
     the shipped dynamic int8, on corrupted held-out text)."""
-    records, held_out = p.w("electra_records"), p.w("electra_held_out")
-    run, dev = p.w("electra"), p.d(DEV["electra"])
-    bundle, card = p.bundle("electra"), p.w("electra.card.md")
-    inputs = [a for pattern in ELECTRA_INPUTS for a in ("--input", p.d(pattern))]
+    records, held_out = p.in_work("electra_records"), p.in_work("electra_held_out")
+    run, dev = p.in_work("electra"), p.in_data(DEV["electra"])
+    bundle, card = p.bundle("electra"), p.in_work("electra.card.md")
+    inputs = [a for pattern in ELECTRA_INPUTS for a in ("--input", p.in_data(pattern))]
     return Step(
         "electra",
         (
             _records(inputs, vocab, records, ELECTRA_RECORDS_FLAGS),
-            _records(("--input", p.d(ELECTRA_HELD_OUT)), vocab, held_out, ELECTRA_RECORDS_FLAGS),
+            _records(
+                ("--input", p.in_data(ELECTRA_HELD_OUT)), vocab, held_out, ELECTRA_RECORDS_FLAGS
+            ),
             Command(
                 "model.train",
                 ("pretrain", "--data", records, "--eval-data", held_out, "--output", run)
@@ -433,11 +429,11 @@ def table(p: Paths) -> list[str]:
         bundle = p.bundle(step)
         model = os.path.join(bundle, "model.tflite")
         size = f"{os.path.getsize(model) / 1e6:.1f}" if os.path.isfile(model) else "-"
-        lite = read_json(p.w(f"{step}.bundle-metrics.json"))
+        lite = read_json(p.in_work(f"{step}.bundle-metrics.json"))
         keras_metrics = (
-            read_json(p.w("mlm.metrics.json"))
+            read_json(p.in_work("mlm.metrics.json"))
             if step == "mlm"
-            else read_json(p.w(step, "metrics.json")).get("dev", {})
+            else read_json(p.in_work(step, "metrics.json")).get("dev", {})
         )
         for key in TABLE_METRICS.get(step, ("-",)):
             lines.append(

@@ -37,6 +37,17 @@ from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm
 STOPPED = 75
 
 
+class WorkAndData:
+    """Paths under a dataclass's `work` and `data` fields (an experiment's, the defaults'):
+    a mixin, so the dataclass keeps its own fields in its own order."""
+
+    def in_work(self, *parts) -> str:
+        return os.path.join(self.work, *parts)
+
+    def in_data(self, *parts) -> str:
+        return os.path.join(self.data, *parts)
+
+
 @dataclass(frozen=True)
 class Deferred:
     """An argument computed when its command is about to run; `text` stands for it until then."""
