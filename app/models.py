@@ -411,6 +411,7 @@ def load_keras(directory: str):
     """A Keras model directory as a runtime.EdgeModel (imports TensorFlow)."""
     from export import bundle, runtime
     from model.checkpoints import model_dir
+    from model.config import stored
     from model.text.tokenizer import WordPieceTokenizer
 
     config = model_dir.read_info(directory)
@@ -418,7 +419,7 @@ def load_keras(directory: str):
     task = config.get("task", "encoder")
     seq_len = min(
         config.get("max_seq_length") or bundle.DEFAULT_SEQ_LEN,
-        config["encoder"].get("max_sequence_length", 512),
+        stored(config["encoder"], "max_sequence_length"),
     )
     info = {
         **bundle.describe(config, task, seq_len, None, KERAS_TOP_K),

@@ -50,6 +50,7 @@ import time
 
 from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+from model.config import stored
 from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -421,12 +422,12 @@ def load(model_dir: str):
     info = model_dirs.read_info(model_dir)
     model = model_dirs.load(model_dir)
     vocab = os.path.join(model_dir, model_dirs.VOCAB)
-    tokenizer = WordPieceTokenizer(vocab, lowercase=info["encoder"].get("lowercase", True))
+    tokenizer = WordPieceTokenizer(vocab, lowercase=stored(info["encoder"], "lowercase"))
     return model, info, tokenizer
 
 
 def check_seq_len(seq_len: int, info: dict) -> int:
-    limit = info["encoder"].get("max_sequence_length", 512)
+    limit = stored(info["encoder"], "max_sequence_length")
     if seq_len > limit:
         raise ValueError(
             f"--seq-len {seq_len} is longer than the model's {limit} position embeddings"

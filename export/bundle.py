@@ -16,7 +16,8 @@ temporary directory beside its final name and renamed into place only when
 complete and verified (`staging`): a failed or interrupted export leaves
 either the previous bundle or none, never a half-written one.
 
-Imports only the standard library and `model.io.files` (the edge runtime may use it).
+Imports only the standard library, `model.io.files` and `model.config` (the edge runtime may
+use it).
 
     python -c "from export import bundle; print(bundle.read_info('bundles/sst2'))"
 """
@@ -27,6 +28,7 @@ import contextlib
 import os
 import shutil
 
+from model.config import stored
 from model.io.files import read_json_object, staged_directory, write_json
 
 FORMAT = 1
@@ -189,7 +191,7 @@ def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_
         "task": task,
         "finetuned_task": info.get("finetuned_task"),
         "max_seq_length": seq_len,
-        "lowercase": bool(info["encoder"].get("lowercase", True)),
+        "lowercase": bool(stored(info["encoder"], "lowercase")),
         "quantization": quantization,
         "id2label": info.get("id2label"),
         "null_threshold": info.get("null_threshold"),

@@ -48,6 +48,7 @@ import time
 
 import numpy as np
 
+from model.config import stored
 from model.io.files import exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -177,7 +178,7 @@ def run(args, log=None) -> str:
     examples = task.read_gold(args.data)
     if args.max_examples:
         examples = examples[: args.max_examples]
-    timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))
+    timing_len = min(args.latency_seq_len, stored(info["encoder"], "max_sequence_length"))
     timing_x = {k: v[:1] for k, v in task.encode(examples[:1], tokenizer, timing_len).x.items()}
 
     log(f"scoring the Keras model on {len(examples)} examples of {args.data}")
@@ -320,7 +321,7 @@ def run_replaced_tokens(args, loaded, variants, log) -> str:
     # The discriminator alone (an ElectraPretrainer's call would corrupt its input again).
     discriminator = model.discriminator() if hasattr(model, "discriminator") else model
     keras_predict = lambda x: discriminator.predict_on_batch(x)["rtd"]  # noqa: E731
-    timing_len = min(args.latency_seq_len, info["encoder"].get("max_sequence_length", 512))
+    timing_len = min(args.latency_seq_len, stored(info["encoder"], "max_sequence_length"))
     timing_x = _at_length(held_out.corrupted.row(0), timing_len)
 
     log(f"scoring the Keras model on {len(held_out)} rows of {args.data}")

@@ -256,6 +256,12 @@ class BertConfig:
         write_json(path, self.to_dict())
 
 
+def stored(encoder: dict, name: str):
+    """Field `name` of a stored encoder config (a config.json's "encoder" section), or
+    BertConfig's default where the file leaves it out (an older or hand-written one)."""
+    return encoder.get(name, getattr(BertConfig, name))
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

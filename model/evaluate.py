@@ -90,6 +90,7 @@ import os
 import sys
 import time
 
+from model.config import stored
 from model.io.backend import check_keras_backend
 from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
@@ -405,7 +406,7 @@ def load_mlm(directory: str, max_seq_length: int):
                 f"{', '.join(MLM_TASKS)} have)"
             )
         predict = masked_lm_predict(model_dir.load(directory))
-        lowercase = info["encoder"].get("lowercase", True)
+        lowercase = stored(info["encoder"], "lowercase")
     tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     return predict, tokenizer
 
@@ -474,7 +475,7 @@ def evaluate_replaced_tokens(
         from export import convert
 
         model = model_dir.load(directory)
-        length, lowercase = info.get("max_seq_length"), info["encoder"].get("lowercase", True)
+        length, lowercase = info.get("max_seq_length"), stored(info["encoder"], "lowercase")
         generate = convert.keras_generator(model, info["task"])
         if generate is not None:
             model = model.discriminator()  # the pre-trainer's call would corrupt again
@@ -561,7 +562,7 @@ def evaluate_task(
         )
     predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
-        os.path.join(directory, model_dir.VOCAB), lowercase=info["encoder"].get("lowercase", True)
+        os.path.join(directory, model_dir.VOCAB), lowercase=stored(info["encoder"], "lowercase")
     )
     metrics = task.evaluate(
         predict, examples, tokenizer, seq_len, batch_size=batch_size, output_dir=predictions_dir

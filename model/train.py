@@ -362,6 +362,13 @@ def _finetune_parser(sub) -> None:
         "padding, faster on short texts; batches stay in random order)",
     )
     fine.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="squad1, squad2: skip (and count) malformed questions of the training and dev "
+        "files, e.g. an answer_start that does not place its answer, instead of stopping at "
+        "the first (google-research's run_squad.py skips training answers it cannot find)",
+    )
+    fine.add_argument(
         "--document-context",
         action="store_true",
         help="conll2003: read each sentence with the words around it in its document, up to "

@@ -16,6 +16,7 @@ import pytest
 from model.pretraining.instances import (
     InstanceConfig,
     SentencePacker,
+    _truncate_pair,
     create_instances_from_document,
 )
 from tests.helpers import BERT_VOCAB, SHARED_DATA
@@ -101,6 +102,37 @@ def test_truncation_keeps_every_instance_within_max_seq_length(max_seq_length):
         for _, inst in instances:
             assert inst.first and inst.second
             assert len(inst.first) + len(inst.second) <= max_seq_length - 3
+
+
+def google_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """google-research/bert create_pretraining_data.py's `truncate_seq_pair`, as written there."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_num_tokens:
+            break
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        assert len(trunc_tokens) >= 1
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def test_truncation_is_googles_token_for_token():
+    """The same tokens kept, and the same draws taken (the next draw agrees), as the
+    reference's one-at-a-time deletion, for segments of every relative length."""
+    cases = random.Random(0)
+    for _ in range(300):
+        a = list(range(cases.randint(1, 300)))
+        b = list(range(1000, 1000 + cases.randint(1, 300)))
+        budget = cases.randint(2, 400)
+        seed = cases.randint(0, 2**31)
+        ours, theirs = random.Random(seed), random.Random(seed)
+        got_a, got_b, want_a, want_b = list(a), list(b), list(a), list(b)
+        _truncate_pair(got_a, got_b, budget, ours)
+        google_truncate_seq_pair(want_a, want_b, budget, theirs)
+        assert (got_a, got_b) == (want_a, want_b)
+        assert ours.random() == theirs.random()
 
 
 def test_sequences_are_usually_full_and_sometimes_short(corpus):

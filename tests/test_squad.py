@@ -912,6 +912,40 @@ def test_real_dev_v1(tokenizer):
 # === Fine-tuning and `python -m model.evaluate` on a tiny SQuAD v2.0 ===
 
 
+def test_finetune_skips_a_misplaced_training_answer_only_when_asked(tmp_path, capsys):
+    """One answer_start off by one in a training file stops `finetune`, naming the question
+    and the flag that skips it; with --skip-invalid the run trains on the rest and says so.
+    A task that reads strictly refuses the flag."""
+    from tests.helpers import finetune_argv, make_init, run_train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(_tiny_squad(tmp_path / "clean.json", False)) as f:
+        bad = json.load(f)
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
+    write_json(data / "train-v1.1.json", bad)
+    init = make_init(tmp_path)
+
+    def finetune(output: str, *extra: str) -> int:
+        capsys.readouterr()
+        return run_train(
+            finetune_argv("squad1", data, init, tmp_path / output, seq_len=48, extra=extra)
+        )
+
+    assert finetune("strict") == 1
+    err = capsys.readouterr().err
+    assert "qas[0] (id 'p0q0')" in err and "mismatch" in err
+    assert "(--skip-invalid skips such questions)" in err
+    assert not (tmp_path / "strict").exists()
+    assert finetune("skipping", "--skip-invalid") == 0
+    assert "skipped 1 invalid question(s)" in capsys.readouterr().err
+    with open(tmp_path / "skipping" / "metrics.json") as f:
+        assert json.load(f)["train_examples"] == 11
+    sst2 = run_train(finetune_argv("sst2", data, init, tmp_path / "sst2", extra=["--skip-invalid"]))
+    assert sst2 == 1
+    assert "--skip-invalid: task sst2 reads its files strictly" in capsys.readouterr().err
+
+
 def test_finetune_squad2_keeps_threshold_predictions_and_pooler(tmp_path, capsys):
     """`model.train finetune --task squad2` with a tiny encoder: the prediction
     files of the kept epoch, the dev-tuned null threshold stored for

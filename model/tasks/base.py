@@ -55,6 +55,7 @@ class Task(abc.ABC):
     # File names inside a `--data` directory; the default `files()` reads them.
     train_file: str = ""
     dev_file: str = ""
+    other_train_names: tuple[str, ...] = ()  # names a subclass's `files()` also finds
 
     # === Data ===
 
@@ -85,7 +86,11 @@ class Task(abc.ABC):
         else:
             raise FileNotFoundError(f"{data}: no such file or directory")
         if not os.path.isfile(train):
-            raise FileNotFoundError(f"{train}: no training file for task {self.name!r} in {data}")
+            names = [self.train_file, *self.other_train_names]
+            raise FileNotFoundError(
+                f"{data}: no training file for task {self.name!r}: looked for {names} (or pass "
+                f"the training file itself as --data)"
+            )
         dev = os.path.join(folder, self.dev_file) if self.dev_file else None
         if dev is None or not os.path.isfile(dev) or os.path.samefile(dev, train):
             dev = None
@@ -188,8 +193,9 @@ def check_labelled(examples: list, what: str = "label", hint: str = "") -> None:
     for e in examples:
         if getattr(e, what) is None:
             raise ValueError(
-                f"{e.source}: no {what}: this file is unlabelled (e.g. a GLUE "
-                f"test.tsv), so it cannot be trained on or evaluated{hint}"
+                f"{e.source}: no {what}: this file is unlabelled (a test set's file, as "
+                f"GLUE's test.tsv or CoNLL-2003's unlabelled test), so it cannot be trained on "
+                f"or evaluated{hint}"
             )
 
 

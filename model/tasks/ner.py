@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import sys
 
 import numpy as np
@@ -42,6 +43,7 @@ from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predic
 
 IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+_COLUMNS = re.compile(r"[ \t]+")  # a CoNLL line's separators (str.split() also splits at U+00A0)
 
 
 @dataclasses.dataclass
@@ -281,6 +283,7 @@ class Conll2003(Task):
 
     # The original release's names (eng.testb is its test set, never a dev file).
     original_files = ("eng.train", "eng.testa")
+    other_train_names = original_files[:1]
 
     def labels(self) -> list[str]:
         return list(self.label_names)
@@ -304,7 +307,7 @@ class Conll2003(Task):
 
     def read(self, path: str) -> list[Sentence]:
         sentences, words, tags, first_line = [], [], [], None
-        columns, document = None, 0
+        columns, columns_line, document = None, None, 0
         allowed = set(self.label_names)
 
         def flush():
@@ -319,8 +322,9 @@ class Conll2003(Task):
             # utf-8-sig: a byte-order mark is not part of the first word.
             with open(path, encoding="utf-8-sig") as f:
                 for line_no, line in enumerate(limited_lines(f, path), 1):
-                    parts = line.split()
-                    if not parts:
+                    # Spaces and tabs only: a non-breaking space can be part of a word.
+                    parts = _COLUMNS.split(line.strip(" \t\r\n"))
+                    if parts == [""]:
                         flush()
                         continue
                     if parts[0] == "-DOCSTART-":
@@ -328,11 +332,11 @@ class Conll2003(Task):
                         document += 1
                         continue
                     if columns is None:
-                        columns = len(parts)
+                        columns, columns_line = len(parts), line_no
                     elif len(parts) != columns:
                         raise ValueError(
-                            f"{path}:{line_no}: expected {columns} space-separated "
-                            f"columns like the lines before, found {len(parts)}"
+                            f"{path}:{line_no}: {len(parts)} space-separated columns, but "
+                            f"line {columns_line}, the first word's, has {columns}"
                         )
                     if columns > 1 and parts[-1] not in allowed:
                         raise ValueError(

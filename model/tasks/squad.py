@@ -72,8 +72,8 @@ the question with an entity swapped for one the paragraph never mentions;
 Files are read strictly: a missing field, a wrong type, a duplicate question
 id or a first answer whose `answer_start` is past the context (out of range)
 or whose text is not the context at `answer_start` (mismatch) stops the reader
-with the file and the article/paragraph/question; `skip_invalid=True` skips
-such questions and counts them instead. Only the first answer's place is read
+with the file and the article/paragraph/question; `skip_invalid=True` (the
+commands' --skip-invalid) skips such questions and counts them instead. Only the first answer's place is read
 (training's span, as in Google's reader), and only in a training file: the
 other answers, and every answer of a file only scored (`read_gold`: evaluate's
 file, fine-tuning's dev file), are gold texts, scored by text as the official
@@ -206,7 +206,7 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False, spans: bo
             if not paragraph.words and para["qas"]:
                 if not skip_invalid:
                     raise ValueError(
-                        f"{where_para}: the context has no text (skip_invalid skips its questions)"
+                        f"{where_para}: the context has no text (--skip-invalid skips its questions)"
                     )
                 skipped += [
                     f"{_where_question(where_para, qi, qa)}: the context has no text"
@@ -221,7 +221,9 @@ def read_squad(path: str, version_2: bool, skip_invalid: bool = False, spans: bo
                     problem = f"duplicate question id (first at {seen[qid]})"
                 if problem is not None:
                     if not skip_invalid:
-                        raise ValueError(f"{where}: {problem} (skip_invalid skips such questions)")
+                        raise ValueError(
+                            f"{where}: {problem} (--skip-invalid skips such questions)"
+                        )
                     skipped.append(f"{where}: {problem}")
                     continue
                 seen[qid] = where

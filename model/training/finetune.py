@@ -293,6 +293,13 @@ def _task(args):
                 f"--document-context: task {task.name} has no documents; conll2003 has"
             )
         task.document_context = True
+    if getattr(args, "skip_invalid", False):
+        if not hasattr(task, "skip_invalid"):
+            raise ValueError(
+                f"--skip-invalid: task {task.name} reads its files strictly and cannot skip "
+                f"examples (squad1 and squad2 can)"
+            )
+        task.skip_invalid = True
     return task
 
 
@@ -339,12 +346,13 @@ def _data(args, task):
 
     train_file, _ = task.files(args.data)
     dev_files = task.dev_files(args.data)
-    train = _remembered(("read", task.name, _stamp(train_file)), task.read, train_file)
+    skip = getattr(task, "skip_invalid", False)
+    train = _remembered(("read", task.name, skip, _stamp(train_file)), task.read, train_file)
     train = train[: args.max_train_examples]
     if not train:
         raise ValueError(f"{train_file}: no training examples")
     dev_sets = {
-        prefix: _remembered(("read_gold", task.name, _stamp(path)), task.read_gold, path)
+        prefix: _remembered(("read_gold", task.name, skip, _stamp(path)), task.read_gold, path)
         for prefix, path in dev_files.items()
     }
     for prefix, path in dev_files.items():  # found now, not after the training they would end
