@@ -116,10 +116,9 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
-    from model.experiments.experiment import results, select_runs, steps
+    from model.experiments.experiment import select_runs, steps
     from model.experiments.plan import Work
-    from model.experiments.prepare import check_inputs, check_tokenising, prepared_work
-    from model.experiments.report import accelerators, write
+    from model.experiments.prepare import prepared_work
     from model.io.files import check_writable_dir
     from model.recipes.runner import STOPPED, run
 
@@ -133,11 +132,45 @@ def main(argv=None) -> int:
     table = TABLES[args.table](work)
     if args.prepare:
         return prepare_input(table, work, args.prepare)
-    if args.device and not args.dry_run:
-        print(
-            "error: --device is a flag of --dry-run (a run reads its own device)", file=sys.stderr
-        )
+    try:
+        work = prepared_work(table, _on_device(args, work))
+        table = TABLES[args.table](work)
+        plan = select_runs(steps(table, work), args.runs)
+        _refuse(args, table, work, plan)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
+    if not args.dry_run:
+        check_writable_dir(work.work)  # a file, or unwritable: one line, before anything runs
+    if not (args.dry_run or args.report):
+        warn_without_accelerator(scale, work.device)
+        _set_up(work)
+    print(f"# {table.title}, scale {scale.name}, work {args.work}")
+    rc = 0
+    if not args.report:
+        rc = run(
+            plan,
+            dry_run=args.dry_run,
+            timings=work.in_work("timings.json"),
+            in_process=args.in_process,
+            time_limit=args.time_limit,
+            jobs=args.jobs,
+            log_dir=work.in_work("logs"),
+        )
+    if (rc != 0 and rc != STOPPED) or args.dry_run:
+        return rc
+    return _write_report(table, work, plan, args.report) or rc
+
+
+def _on_device(args, work):
+    """`work` with the device its budgeted runs are timed for (--device, else this machine's
+    accelerator); ValueError for --device without --dry-run. Warns when no step time of the
+    scale is stored for --device."""
+    from model.experiments.report import accelerators
+
+    scale = work.scale
+    if args.device and not args.dry_run:
+        raise ValueError("--device is a flag of --dry-run (a run reads its own device)")
     known = sorted({device for device, _, _ in scale.step_seconds})
     if args.device and args.device not in known:
         print(
@@ -148,59 +181,39 @@ def main(argv=None) -> int:
         )
     if not (args.dry_run or args.report) or args.device:
         # A budgeted run takes its steps from the scale's measured step time on this device.
-        work = dataclasses.replace(work, device=args.device or next(iter(accelerators()), None))
-    try:
-        work = prepared_work(table, work)
-        table = TABLES[args.table](work)
-        plan = select_runs(steps(table, work), args.runs)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return dataclasses.replace(work, device=args.device or next(iter(accelerators()), None))
+    return work
+
+
+def _refuse(args, table, work, plan) -> None:
+    """ValueError (FileNotFoundError for a missing input) for what cannot run as asked:
+    a cluster scale run here, a report without a work directory, inputs missing or
+    untokenisable here (checked before the work directory is made)."""
+    from model.experiments.prepare import check_inputs, check_tokenising
+
+    scale = work.scale
     if not (args.dry_run or args.report) and not scale.executable:
-        print(
-            f"error: --scale {scale.name} is for clusters of GPUs or TPUs; print its commands "
-            f"with --dry-run",
-            file=sys.stderr,
+        raise ValueError(
+            f"--scale {scale.name} is for clusters of GPUs or TPUs; print its commands "
+            f"with --dry-run"
         )
-        return 2
     if args.report and not os.path.isdir(work.work):
-        print(
-            f"error: --work {work.work}: not a work directory (nothing to report)",
-            file=sys.stderr,
-        )
-        return 2
+        raise ValueError(f"--work {work.work}: not a work directory (nothing to report)")
     if not (args.dry_run or args.report):
-        try:
-            check_inputs(table, work)  # before the work directory is made
-            check_tokenising(plan, work, table)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    if not args.dry_run:
-        check_writable_dir(work.work)  # a file, or unwritable: one line, before anything runs
-    if not (args.dry_run or args.report):
-        warn_without_accelerator(scale, work.device)
-        _set_up(work)
-    print(f"# {table.title}, scale {scale.name}, work {args.work}")
-    rc = (
-        0
-        if args.report
-        else run(
-            plan,
-            dry_run=args.dry_run,
-            timings=work.in_work("timings.json"),
-            in_process=args.in_process,
-            time_limit=args.time_limit,
-            jobs=args.jobs,
-            log_dir=work.in_work("logs"),
-        )
-    )
-    if (rc != 0 and rc != STOPPED) or args.dry_run:
-        return rc
+        check_inputs(table, work)
+        check_tokenising(plan, work, table)
+
+
+def _write_report(table, work, plan, only_report: bool) -> int:
+    """Writes WORK/TABLE.md from the results there: 0; for --report (`only_report`) with no
+    result at this scale, 1 and the report left as it was."""
+    from model.experiments.experiment import results
+    from model.experiments.report import write
+
     report = work.in_work(f"{table.name}.md")
-    if args.report and not any(v for row in results(table, work).values() for v in row.values()):
+    if only_report and not any(v for row in results(table, work).values() for v in row.values()):
         print(
-            f"error: no result of {table.name} at --scale {scale.name} in {work.work}: "
+            f"error: no result of {table.name} at --scale {work.scale.name} in {work.work}: "
             f"nothing to report (another --work or --scale?); {report} is left as it was",
             file=sys.stderr,
         )
@@ -208,7 +221,7 @@ def main(argv=None) -> int:
     commands = [(c.shell(), c.output) for step in plan for c in step.commands]
     write(table, work, commands, report)
     print(f"wrote {report}")
-    return rc
+    return 0
 
 
 def warn_without_accelerator(scale, device: str | None) -> None:
