@@ -334,7 +334,8 @@ def _examples(job: _Job, needed: int, data: str | None):
 
 def _representative(job: _Job, calibration, rows, calibrated: range):
     """int8's calibration batches: `calibration`'s inputs; with a generator signature,
-    the discriminator's (corrupted text) beside the generator's (the same rows masked)."""
+    the discriminator's (corrupted text; its encoder signature's too) beside the generator's
+    (the same rows masked)."""
     from export import bundle
 
     def representative():
@@ -342,12 +343,9 @@ def _representative(job: _Job, calibration, rows, calibrated: range):
             return (x for _, x in calibration.batches(CALIBRATION_BATCH))
         masked = rows.masked.take(calibrated)
         # The encoder signature is the discriminator's encoder: calibrated on what it reads.
+        readers = [bundle.DEFAULT_SIGNATURE] + [bundle.ENCODER_SIGNATURE] * job.encoder_signature
         return (
-            {
-                bundle.DEFAULT_SIGNATURE: x,
-                bundle.ENCODER_SIGNATURE: x,
-                bundle.GENERATOR_SIGNATURE: m,
-            }
+            {**dict.fromkeys(readers, x), bundle.GENERATOR_SIGNATURE: m}
             for (_, x), (_, m) in zip(
                 calibration.batches(CALIBRATION_BATCH), masked.batches(CALIBRATION_BATCH)
             )

@@ -341,9 +341,12 @@ def _calibration_samples(representative, functions: dict):
     signature, with only its inputs) for several. A batch given per signature
     ({key: inputs}) gives each signature its own inputs."""
     for batch in representative():
-        per_signature = set(batch) <= set(functions) and all(
-            isinstance(v, dict) for v in batch.values()
-        )
+        per_signature = all(isinstance(v, dict) for v in batch.values())
+        if per_signature and not set(batch) <= set(functions):
+            raise ValueError(
+                f"calibration inputs for signatures {sorted(set(batch) - set(functions))} the "
+                f"file does not have (it has {sorted(functions)})"
+            )
         for key, (_, signature, _) in functions.items():
             x = batch.get(key) if per_signature else batch
             if x is None:

@@ -582,7 +582,7 @@ class EdgeModel:
 
     def attention(self, text: str, text_pair: str | None = None) -> dict:
         """Every layer's and head's attention probabilities over the tokens (an
-        encoder bundle's, or a pre-training bundle's "encoder" signature's)."""
+        encoder bundle's, or a pre-training or ELECTRA bundle's "encoder" signature's)."""
         predict = self._require("attention")
         x, n, truncated = self._pack(text, text_pair)
         out = _as_dict(predict(x), "attention_probs")

@@ -523,7 +523,6 @@ def evaluate_task(
     from model import tasks
     from model.checkpoints import model_dir
     from model.features import tagger as feature_tagger
-    from model.io.files import check_writable_dir
     from model.text import tokenizer_class
 
     task = tasks.get(name)
@@ -547,19 +546,7 @@ def evaluate_task(
             f"{directory}: --seq-len {seq_len} exceeds the model's max_sequence_length "
             f"{positions} (its position embeddings)"
         )
-    examples = task.read_gold(path)  # malformed files fail before the model loads
-    if not examples:
-        raise ValueError(f"{path}: no examples to evaluate")
-    if predictions_dir is not None:
-        check_writable_dir(predictions_dir)
-    task.require_labels(examples, predictions_dir)  # before the model loads
-    trained_on = info.get("finetuned_task")
-    if trained_on and trained_on != task.name and task.unlabelled(examples):
-        raise ValueError(
-            f"{directory} was fine-tuned on {trained_on}, not {task.name}: with no labels to "
-            f"show it, its predictions for {path} would be {task.name}'s in name only; "
-            f"pass --task {trained_on}"
-        )
+    examples = _examples(task, directory, info, path, predictions_dir)
     predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
         os.path.join(directory, model_dir.VOCAB), lowercase=stored(info["encoder"], "lowercase")
@@ -578,6 +565,28 @@ def evaluate_task(
     return metrics
 
 
+def _examples(task, directory: str, info: dict, path: str, predictions_dir: str | None) -> list:
+    """The examples of `path`, read and checked before the model loads: malformed or empty
+    files, labels the task needs (a test file only with `predictions_dir`, which must be
+    writable), a test file scored by a model fine-tuned on another task."""
+    from model.io.files import check_writable_dir
+
+    examples = task.read_gold(path)
+    if not examples:
+        raise ValueError(f"{path}: no examples to evaluate")
+    if predictions_dir is not None:
+        check_writable_dir(predictions_dir)
+    task.require_labels(examples, predictions_dir)
+    trained_on = info.get("finetuned_task")
+    if trained_on and trained_on != task.name and task.unlabelled(examples):
+        raise ValueError(
+            f"{directory} was fine-tuned on {trained_on}, not {task.name}: with no labels to "
+            f"show it, its predictions for {path} would be {task.name}'s in name only; "
+            f"pass --task {trained_on}"
+        )
+    return examples
+
+
 def _configure(task, info: dict, null_threshold, skip_invalid: bool, long_texts) -> None:
     """Sets `task` up to read and score as the model in `info` was trained, and as asked."""
     if long_texts is not None:
@@ -585,8 +594,8 @@ def _configure(task, info: dict, null_threshold, skip_invalid: bool, long_texts)
     task.read_as(info)
     if getattr(task, "version_2", False):
         # Fine-tuning stores the threshold tuned on its dev file (best_f1_thresh).
-        stored = info.get("null_threshold")
-        chosen = null_threshold if null_threshold is not None else stored
+        tuned = info.get("null_threshold")
+        chosen = null_threshold if null_threshold is not None else tuned
         task.null_threshold = float(chosen if chosen is not None else task.null_threshold)
     if skip_invalid:
         task.skip_invalid = True
@@ -633,14 +642,14 @@ def _check_model(task, directory: str, info: dict) -> None:
             f"{task.name} makes it)"
         )
     labels = task.labels()
-    stored = info.get("id2label")
+    id2label = info.get("id2label")
     # A model may name its labels as the task does or by the file's values (GLUE's "0"/"1").
     in_file = list(getattr(task, "label_names", None) or labels or [])
-    names = ordered_labels(stored) if stored else []
+    names = ordered_labels(id2label) if id2label else []
     unnamed = names == [f"LABEL_{i}" for i in range(len(names))]  # transformers' defaults
     if labels and names and not unnamed and names not in (labels, in_file):
         raise ValueError(
-            f"{directory}: the model's labels {list(stored.values())} are not "
+            f"{directory}: the model's labels {list(id2label.values())} are not "
             f"task {task.name}'s {labels}"
         )
     outputs = info.get("num_labels") or len(stored or ()) or None

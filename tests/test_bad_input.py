@@ -106,7 +106,7 @@ BAD_UTF8 = b"\xff\xfe\x80 bad"
             "conll2003",
             "train.txt",
             b"EU NNP B-NP B-ORG\nrejects VBZ\n",
-            r"train.txt:2: 2 space-separated columns, but line 1, the first word.s, has 4",
+            r"train.txt:2: 2 columns \(separated by spaces or tabs\), but line 1, the first word.s, has 4",
         ),
         (
             "conll2003",

@@ -302,6 +302,51 @@ def test_the_discriminator_bundle_is_the_runs_discriminator(electra):
         alone.corrupt(TEXT)
 
 
+@pytest.mark.parametrize("encoder_signature", [True, False])
+def test_int8_calibration_gives_each_signature_its_own_inputs(encoder_signature):
+    """The discriminator and its encoder read corrupted rows, the generator masked ones, with
+    or without the encoder signature (--no-encoder-signature once left every input empty);
+    inputs for a signature the file lacks are refused, not silently dropped."""
+    import types
+
+    from export import convert
+    from export.__main__ import _representative
+
+    class Rows:
+        def __init__(self, x):
+            self.x = x
+
+        def take(self, _):
+            return self
+
+        def batches(self, _):
+            return iter([(None, self.x)])
+
+    ids = np.array([[2, 5, 3]], np.int32)
+    plain = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": 1 + 0 * ids}
+    masked = {**plain, "token_ids": ids + 1, "mask_positions": np.array([[1]], np.int32)}
+    job = types.SimpleNamespace(
+        electra=True, generator_signature=True, encoder_signature=encoder_signature
+    )
+    rows = types.SimpleNamespace(masked=Rows(masked))
+    sequence = {name: None for name in plain}
+    functions = {"serving_default": (None, sequence, None)}
+    if encoder_signature:
+        functions["encoder"] = (None, sequence, None)
+    functions["generator"] = (None, {**sequence, "mask_positions": None}, None)
+    representative = _representative(job, Rows(plain), rows, range(1))
+    samples = dict(convert._calibration_samples(representative, functions))
+    assert list(samples) == list(functions)
+    for key, x in samples.items():
+        want = masked if key == "generator" else plain
+        assert sorted(x) == sorted(want) and all((x[k] == want[k]).all() for k in want)
+    functions.pop("encoder", None)
+    job.encoder_signature = True  # inputs for an encoder signature the file lacks
+    representative = _representative(job, Rows(plain), rows, range(1))
+    with pytest.raises(ValueError, match=r"signatures \['encoder'\] the file does not have"):
+        list(convert._calibration_samples(representative, functions))
+
+
 @pytest.mark.slow
 def test_int8_export_verifies_and_answers_within_its_tolerance(
     electra, keras_run, tmp_path, monkeypatch

@@ -153,7 +153,7 @@ def test_reader_rejects_malformed_lines_with_file_and_line(tmp_path):
     path.write_text("EU NNP B-NP B-ORG\n\nrejects O\n", encoding="utf-8")
     with pytest.raises(
         ValueError,
-        match=r"bad.txt:3: 2 space-separated columns, but line 1, the first word's, has 4",
+        match=r"bad.txt:3: 2 columns \(separated by spaces or tabs\), but line 1, the first word's, has 4",
     ):
         tasks.get("ner").read(str(path))
 
@@ -162,9 +162,11 @@ def test_a_non_breaking_space_is_part_of_a_word_not_a_column(tmp_path):
     """CoNLL columns are split at spaces and tabs only (str.split() also splits at U+00A0,
     which then blamed the next, well-formed line)."""
     path = tmp_path / "train.txt"
-    path.write_text("EU\u00a0x NNP B-NP B-ORG\nrejects\tVBZ  B-VP O \n", encoding="utf-8")
-    (sentence,) = tasks.get("ner").read(str(path))
-    assert sentence.words == ["EU\u00a0x", "rejects"] and sentence.tags == ["B-ORG", "O"]
+    text = "EU\u00a0x NNP B-NP B-ORG\nrejects\tVBZ  B-VP O \n\u00a0\nPeter NNP B-NP B-PER\n"
+    path.write_text(text, encoding="utf-8")
+    first, second = tasks.get("ner").read(str(path))  # a line of whitespace ends a sentence
+    assert first.words == ["EU\u00a0x", "rejects"] and first.tags == ["B-ORG", "O"]
+    assert second.words == ["Peter"]
 
 
 def test_unlabelled_file_is_read_but_not_evaluated(tmp_path):

@@ -322,9 +322,10 @@ class Conll2003(Task):
             # utf-8-sig: a byte-order mark is not part of the first word.
             with open(path, encoding="utf-8-sig") as f:
                 for line_no, line in enumerate(limited_lines(f, path), 1):
-                    # Spaces and tabs only: a non-breaking space can be part of a word.
+                    # Columns at spaces and tabs only: a non-breaking space can be part of a
+                    # word (a line of nothing but whitespace still ends a sentence).
                     parts = _COLUMNS.split(line.strip(" \t\r\n"))
-                    if parts == [""]:
+                    if not line.strip():
                         flush()
                         continue
                     if parts[0] == "-DOCSTART-":
@@ -335,7 +336,7 @@ class Conll2003(Task):
                         columns, columns_line = len(parts), line_no
                     elif len(parts) != columns:
                         raise ValueError(
-                            f"{path}:{line_no}: {len(parts)} space-separated columns, but "
+                            f"{path}:{line_no}: {len(parts)} columns (separated by spaces or tabs), but "
                             f"line {columns_line}, the first word's, has {columns}"
                         )
                     if columns > 1 and parts[-1] not in allowed:
