@@ -396,7 +396,9 @@ def _remembered(key: tuple, make, *args):
 def _encoded(task, data, tokenizer, args):
     """The training features of `data.train` (remembered: the same file, slice, length,
     vocabulary and task options encode to the same features)."""
-    options = repr(sorted((k, v) for k, v in vars(task).items() if not k.startswith("_")))
+    # The task's reading and encoding options; not what its last read found (`skipped`).
+    options = vars(task).items()
+    options = repr(sorted((k, v) for k, v in options if not k.startswith("_") and k != "skipped"))
     key = ("encode", task.name, options, _stamp(data.train_file), len(data.train))
     key += (args.seq_len, _stamp(tokenizer.vocab_path), tokenizer.lowercase)
     return _remembered(key, task.encode, data.train, tokenizer, args.seq_len, True)
