@@ -74,83 +74,10 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        help="input file or glob (repeatable); .gz is read as gzip",
-    )
-    p.add_argument("--vocab", required=True, help="WordPiece vocab.txt")
-    p.add_argument("--cased", action="store_true", help="the vocabulary is cased")
-    p.add_argument(
-        "--output",
-        required=True,
-        help="new directory for the shards (with --write-ids: the NAME.ids.npz.xz file)",
-    )
-    p.add_argument(
-        "--write-ids",
-        action="store_true",
-        help="write the tokenised documents (WordPiece ids) to --output instead of records",
-    )
-    p.add_argument("--format", default="auto", choices=FORMATS, help="corpus format")
-    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
-    p.add_argument(
-        "--inputs",
-        choices=INPUT_FORMATS,
-        default=None,
-        help="input format (above; default sentence-pairs)",
-    )
-    p.add_argument(
-        "--short-seq-prob",
-        type=float,
-        default=None,
-        help="sentence-pairs and segments: share of instances made shorter on purpose "
-        f"(default {SHORT_SEQ_PROB})",
-    )
-    p.add_argument(
-        "--no-nsp",
-        action="store_true",
-        help="the same as --inputs segments (single segments, no next-sentence labels)",
-    )
-    p.add_argument("--masking", choices=("dynamic", "static"), default="dynamic")
-    p.add_argument(
-        "--dupe-factor",
-        type=int,
-        default=1,
-        help="static masking: copies of each instance with different masks",
-    )
-    p.add_argument(
-        "--max-predictions",
-        type=int,
-        default=None,
-        help="static masking: prediction slots a sequence (default: what --mask-rate needs "
-        "at --seq-len, never under 15 %%: 20 at 128 tokens)",
-    )
-    p.add_argument("--mask-rate", type=float, default=0.15)
-    p.add_argument("--mask-token-rate", type=float, default=0.8)
-    p.add_argument("--random-token-rate", type=float, default=0.1)
-    p.add_argument("--whole-word-masking", action="store_true")
-    p.add_argument("--num-shards", type=int, default=8)
-    p.add_argument(
-        "--pool-tokens",
-        type=int,
-        default=2_000_000,
-        help="tokens of documents held in memory at once (bounds RAM)",
-    )
-    p.add_argument("--seed", type=int, default=12345)
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=usable_cpus(),
-        help="processes making the records of the pools (default: one per core, %(default)s "
-        "here); any number gives the same bytes",
-    )
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="also show TensorFlow's C++ start-up log lines (as does setting "
-        "TF_CPP_MIN_LOG_LEVEL yourself)",
-    )
+    _corpus_flags(p.add_argument_group("corpus and output"))
+    _instance_flags(p.add_argument_group("instances"))
+    _masking_flags(p.add_argument_group("masking"))
+    _run_flags(p.add_argument_group("the run"))
     args = p.parse_args(argv)
     if args.write_ids and not is_tokenized(args.output):
         p.error(f"--write-ids writes one file named NAME{SUFFIX}, not {args.output}")
@@ -170,6 +97,95 @@ def parse_args(argv):
     if not 0.0 <= args.short_seq_prob <= 1.0:
         p.error(f"--short-seq-prob is a probability, from 0 to 1, not {args.short_seq_prob}")
     return args
+
+
+def _corpus_flags(g) -> None:
+    g.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="input file or glob (repeatable); .gz is read as gzip",
+    )
+    g.add_argument("--vocab", required=True, help="WordPiece vocab.txt")
+    g.add_argument("--cased", action="store_true", help="the vocabulary is cased")
+    g.add_argument(
+        "--output",
+        required=True,
+        help="new directory for the shards (with --write-ids: the NAME.ids.npz.xz file)",
+    )
+    g.add_argument(
+        "--write-ids",
+        action="store_true",
+        help="write the tokenised documents (WordPiece ids) to --output instead of records",
+    )
+    g.add_argument("--format", default="auto", choices=FORMATS, help="corpus format")
+
+
+def _instance_flags(g) -> None:
+    g.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
+    g.add_argument(
+        "--inputs",
+        choices=INPUT_FORMATS,
+        default=None,
+        help="input format (above; default sentence-pairs)",
+    )
+    g.add_argument(
+        "--short-seq-prob",
+        type=float,
+        default=None,
+        help="sentence-pairs and segments: share of instances made shorter on purpose "
+        f"(default {SHORT_SEQ_PROB})",
+    )
+    g.add_argument(
+        "--no-nsp",
+        action="store_true",
+        help="the same as --inputs segments (single segments, no next-sentence labels)",
+    )
+
+
+def _masking_flags(g) -> None:
+    g.add_argument("--masking", choices=("dynamic", "static"), default="dynamic")
+    g.add_argument(
+        "--dupe-factor",
+        type=int,
+        default=1,
+        help="static masking: copies of each instance with different masks",
+    )
+    g.add_argument(
+        "--max-predictions",
+        type=int,
+        default=None,
+        help="static masking: prediction slots a sequence (default: what --mask-rate needs "
+        "at --seq-len, never under 15 %%: 20 at 128 tokens)",
+    )
+    g.add_argument("--mask-rate", type=float, default=0.15)
+    g.add_argument("--mask-token-rate", type=float, default=0.8)
+    g.add_argument("--random-token-rate", type=float, default=0.1)
+    g.add_argument("--whole-word-masking", action="store_true")
+
+
+def _run_flags(g) -> None:
+    g.add_argument("--num-shards", type=int, default=8)
+    g.add_argument(
+        "--pool-tokens",
+        type=int,
+        default=2_000_000,
+        help="tokens of documents held in memory at once (bounds RAM)",
+    )
+    g.add_argument("--seed", type=int, default=12345)
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=usable_cpus(),
+        help="processes making the records of the pools (default: one per core, %(default)s "
+        "here); any number gives the same bytes",
+    )
+    g.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show TensorFlow's C++ start-up log lines (as does setting "
+        "TF_CPP_MIN_LOG_LEVEL yourself)",
+    )
 
 
 def resolve_inputs(
