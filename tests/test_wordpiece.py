@@ -168,6 +168,9 @@ def test_words_map_back_to_the_original_characters(tok):
     # A dropped character inside a word joins its neighbours and belongs to it.
     [word] = tok.words("a\u200bb\x07c")
     assert (word.text, word.start, word.end) == ("abc", 0, 5)
+    # So does a stripped combining accent that ends a word (a decomposed "café").
+    first, comma = tok.words("cafe\u0301, ")
+    assert (first.text, first.start, first.end) == ("cafe", 0, 5) and comma.start == 5
     assert tok.words("") == [] and tok.words(" \t\u3000") == []
 
 

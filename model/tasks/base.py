@@ -239,9 +239,10 @@ def predict_in_batches(
     """Concatenated outputs of `predict` over `x`, `batch_size` rows at a time.
 
     Rows are batched in order of length and each batch is cut to its longest
-    row (`trimmed_length`): the padding a batch leaves out changes no output at
-    the real tokens, and short texts then cost what they are, not what
-    `seq_len` is. The outputs come back in the order of `x`. With
+    row (`trimmed_length`): in float32 the padding a batch leaves out changes no
+    output at the real tokens (a dynamic or int8 LiteRT file quantizes activations
+    over the whole input, so there it moves them slightly), and short texts then
+    cost what they are, not what `seq_len` is. The outputs come back in the order of `x`. With
     `sequence_outputs` (token-level heads: every output is (batch, length,
     ...)), every padding position holds `PADDED_LOGIT`, those the batch computed
     too, so that no output depends on the batch a row fell in (a QA head's

@@ -173,6 +173,8 @@ def split_chunk(chunk: str, lowercase: bool) -> list[tuple[str, int, int]]:
                 words.append(("".join(buf), start, end))
                 buf = []
             words.append((norm, i, i + 1))
+        elif kind == _DROP and buf:  # a stripped accent or invisible character ending a word
+            end = i + 1  # is still its character ("cafe\u0301": the whole "café")
         elif kind == _MIXED:  # e.g. a character that decomposes to letter + punctuation
             for c in norm:
                 if is_punctuation(c):
