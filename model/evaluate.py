@@ -652,7 +652,7 @@ def _check_model(task, directory: str, info: dict) -> None:
             f"{directory}: the model's labels {list(id2label.values())} are not "
             f"task {task.name}'s {labels}"
         )
-    outputs = info.get("num_labels") or len(stored or ()) or None
+    outputs = info.get("num_labels") or len(id2label or ()) or None
     wanted = len(labels) if labels else 1  # STS-B's regression: one score
     if task.head == "classifier" and outputs and outputs != wanted:
         raise ValueError(
