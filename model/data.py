@@ -62,7 +62,7 @@ from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
-from model.pretraining.masking import MaskingConfig, prediction_slots
+from model.pretraining.masking import MaskingConfig, check_flags, prediction_slots
 from model.pretraining.tokenized import SUFFIX, is_tokenized
 
 SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
@@ -94,6 +94,7 @@ def parse_args(argv):
     ):
         if value is not None and value < 1:
             p.error(f"{flag} must be at least 1, not {value}")
+    check_flags(p, args)
     if not 0.0 <= args.short_seq_prob <= 1.0:
         p.error(f"--short-seq-prob is a probability, from 0 to 1, not {args.short_seq_prob}")
     return args

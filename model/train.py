@@ -80,6 +80,7 @@ import sys
 from model.io.backend import check_keras_backend
 from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm, exit_with
 from model.io.native_logs import import_tensorflow_quietly
+from model.pretraining.masking import check_flags
 from model.tasks import ALIASES, TASKS
 from model.training.strategy import STRATEGIES
 
@@ -162,12 +163,12 @@ def parse_args(argv):
     _finetune_parser(sub)
     args = p.parse_args(argv)
     if args.command == "pretrain":
-        _check_masking(pre, args)
+        check_flags(pre, args)
     return args
 
 
 def _pretrain_parser(sub):
-    """The `pretrain` command's flags (its parser, for `_check_masking`'s errors)."""
+    """The `pretrain` command's flags (its parser, for `check_flags`' errors)."""
     pre = sub.add_parser(
         "pretrain",
         help="pre-training: BERT's masked LM + NSP, RoBERTa, SpanBERT, ELECTRA or a "
@@ -408,22 +409,6 @@ def _device_flags(parser, data_help: str, steps_default: str):
     return g
 
 
-def _check_masking(parser, args) -> None:
-    """The masking flags' ranges, before any framework starts (the objective checks the
-    rest: a default rate that joins a given one)."""
-    if not 0.0 < args.mask_rate <= 1.0:
-        parser.error(f"--mask-rate must be in (0, 1], not {args.mask_rate}")
-    rates = {
-        "--mask-token-rate": args.mask_token_rate,
-        "--random-token-rate": args.random_token_rate,
-    }
-    for flag, rate in rates.items():
-        if rate is not None and not 0.0 <= rate <= 1.0:
-            parser.error(f"{flag} must be in [0, 1], not {rate}")
-    if None not in rates.values() and sum(rates.values()) > 1.0 + 1e-9:
-        parser.error("--mask-token-rate and --random-token-rate sum to more than 1")
-
-
 def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), checked
     before TensorFlow is imported: a mistyped path fails in well under a second."""
@@ -502,15 +487,12 @@ def _split_cpu(args):
 def stopped(args, how: str) -> str:
     """The line a run stopped by a signal ends with: the newest checkpoint of each of its
     outputs (each seed's, for --seeds), from which the same command goes on."""
-    from model.training import layout
-    from model.training.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import of_run
     from model.training.finetune import per_seed
 
     kept = []
     for run in per_seed(args):
-        found = ResumableCheckpoint(
-            os.path.join(run.output, layout.CHECKPOINTS), every=1
-        ).checkpoints()
+        found = of_run(run.output).checkpoints()
         if found:
             step, path = found[-1]
             kept.append(f"{path} (step {step})")

@@ -651,3 +651,33 @@ def isolated_python(
             f"untouched: {done.stderr.strip()[-1000:]}"
         )
     return python
+
+
+def two_question_squad(context: str, answer: str, start: int) -> dict:
+    """A SQuAD v1.1 file of two questions: q1 answered by `answer` at `start` (given, not
+    checked), q2 by "cat" at 4."""
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "q1",
+                                "question": "where?",
+                                "answers": [{"text": answer, "answer_start": start}],
+                            },
+                            {
+                                "id": "q2",
+                                "question": "what?",
+                                "answers": [{"text": "cat", "answer_start": 4}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        ],
+    }

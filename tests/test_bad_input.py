@@ -19,6 +19,7 @@ import pytest
 
 from model import tasks
 from model.io.files import MAX_LINE_CHARS
+from tests.helpers import two_question_squad
 
 TWO_GB = 2 * 2**30
 
@@ -164,40 +165,12 @@ def test_finetune_with_an_empty_dev_file_stops_before_training(tmp_path, capsys)
     assert rc == 1 and "dev.tsv:2: no label: this file is unlabelled" in err
 
 
-def _squad(context: str, answer: str, start: int) -> dict:
-    return {
-        "version": "1.1",
-        "data": [
-            {
-                "title": "t",
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": "q1",
-                                "question": "where?",
-                                "answers": [{"text": answer, "answer_start": start}],
-                            },
-                            {
-                                "id": "q2",
-                                "question": "what?",
-                                "answers": [{"text": "cat", "answer_start": 4}],
-                            },
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
-
-
 @pytest.mark.parametrize("answer, start", [("mat", 400), ("mat", -3), ("dog", 4)])
 def test_squad_answers_outside_the_context_are_refused_or_skipped_with_a_count(
     tmp_path, answer, start
 ):
     path = tmp_path / "train.json"
-    path.write_text(json.dumps(_squad("the cat sat on the mat", answer, start)))
+    path.write_text(json.dumps(two_question_squad("the cat sat on the mat", answer, start)))
     task = tasks.get("squad1")
     with pytest.raises(ValueError, match=r"train.json: .*q1"):
         task.read(str(path), skip_invalid=False)

@@ -247,8 +247,13 @@ def test_the_projects_warnings_print_as_one_line(monkeypatch):
     ],
 )
 def test_masking_rates_are_checked_before_any_framework_starts(flags, message, capsys):
-    from model.train import parse_args
+    """Named as flags by both commands that take them (model.data said `mask_rate`, after
+    TensorFlow had started)."""
+    from model import data, train
 
     with pytest.raises(SystemExit):
-        parse_args(["pretrain", "--data", "d", "--output", "o", "--steps", "5", *flags])
+        train.parse_args(["pretrain", "--data", "d", "--output", "o", "--steps", "5", *flags])
+    assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        data.parse_args(["--input", "i", "--vocab", "v", "--output", "o", *flags])
     assert message in capsys.readouterr().err

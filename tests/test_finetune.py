@@ -592,6 +592,23 @@ def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_pat
     assert len(finetune._MEMO) == finetune.MEMO_ENTRIES
 
 
+def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys):
+    """The second run of a process reads the file from memory, and still says which rows the
+    read skipped (it said nothing before)."""
+    from model import tasks
+    from model.training import finetune
+    from tests.helpers import two_question_squad
+
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(two_question_squad("the cat sat on the mat", "mat", 400)))
+    task = tasks.get("squad1")
+    task.skip_invalid = True
+    for _ in range(2):
+        key = ("read", "squad1-skip-test", finetune._stamp(path))
+        finetune._remembered(key, task.read, str(path))
+        assert "skipped 1 invalid question(s)" in capsys.readouterr().err
+
+
 def test_a_model_with_another_number_of_outputs_is_refused():
     """STS-B's regression model (one output, no labels to compare) on RTE, and a two-label
     classifier on STS-B, are refused; a bundle's output width counts as its num_labels."""

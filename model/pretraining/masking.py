@@ -29,6 +29,23 @@ def prediction_slots(mask_rate: float, seq_len: int, room: float = 0.0) -> int:
     return math.ceil((max(0.15, mask_rate) + room) * seq_len)
 
 
+def check_flags(parser, args) -> None:
+    """The masking flags' ranges, named as flags (`parser.error`), before any framework
+    starts: `model.data`'s and `model.train pretrain`'s. A rate left None takes the
+    objective's default later, which `MaskingConfig` checks with the rest."""
+    if not 0.0 < args.mask_rate <= 1.0:
+        parser.error(f"--mask-rate must be in (0, 1], not {args.mask_rate}")
+    rates = {
+        "--mask-token-rate": args.mask_token_rate,
+        "--random-token-rate": args.random_token_rate,
+    }
+    for flag, rate in rates.items():
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            parser.error(f"{flag} must be in [0, 1], not {rate}")
+    if None not in rates.values() and sum(rates.values()) > 1.0 + 1e-9:
+        parser.error("--mask-token-rate and --random-token-rate sum to more than 1")
+
+
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
     """Args:

@@ -294,6 +294,11 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         self.save(self._step())
 
 
+def of_run(run: str) -> ResumableCheckpoint:
+    """RUN's checkpoints, to list or remove (`checkpoints()`, `remove_all()`), not to train with."""
+    return ResumableCheckpoint(os.path.join(run, layout.CHECKPOINTS), every=1)
+
+
 # === Reading one checkpoint as a model ===
 
 

@@ -84,7 +84,9 @@ example order, dropout, checkpoints and metrics.json, ending where `--seed S` al
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
+import io
 import json
 import math
 import os
@@ -172,7 +174,7 @@ def _finished(args) -> list[str]:
     again trains nothing rather than a new run over it. ValueError when one holds another
     command's run (its metrics.json says which), or when only some seeds finished."""
     from model.io.files import read_json_object
-    from model.training.checkpointing import ResumableCheckpoint
+    from model.training.checkpointing import of_run
 
     runs = per_seed(args)
     finished = []
@@ -188,14 +190,11 @@ def _finished(args) -> list[str]:
             )
         finished.append(run)
 
-    def saved(run):
-        return ResumableCheckpoint(os.path.join(run.output, layout.CHECKPOINTS), every=1)
-
     if len(finished) == len(runs):
         for run in finished:  # a stop between the metrics and the checkpoints' removal
-            saved(run).remove_all()
+            of_run(run.output).remove_all()
         return [run.output for run in finished]
-    if not all(saved(run).checkpoints() for run in finished):
+    if not all(of_run(run.output).checkpoints() for run in finished):
         raise ValueError(
             f"--seeds: {', '.join(r.output for r in finished)} holds a finished run, the "
             f"other seeds' do not; remove it to train the seeds together again"
@@ -385,12 +384,23 @@ def _stamp(path: str) -> tuple:
 
 
 def _remembered(key: tuple, make, *args):
+    """make(*args), or what it made before under `key`; the warnings its making printed
+    (a file's skipped rows) are printed again each time, as a fresh read would."""
     if key not in _MEMO:
-        _MEMO[key] = make(*args)
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(printed):
+                made = make(*args)
+        except BaseException:
+            sys.stderr.write(printed.getvalue())
+            raise
+        _MEMO[key] = made, printed.getvalue()
         while len(_MEMO) > MEMO_ENTRIES:
             _MEMO.popitem(last=False)
     _MEMO.move_to_end(key)
-    return _MEMO[key]
+    made, printed = _MEMO[key]
+    sys.stderr.write(printed)
+    return made
 
 
 def _encoded(task, data, tokenizer, args):
