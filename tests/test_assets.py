@@ -103,7 +103,7 @@ def test_entities_of_a_news_sentence(slots):
 
 def test_the_replaced_tokens_view_is_the_electra_bundle_with_its_generator(slots):
     """Shown because assets/models has an ELECTRA bundle. Its discriminator is a 21-minute
-    run's (the model card: AUC 0.55), so this checks what it answers, not how well."""
+    run's (the model card: AUC 0.54), so this checks what it answers, not how well."""
     slot = slots["replaced_tokens"]
     assert slot.ready, slot.problem
     assert os.path.basename(slot.path) == "electra", slot.path
