@@ -8,7 +8,8 @@
     BUNDLE/vocab.txt       the WordPiece vocabulary
     BUNDLE/bundle.json     task, max_seq_length, lowercase, quantization, id2label,
                            inputs/outputs shapes, what verification measured, the source,
-                           the signatures and the runtime methods they serve
+                           the signatures and the runtime methods they serve, and
+                           model.tflite's and vocab.txt's sizes and sha256 ("files")
     BUNDLE/label_map.json  {"id2label": {...}} when the task has named labels
 
 (`export/README.md` is the contract.) A bundle is built in a hidden
@@ -16,8 +17,8 @@ temporary directory beside its final name and renamed into place only when
 complete and verified (`staging`): a failed or interrupted export leaves
 either the previous bundle or none, never a half-written one.
 
-Imports only the standard library, `model.io.files` and `model.config` (the edge runtime may
-use it).
+Imports only the standard library, `model.io.files`, `model.config` and
+`model.text.wordpiece` (the edge runtime may use it).
 
     python -c "from export import bundle; print(bundle.read_info('bundles/sst2'))"
 """
@@ -25,6 +26,7 @@ use it).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 
@@ -87,6 +89,18 @@ ELECTRA_TASKS = ("electra_pretraining", REPLACED_TOKEN_TASK)  # the model direct
 # The bundle tasks that carry an "encoder" signature unless exported without it.
 ENCODER_SIGNATURE_TASKS = ("pretraining", REPLACED_TOKEN_TASK)
 GENERATOR_SIGNATURE = "generator"
+# bundle.json's record of the files as export wrote them: {name: {"bytes", "sha256"}}
+# (bundles written before it have none, and are read without the check).
+FILES = "files"
+# The default signature's outputs of each task and their ranks, as export writes them
+# (bundle.json "outputs"): a task edited into another's bundle is refused on reading.
+OUTPUT_RANKS = {
+    "classifier": {"logits": 2},
+    "multiple_choice": {"logits": 2},
+    "token_classifier": {"logits": 3},
+    "question_answerer": {"start_logits": 2, "end_logits": 2},
+    REPLACED_TOKEN_TASK: {"rtd": 2},
+}
 
 
 def is_bundle(directory: str) -> bool:
@@ -129,7 +143,77 @@ def read_info(directory: str) -> dict:
                 f"{path}: signature {key!r} names no known task (expected "
                 f'{{"task": one of {TASKS}, ...}}, got {str(signature)[:200]})'
             )
+    _check_outputs(path, info)
+    _check_files(directory, info)
     return info
+
+
+def _check_outputs(path: str, info: dict) -> None:
+    """The task's outputs are the ones bundle.json lists, and the source's length allows
+    max_seq_length (the position table's rows)."""
+    wanted = OUTPUT_RANKS.get(info["task"], {})
+    have = {name: len(shape) for name, shape in info["outputs"].items() if isinstance(shape, list)}
+    if any(have.get(name) != rank for name, rank in wanted.items()):
+        raise ValueError(
+            f"{path}: a {info['task']} bundle has outputs "
+            f"{ {n: f'rank {r}' for n, r in wanted.items()} }, but 'outputs' lists "
+            f"{info['outputs']}: was 'task' edited?"
+        )
+    encoder = ((info.get("source") or {}).get("config") or {}).get("encoder") or {}
+    positions = encoder.get("max_sequence_length")
+    if isinstance(positions, int) and info["max_seq_length"] > positions:
+        raise ValueError(
+            f"{path}: 'max_seq_length' {info['max_seq_length']} is more than the model's "
+            f"{positions} positions"
+        )
+
+
+def file_record(directory: str) -> dict:
+    """bundle.json's "files": the size and sha256 of model.tflite and vocab.txt."""
+    record = {}
+    for name in (MODEL, VOCAB):
+        digest = hashlib.sha256()
+        with open(os.path.join(directory, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        size = os.path.getsize(os.path.join(directory, name))
+        record[name] = {"bytes": size, "sha256": digest.hexdigest()}
+    return record
+
+
+def _check_files(directory: str, info: dict) -> None:
+    """model.tflite and vocab.txt are the files export wrote (their "files" record), and the
+    vocabulary has the token embedding's rows (the source config's vocabulary_size)."""
+    recorded = info.get(FILES)
+    if recorded is not None:
+        found = file_record(directory)
+        for name in (MODEL, VOCAB):
+            theirs, ours = (recorded.get(name) or {}), found[name]
+            if theirs != ours:
+                raise ValueError(
+                    f"{os.path.join(directory, name)}: {ours['bytes']:,} bytes, sha256 "
+                    f"{ours['sha256'][:12]}..., not the {theirs.get('bytes', '?'):,} bytes, "
+                    f"{str(theirs.get('sha256'))[:12]}... that bundle.json records: changed "
+                    "or damaged since export"
+                )
+    label_map = os.path.join(directory, LABEL_MAP)
+    if info.get("id2label") and os.path.isfile(label_map):
+        theirs = read_json_object(label_map, "label map").get("id2label")
+        if theirs != info["id2label"]:
+            raise ValueError(
+                f"{label_map}: id2label {theirs} is not bundle.json's {info['id2label']}"
+            )
+    encoder = ((info.get("source") or {}).get("config") or {}).get("encoder") or {}
+    size = encoder.get("vocabulary_size")
+    if isinstance(size, int):
+        from model.text.wordpiece import load_vocabulary
+
+        tokens = len(load_vocabulary(os.path.join(directory, VOCAB)))
+        if tokens != size:
+            raise ValueError(
+                f"{os.path.join(directory, VOCAB)}: vocabulary has {tokens} tokens but the "
+                f"model's token embedding has {size} rows (bundle.json's source)"
+            )
 
 
 def signatures(info: dict, where: str = INFO) -> dict:
@@ -206,6 +290,7 @@ def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_
 def write_files(directory: str, vocab: str, info: dict) -> None:
     """vocab.txt (copied from `vocab`), bundle.json and, with labels, label_map.json."""
     shutil.copyfile(vocab, os.path.join(directory, VOCAB))
+    info[FILES] = file_record(directory)  # model.tflite is in place by now
     if info.get("id2label"):
         write_json(os.path.join(directory, LABEL_MAP), {"id2label": info["id2label"]})
     write_json(os.path.join(directory, INFO), info)

@@ -138,6 +138,7 @@ def test_every_task_exports_a_verified_self_contained_bundle(models, bundles, ta
     assert stored["task"] == task and stored["quantization"] == "float32"
     assert stored["max_seq_length"] == 128 and stored["lowercase"] is True
     assert stored["outputs"] == CONTRACT_OUTPUTS[task]
+    assert stored[bundle.FILES] == bundle.file_record(str(out))  # checked on every read
     assert all(shape[0] == -1 and shape[-1] == -1 for shape in stored["inputs"].values())
     v = stored["verification"]
     assert v["passed"] and v["data"] == "built-in sentences"
@@ -538,7 +539,8 @@ def test_a_hand_edited_bundle_json_names_the_field(tmp_path, key, value, message
     from export import bundle
 
     info = {"format": 1, "task": "classifier", "max_seq_length": 64, "lowercase": True}
-    info |= {"quantization": "dynamic", "inputs": {}, "outputs": {}, "top_k": 5, key: value}
+    info |= {"quantization": "dynamic", "inputs": {}, "outputs": {"logits": [-1, 2]}}
+    info |= {"top_k": 5, key: value}
     (tmp_path / "bundle.json").write_text(json.dumps(info))
     (tmp_path / "model.tflite").write_bytes(b"")
     (tmp_path / "vocab.txt").write_text("[PAD]\n")
@@ -549,6 +551,68 @@ def test_a_hand_edited_bundle_json_names_the_field(tmp_path, key, value, message
     info[key] = valid.get(key)
     (tmp_path / "bundle.json").write_text(json.dumps(info))
     assert bundle.read_info(str(tmp_path))[key] == valid.get(key)
+
+
+def _damage(directory, how: str) -> str:
+    """Does `how` to the bundle copy `directory`; returns what read_info must say."""
+    info_path = os.path.join(directory, "bundle.json")
+    info = json.loads(open(info_path).read())
+    model, vocab = os.path.join(directory, "model.tflite"), os.path.join(directory, "vocab.txt")
+    if how == "a byte of the weights":
+        with open(model, "r+b") as f:
+            f.seek(os.path.getsize(model) // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return f"{model}: 23,785,648 bytes, sha256 "
+    lines = open(vocab).read().splitlines()
+    if how == "two vocabulary lines swapped":
+        lines[2000], lines[2001] = lines[2001], lines[2000]
+        open(vocab, "w").write("\n".join(lines) + "\n")
+        return f"{vocab}: 231,508 bytes, sha256 "
+    del info["files"]  # a bundle written before the record: the other checks still hold
+    if how == "a shorter vocabulary":
+        open(vocab, "w").write("\n".join(lines[:20000]) + "\n")
+        message = f"{vocab}: vocabulary has 20000 tokens but the model's token embedding has 30522"
+    elif how == "the task edited":
+        info["task"] = "token_classifier"
+        message = f"{info_path}: a token_classifier bundle has outputs {{'logits': 'rank 3'}}"
+    elif how == "a longer max_seq_length":
+        info["max_seq_length"] = 100000
+        message = f"{info_path}: 'max_seq_length' 100000 is more than the model's 512 positions"
+    else:  # "label_map.json disagrees"
+        open(os.path.join(directory, "label_map.json"), "w").write('{"id2label": {"0": "x"}}')
+        message = f"{os.path.join(directory, 'label_map.json')}: id2label {{'0': 'x'}} is not"
+    open(info_path, "w").write(json.dumps(info))
+    return message
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "a byte of the weights",
+        "two vocabulary lines swapped",
+        "a shorter vocabulary",
+        "the task edited",
+        "a longer max_seq_length",
+        "label_map.json disagrees",
+    ],
+)
+def test_a_damaged_or_mismatched_bundle_is_refused_on_loading(tmp_path, how):
+    """Each loaded before and answered differently, or failed later with an IndexError or
+    LiteRT's own message (a probe of damaged files)."""
+    import shutil
+
+    from export import bundle, runtime
+
+    directory = str(tmp_path / "sst2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copytree(os.path.join(root, "assets", "models", "sst2"), directory)
+    assert set(bundle.read_info(directory)[bundle.FILES]) == {"model.tflite", "vocab.txt"}
+    message = _damage(directory, how)
+    with pytest.raises(ValueError) as error:
+        runtime.load(directory)
+    assert str(error.value).startswith(message)
 
 
 def test_bundle_staging_is_atomic(tmp_path):
