@@ -336,6 +336,17 @@ def test_a_command_training_another_model_into_a_run_is_refused(
     assert checkpoint_steps(output) == [20, 30, 40]
 
 
+def test_resuming_with_another_batch_size_is_refused(records, uninterrupted, tmp_path, capsys):
+    """A resumed run starts at step x batch examples: another --batch-size re-read examples
+    already trained on, and said only "resuming from step 40"."""
+    output = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, output)
+    assert train.main(pretrain_argv(records, output, steps=50, batch_size=2)) == 1
+    said = "its checkpoints are of another run (other examples a step: --batch-size 4 (this "
+    assert said + "command: 2))" in capsys.readouterr().err
+    assert checkpoint_steps(output) == [20, 30, 40]
+
+
 def test_model_load_reads_a_training_checkpoint_as_finetune_init_does(uninterrupted):
     """`model.load(RUN/checkpoints/ckpt-N)` said "not a recognised model folder", where
     `finetune --init` takes the same path (docs/finetuning.md: any checkpoint model.load reads)."""
@@ -378,6 +389,11 @@ def test_checkpoints_record_their_run_and_refuse_another(tmp_path):
     with open(state, "w") as f:
         f.write('{"step": 3}')  # as written before runs were recorded
     assert ResumableCheckpoint(directory, every=1, run=roberta).restore(model) == 3
+    # Written before runs recorded the flags that set their examples: resumed without them.
+    with open(state, "w") as f:
+        f.write(json.dumps({"step": 3, "run": bert}))
+    with_reads = run_identity("--objective bert --no-nsp", model, reads={"--batch-size": 8})
+    assert ResumableCheckpoint(directory, every=1, run=with_reads).restore(model) == 3
 
 
 def test_a_model_pretrained_on_cased_records_reads_text_cased(records, tmp_path):

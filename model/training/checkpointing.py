@@ -20,7 +20,7 @@ The others have nothing of their own to save, since their variables are
 kept identical to the chief's by the all-reduce.
 
 `run` in state.json says what the run trains (`run_identity`: the objective or task, the
-model's shape): a command that trains something else into the same --output is refused
+model's shape, the flags that set each step's examples): a command that trains something else into the same --output is refused
 before any weight is read, instead of resuming another run's weights and optimizer state.
 
 `load_checkpoint(RUN/checkpoints/ckpt-N)` reads one checkpoint back as a model
@@ -50,10 +50,12 @@ def _rng_variables(model):
     return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
 
 
-def run_identity(trains: str, model) -> dict:
+def run_identity(trains: str, model, reads: dict | None = None) -> dict:
     """What a run trains, as its checkpoints record it: `trains` (the command's
-    `--objective ...` or `--task ...`) and the model's shape (`model_dir.describe`
-    less its dropout rates, which a resumed run may change)."""
+    `--objective ...` or `--task ...`), the model's shape (`model_dir.describe`
+    less its dropout rates, which a resumed run may change) and `reads`, the flags that
+    set which examples each step reads ({"--batch-size": 256, ...}: a resumed run starts
+    at the examples its step count says, so they must not change)."""
     from model.checkpoints.model_dir import describe
 
     def shape(value):
@@ -61,7 +63,18 @@ def run_identity(trains: str, model) -> dict:
             return {k: shape(v) for k, v in value.items() if k != "dropout"}
         return value
 
-    return json.loads(json.dumps({"trains": trains, "model": shape(describe(model))}))
+    identity = {"trains": trains, "model": shape(describe(model))}
+    if reads:
+        identity["reads"] = reads
+    return json.loads(json.dumps(identity))
+
+
+def _same_run(theirs: dict, ours: dict) -> bool:
+    """Whether a checkpoint's `run` is this command's; one written before runs recorded
+    their "reads" is compared without them."""
+    if "reads" not in theirs:
+        ours = {k: v for k, v in ours.items() if k != "reads"}
+    return theirs == ours
 
 
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:
@@ -80,7 +93,11 @@ def _other_run(directory: str, theirs: dict, ours: dict) -> str:
                     found.append(f"{where}{key} {x} (this command: {y})")
 
         compare(theirs.get("model", {}), ours.get("model", {}))
-        differs = "another model: " + "; ".join(found)
+        if found:
+            differs = "another model: " + "; ".join(found)
+        else:
+            compare(theirs.get("reads", {}), ours.get("reads", {}))
+            differs = "other examples a step: " + "; ".join(found)
     return (
         f"{directory}: its checkpoints are of another run ({differs}); resume with the "
         f"command that wrote them, or use a new --output"
@@ -203,7 +220,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
             except (OSError, ValueError, AttributeError):
                 continue  # unreadable: restore says so, and tries an older one
             if theirs is not None:
-                if theirs != self.run:
+                if not _same_run(theirs, self.run):
                     raise ValueError(_other_run(self.directory, theirs, self.run))
                 return
 

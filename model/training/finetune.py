@@ -693,7 +693,15 @@ def _resume(args, runtime, model):
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
         state=lambda: progress,
-        run=run_identity(f"--task {tasks.get(args.task).name}", model),
+        run=run_identity(
+            f"--task {tasks.get(args.task).name}",
+            model,
+            reads={
+                "--batch-size": args.batch_size,
+                "--seq-len": args.seq_len,
+                "--max-train-examples": args.max_train_examples,
+            },
+        ),
     )
     checkpoint.clean_partial()
     checkpoint.set_model(model)

@@ -429,7 +429,11 @@ def _resume(args, runtime, model):
         every=args.checkpoint_every,
         keep=args.keep_checkpoints,
         is_chief=runtime.chief,
-        run=run_identity(f"--objective {args.objective}" + " --no-nsp" * args.no_nsp, model),
+        run=run_identity(
+            f"--objective {args.objective}" + " --no-nsp" * args.no_nsp,
+            model,
+            reads={"--batch-size": args.batch_size},
+        ),
     )
     if runtime.chief:  # another worker's temporaries may be the chief's save in progress
         checkpoint.clean_partial()
