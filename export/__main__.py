@@ -51,7 +51,7 @@ import time
 from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
 from model.config import stored
-from model.io.files import check_paths, exit_on_sigterm
+from model.io.files import check_paths, check_stageable, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
@@ -494,7 +494,8 @@ def main(argv=None) -> int:
     try:
         check_paths(args.model, files=(args.data,))
         check_output(args.out)
-    except (FileNotFoundError, FileExistsError) as e:
+        check_stageable(args.out)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     import_tensorflow_quietly(args.verbose)
@@ -521,7 +522,7 @@ def main(argv=None) -> int:
         print(f"error: refused, nothing written to {args.out}: {e}", file=sys.stderr)
         print(json.dumps(e.report, indent=2), file=sys.stderr)
         return 1
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a disk filled meanwhile, too
         print(f"error: {e}", file=sys.stderr)
         return 1
     v = info["verification"]

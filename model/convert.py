@@ -58,7 +58,7 @@ import os
 import sys
 
 from model.checkpoints.formats import FORMATS, TASKS, read, usage_for, usage_of, write
-from model.io.files import exit_on_sigterm
+from model.io.files import check_stageable, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -137,7 +137,6 @@ def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    import_tensorflow_quietly(args.verbose)
     (src_fmt, src), (dst_fmt, dst) = args.source, args.target
     if src_fmt not in FORMATS + ("auto",):
         parser.error(f"--from: unknown format {src_fmt!r}; choose from {FORMATS + ('auto',)}")
@@ -150,6 +149,11 @@ def main(argv=None) -> int:
     held = _held_by(dst, {"the current directory": os.getcwd(), "the source": src})
     if held:
         parser.error(f"{dst} holds {held}, which replacing it would delete; write elsewhere")
+    try:
+        check_stageable(dst)
+    except ValueError as e:
+        parser.error(str(e))
+    import_tensorflow_quietly(args.verbose)
     try:
         model, vocab_path, notes = read(
             src,
@@ -168,7 +172,7 @@ def main(argv=None) -> int:
             model, dst_fmt, dst, vocab_path, args.sequence_length, usage, not args.no_verify
         )
         notes += written
-    except (ValueError, FileNotFoundError, TypeError) as e:
+    except (ValueError, OSError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for note in notes:

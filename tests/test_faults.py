@@ -413,6 +413,42 @@ def test_an_output_directory_that_is_a_file_is_named_so(tmp_path):
         check_writable_dir(str(tmp_path / "afile"))
 
 
+@pytest.mark.parametrize("command", ["export", "model.convert"])
+def test_a_bundle_or_conversion_that_cannot_be_written_fails_at_start(
+    tmp_path, command, monkeypatch, capsys
+):
+    """Under a file, or in a folder that refuses writes: one line naming both, before the
+    work (export and model.convert printed a traceback, export after its 11 s conversion)."""
+    import tempfile
+
+    from export.__main__ import main as export
+    from model.convert import main as convert
+
+    def run(out):
+        if command == "export":
+            return export(["--model", str(tmp_path / "no-model"), "--output", out])
+        with pytest.raises(SystemExit):
+            convert(["--from", "keras", str(tmp_path), "--to", "hf", out])
+        return 2
+
+    (tmp_path / "no-model").mkdir()
+    (tmp_path / "afile").write_text("x")
+    out = str(tmp_path / "afile" / "sub" / "bundle")
+    assert run(out) in (1, 2)
+    said = f"{out}: cannot be made, {tmp_path / 'afile'} is a file, not a folder"
+    assert said in capsys.readouterr().err
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")  # as a read-only folder (root ignores)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    out = str(tmp_path / "locked" / "bundle")
+    assert run(out) in (1, 2)
+    said = f"{out}: cannot be written, {tmp_path}: Permission denied"
+    assert said in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["afile", "no-model"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_unwritable_output_fails_at_start(records, tmp_path, command):

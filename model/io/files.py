@@ -60,6 +60,21 @@ def _missing_folders(folder: str) -> list[str]:
     return made
 
 
+def check_stageable(path: str) -> None:
+    """ValueError, at start, when `staged_directory(path)` could not build its output: the
+    nearest existing folder above `path` is a file, or cannot be written (a traceback from
+    deep in the export or conversion before, after the work)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    missing = _missing_folders(parent)
+    existing = os.path.dirname(missing[-1]) if missing else parent
+    if not os.path.isdir(existing):
+        raise ValueError(f"{path}: cannot be made, {existing} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be written, {existing}: {e.strerror}") from None
+
+
 def _remove_empty(folders: list[str]) -> None:
     """Removes `_missing_folders`' list after a failed write, innermost first, as far as they
     are empty (another writer may have put something there meanwhile)."""
