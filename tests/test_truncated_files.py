@@ -13,6 +13,7 @@ the file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -233,6 +234,12 @@ def test_truncated_tflite(sst2, sst2_bundle, tmp_path, cut, capsys):  # noqa: F8
     bundle = copy(sst2_bundle[0], tmp_path)
     path = os.path.join(bundle, "model.tflite")
     truncate(path, cut)
+    with pytest.raises(ValueError, match=names(path) + r": .* changed or damaged since export"):
+        runtime.load(bundle)  # bundle.json's "files" record; without it, LiteRT's own check:
+    info_path = os.path.join(bundle, "bundle.json")
+    info = json.loads(open(info_path).read())
+    del info["files"]
+    open(info_path, "w").write(json.dumps(info))
     message = names(path) + ": not a loadable LiteRT model"
     # First in a child process: were LiteRT to crash on the file, only the child would die.
     child = subprocess.run(
