@@ -50,6 +50,7 @@ import time
 
 from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
+from model.checkpoints.model_info import check_model_dir
 from model.config import stored
 from model.io.files import check_paths, check_stageable, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
@@ -493,6 +494,7 @@ def main(argv=None) -> int:
     exit_on_sigterm()  # a stopped export leaves no half-written bundle beside the real one
     try:
         check_paths(args.model, files=(args.data,))
+        check_model_dir(args.model)
         check_output(args.out)
         check_stageable(args.out)
     except (FileNotFoundError, FileExistsError, ValueError) as e:

@@ -58,6 +58,7 @@ import os
 import sys
 
 from model.checkpoints.formats import FORMATS, TASKS, read, usage_for, usage_of, write
+from model.checkpoints.model_info import check_model_dir
 from model.io.files import check_stageable, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 
@@ -151,6 +152,7 @@ def main(argv=None) -> int:
         parser.error(f"{dst} holds {held}, which replacing it would delete; write elsewhere")
     try:
         check_stageable(dst)
+        check_model_dir(src)
     except ValueError as e:
         parser.error(str(e))
     import_tensorflow_quietly(args.verbose)

@@ -90,6 +90,7 @@ import os
 import sys
 import time
 
+from model.checkpoints.model_info import check_model_dir
 from model.config import stored
 from model.io.backend import check_keras_backend
 from model.io.files import check_paths
@@ -694,7 +695,8 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         check_paths(args.model, files=(args.data,))
-    except FileNotFoundError as e:
+        check_model_dir(args.model)
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it

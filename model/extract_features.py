@@ -24,6 +24,7 @@ import sys
 
 import numpy as np
 
+from model.checkpoints.model_info import check_model_dir
 from model.features.layers import (
     DEFAULT_LAYERS,
     LayerFeatures,
@@ -32,6 +33,7 @@ from model.features.layers import (
     parse_layers,
     read_lines,
 )
+from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -67,6 +69,12 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:  # before TensorFlow starts: a mistyped path or a bad config.json fails at once
+        check_paths(args.model, files=(args.input,))
+        check_model_dir(args.model)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     from model.io.files import atomic_open
     from model.text import tokenizer_class

@@ -32,8 +32,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from model.checkpoints.model_info import check_model_dir
 from model.features.layers import COMBINE, DEFAULT_LAYERS
 from model.features.tagger import train
+from model.io.files import check_paths
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -87,6 +89,12 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:  # before TensorFlow starts: a mistyped path or a bad config.json fails at once
+        check_paths(args.model, args.data)
+        check_model_dir(args.model)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     import_tensorflow_quietly(args.verbose)
     try:
         return train(args)

@@ -410,30 +410,33 @@ def _device_flags(parser, data_help: str, steps_default: str):
 
 
 def check_inputs(args) -> None:
-    """The input paths exist (FileNotFoundError naming the first that does not), checked
-    before TensorFlow is imported: a mistyped path fails in well under a second."""
+    """The input paths exist (FileNotFoundError naming the first that does not), and a model
+    directory's config.json is valid (ValueError naming it), checked before TensorFlow is
+    imported: a mistyped path or field fails in well under a second."""
+    from model.checkpoints.model_info import check_model_dir
     from model.io.files import check_paths
     from model.pretraining.records import record_files
 
     if args.command == "pretrain":
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
-        paths = (args.init_checkpoint, args.vocab)
+        init, paths = args.init_checkpoint, (args.init_checkpoint, args.vocab)
     else:
-        paths = (args.data, args.init)
+        init, paths = args.init, (args.data, args.init)
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
         parent = os.path.dirname(os.path.abspath(path))
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
     check_paths(*(p for p in paths if p and not run_step(p)))
+    check_model_dir(init)
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         check_inputs(args)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -98,6 +99,10 @@ MISSING_PATHS = [  # (command and arguments, what the one error line says)
      "tests: a directory, where a file is expected"),
     (["export", "--model", ".", "--out", "tests"],
      "tests: exists and is not a bundle; refusing to replace it"),
+    (["model.extract_features", "--model", MISSING, "--input", "README.md", "--output", "o"],
+     f"{MISSING}: no such file or directory"),
+    (["model.feature_tagger", "--model", ".", "--data", MISSING, "--output", "o"],
+     f"{MISSING}: no such file or directory"),
 ]  # fmt: skip
 
 
@@ -115,6 +120,52 @@ def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, messa
     )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip() == f"error: {message}"
+    assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
+
+
+BAD_MODEL = "BAD"  # stands for a model directory whose config.json has num_layers "six"
+BAD_CONFIG = [  # every command that reads a model directory, with it
+    ["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", BAD_MODEL,
+     "--output", "o"],
+    ["model.train", "pretrain", "--data", "README.md", "--init", BAD_MODEL, "--output", "o",
+     "--steps", "1"],
+    ["model.evaluate", "--task", "sst2", "--model", BAD_MODEL, "--data", "README.md"],
+    ["export", "--model", BAD_MODEL, "--out", "o"],
+    ["model.convert", "--from", "keras", BAD_MODEL, "--to", "hf", "o"],
+    ["model.extract_features", "--model", BAD_MODEL, "--input", "README.md", "--output", "o"],
+    ["model.feature_tagger", "--model", BAD_MODEL, "--data", "README.md", "--output", "o"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", BAD_CONFIG, ids=lambda a: " ".join(a[:2]))
+def test_a_bad_model_config_fails_before_any_framework_is_imported(tmp_path, argv):
+    """A model directory's config.json is checked before TensorFlow starts: one line naming
+    the file and the field, in well under a second, where it took TensorFlow's start first."""
+    model = tmp_path / "model"
+    model.mkdir()
+    encoder = {"num_layers": "six", "num_heads": 2, "hidden_dim": 8, "intermediate_dim": 16}
+    (model / "config.json").write_text(
+        f'{{"task": "classifier", "encoder": {json.dumps(encoder)}}}'
+    )
+    (model / "model.weights.h5").write_bytes(b"")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RUN_AND_LIST_IMPORTS,
+            *(str(model) if a == BAD_MODEL else a for a in argv),
+        ],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (1, 2), done.stderr[-2000:]  # model.convert's usage errors exit 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.endswith(
+        f"error: {model}/config.json: encoder: BertConfig.num_layers must be a positive integer, got 'six'"
+    ), last
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 

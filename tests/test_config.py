@@ -236,3 +236,54 @@ def test_bad_values_name_the_file(tmp_path):
     google = BertConfig.preset("tiny", activation=GELU_APPROXIMATE).to_google_dict()
     with pytest.raises(ValueError, match=r"^bert_config.json: BertConfig.hidden_dim"):
         BertConfig.from_dict(google | {"hidden_size": 131}, "bert_config.json")
+
+
+def test_check_model_dir_reads_ours_and_leaves_the_rest(tmp_path):
+    """The commands' check before TensorFlow: our model directory's config.json is read in full
+    (an unknown task is refused, naming the file); a feature-based tagger, a Hugging Face
+    folder, a bundle and a plain file are left to the readers that take them."""
+    from model.checkpoints.model_info import check_model_dir
+
+    def folder(name, files):
+        path = tmp_path / name
+        path.mkdir()
+        for file, content in files.items():
+            (path / file).write_text(content if isinstance(content, str) else json.dumps(content))
+        return str(path)
+
+    encoder = BertConfig.preset("tiny").to_dict()
+    ours = folder(
+        "ours",
+        {
+            "config.json": {"task": "classifier", "encoder": encoder, "num_labels": 2},
+            "model.weights.h5": "",
+        },
+    )
+    check_model_dir(ours)  # valid: nothing raised
+    old = folder(
+        "old",
+        {
+            "config.json": {"task": "encoder", "encoder": encoder, "lowercase": False},
+            "model.weights.h5": "",
+        },
+    )
+    check_model_dir(old)  # a run that kept its records' casing at the top
+    typo = folder(
+        "typo", {"config.json": {"task": "clasifier", "encoder": encoder}, "model.weights.h5": ""}
+    )
+    with pytest.raises(ValueError, match=r"typo/config.json: unknown task 'clasifier'"):
+        check_model_dir(typo)
+    listed = folder("listed", {"config.json": [1, 2], "model.weights.h5": ""})
+    with pytest.raises(ValueError, match=r"listed/config.json: a config must be a JSON object"):
+        check_model_dir(listed)
+    tagger = {"task": "feature_tagger", "encoder": "ours"}
+    hf = {"model_type": "bert", "hidden_size": 131}
+    for name, files in {
+        "tagger": {"config.json": tagger, "model.weights.h5": ""},
+        "hf": {"config.json": hf, "model.safetensors": ""},
+        "bundle": {"bundle.json": {}, "model.tflite": ""},
+        "empty": {},
+    }.items():
+        check_model_dir(folder(name, files))
+    check_model_dir(str(tmp_path / "hf" / "config.json"))
+    check_model_dir(None)

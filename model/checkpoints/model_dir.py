@@ -41,6 +41,7 @@ import tempfile
 import h5py
 import keras
 
+from model.checkpoints.model_info import CONFIG, TASKS, VOCAB, WEIGHTS, read_info
 from model.config import BertConfig
 from model.heads.bilstm_encoder import BertBiLstmEncoder
 from model.heads.causal_lm import BertCausalLM
@@ -51,25 +52,8 @@ from model.heads.pretrainer import BertPretrainer
 from model.heads.question_answerer import BertQuestionAnswerer
 from model.heads.span_pretrainer import SpanBertPretrainer
 from model.heads.token_classifier import BertTokenClassifier
-from model.io.files import atomic_path, read_json_object, write_json
+from model.io.files import atomic_path, write_json
 from model.networks.encoder import BertEncoder
-
-CONFIG = "config.json"
-VOCAB = "vocab.txt"
-WEIGHTS = "model.weights.h5"
-
-TASKS = (
-    "encoder",
-    "pretraining",
-    "span_pretraining",
-    "causal_lm",
-    "electra_pretraining",
-    "replaced_token_detection",
-    "classifier",
-    "token_classifier",
-    "question_answerer",
-    "multiple_choice",
-)
 
 
 def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
@@ -237,56 +221,6 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
         with atomic_path(os.path.join(directory, VOCAB)) as tmp:
             shutil.copyfile(vocab_path, tmp)
     write_json(os.path.join(directory, CONFIG), {**describe(model), **(extra or {})})
-
-
-def read_info(directory: str) -> dict:
-    path = os.path.join(directory, CONFIG)
-    if not os.path.exists(path) and os.path.isfile(os.path.join(directory, "bundle.json")):
-        raise ValueError(
-            f"{directory}: a LiteRT bundle (python -m export's output), not a model directory: "
-            f"convert or export the model directory it was exported from"
-        )
-    info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
-    if "encoder" not in info:
-        _refuse_other_formats(directory, info)
-        # A bare BertConfig (or Google's bert_config.json form).
-        info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
-    elif info.get("task") == "feature_tagger":
-        raise ValueError(
-            f"{directory}: a feature-based tagger (python -m model.feature_tagger's: a BiLSTM "
-            f"over the frozen encoder {info['encoder']}), which model.evaluate --task "
-            f"conll2003 scores; other commands take that encoder"
-        )
-    elif not isinstance(info["encoder"], dict):
-        raise ValueError(f'{path}: "encoder" must be an object of BertConfig fields')
-    else:  # checked here, where the file can be named
-        BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
-    return with_records_casing(info)
-
-
-def _refuse_other_formats(directory: str, info: dict) -> None:
-    """A keras-hub preset's or a Hugging Face folder's config.json, where one of ours is read
-    (evaluate, export, the app): one line saying to convert it (`model.load` and
-    `finetune --init` read them as they are)."""
-    from model.checkpoints.detect import other_format
-
-    found = other_format(info)
-    if found is not None:
-        fmt, what = found
-        raise ValueError(
-            f"{directory}: {what}, not a model directory of this project; convert it first: "
-            f"python -m model.convert --from {fmt} {directory} --to keras DIR"
-        )
-
-
-def with_records_casing(info: dict) -> dict:
-    """A model directory's config.json fields, the casing of a run written before the encoder's
-    config held it moved in: pre-training wrote its records' casing at the top, and the
-    encoder kept its preset's default; the records' is the model's."""
-    if "lowercase" not in info:
-        return info
-    rest = {k: v for k, v in info.items() if k != "lowercase"}
-    return {**rest, "encoder": {**info["encoder"], "lowercase": bool(info["lowercase"])}}
 
 
 def load(directory: str) -> keras.Model:

@@ -375,7 +375,7 @@ def _records_casing(config, spec: str, data):
 def _named_casing(fields: dict) -> bool | None:
     """The casing a config file states (ours, Google's or Hugging Face's), or None."""
     if "encoder" in fields:  # a model directory's config.json
-        from model.checkpoints.model_dir import with_records_casing
+        from model.checkpoints.model_info import with_records_casing
 
         return with_records_casing(fields)["encoder"].get("lowercase")
     return fields.get("lowercase", fields.get("do_lower_case"))

@@ -1,0 +1,97 @@
+"""A model directory's config.json, read and checked without Keras or TensorFlow.
+
+`model.checkpoints.model_dir` builds and loads the model it describes; the commands call
+`check_model_dir` on their model argument before they import TensorFlow, so that a bad field
+fails in well under a second, named.
+"""
+
+from __future__ import annotations
+
+import os
+
+from model.checkpoints.detect import detect_format, other_format
+from model.config import BertConfig
+from model.io.files import read_json_object
+
+CONFIG = "config.json"
+VOCAB = "vocab.txt"
+WEIGHTS = "model.weights.h5"
+
+TASKS = (
+    "encoder",
+    "pretraining",
+    "span_pretraining",
+    "causal_lm",
+    "electra_pretraining",
+    "replaced_token_detection",
+    "classifier",
+    "token_classifier",
+    "question_answerer",
+    "multiple_choice",
+)
+
+
+def read_info(directory: str) -> dict:
+    """A model directory's config.json, checked: an object with a known task and an encoder of
+    valid BertConfig fields (a bare BertConfig reads as an encoder); errors name the file."""
+    path = os.path.join(directory, CONFIG)
+    if not os.path.exists(path) and os.path.isfile(os.path.join(directory, "bundle.json")):
+        raise ValueError(
+            f"{directory}: a LiteRT bundle (python -m export's output), not a model directory: "
+            f"convert or export the model directory it was exported from"
+        )
+    info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
+    if "encoder" not in info:
+        _refuse_other_formats(directory, info)
+        # A bare BertConfig (or Google's bert_config.json form).
+        info = {"task": "encoder", "encoder": BertConfig.from_json(path).to_dict()}
+    elif info.get("task") == "feature_tagger":
+        raise ValueError(
+            f"{directory}: a feature-based tagger (python -m model.feature_tagger's: a BiLSTM "
+            f"over the frozen encoder {info['encoder']}), which model.evaluate --task "
+            f"conll2003 scores; other commands take that encoder"
+        )
+    elif not isinstance(info["encoder"], dict):
+        raise ValueError(f'{path}: "encoder" must be an object of BertConfig fields')
+    else:  # checked here, where the file can be named
+        BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
+    if info.get("task", "encoder") not in TASKS:
+        raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
+    return with_records_casing(info)
+
+
+def _refuse_other_formats(directory: str, info: dict) -> None:
+    """A keras-hub preset's or a Hugging Face folder's config.json, where one of ours is read
+    (evaluate, export, the app): one line saying to convert it (`model.load` and
+    `finetune --init` read them as they are)."""
+    found = other_format(info)
+    if found is not None:
+        fmt, what = found
+        raise ValueError(
+            f"{directory}: {what}, not a model directory of this project; convert it first: "
+            f"python -m model.convert --from {fmt} {directory} --to keras DIR"
+        )
+
+
+def with_records_casing(info: dict) -> dict:
+    """A model directory's config.json fields, the casing of a run written before the encoder's
+    config held it moved in: pre-training wrote its records' casing at the top, and the
+    encoder kept its preset's default; the records' is the model's."""
+    if "lowercase" not in info:
+        return info
+    rest = {k: v for k, v in info.items() if k != "lowercase"}
+    return {**rest, "encoder": {**info["encoder"], "lowercase": bool(info["lowercase"])}}
+
+
+def check_model_dir(path: str | None) -> None:
+    """Where `path` is one of our model directories (config.json beside model.weights.h5), its
+    config.json is checked as `read_info` does (ValueError naming the file); other formats,
+    bundles, paths that are not folders and feature-based taggers are left to their readers."""
+    if not path or not os.path.isdir(path):
+        return
+    try:
+        ours = detect_format(path) == "keras"
+    except ValueError:  # not a model folder at all: the command's reader says what it is
+        return
+    if ours and read_json_object(os.path.join(path, CONFIG)).get("task") != "feature_tagger":
+        read_info(path)
