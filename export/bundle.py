@@ -39,9 +39,8 @@ VOCAB = "vocab.txt"
 INFO = "bundle.json"
 LABEL_MAP = "label_map.json"
 
-# The exportable tasks of model.checkpoints.model_dir.TASKS, repeated here: importing
-# model_dir would import Keras, and the edge runtime reads bundles without it. (An
-# "electra_pretraining" run exports as a "replaced_token_detection" bundle.)
+# The exportable tasks of model.checkpoints.model_info.TASKS (an "electra_pretraining" run
+# exports as a "replaced_token_detection" bundle; the others have no LiteRT contract).
 TASKS = (
     "encoder",
     "pretraining",
@@ -64,6 +63,8 @@ FIELD_TYPES = {
     "top_k": int,
     "null_threshold": (int, float),
     "id2label": dict,
+    "source": dict,
+    "files": dict,
 }
 FIELD_WORDS = {
     int: "a whole number",
@@ -95,6 +96,8 @@ FILES = "files"
 # The default signature's outputs of each task and their ranks, as export writes them
 # (bundle.json "outputs"): a task edited into another's bundle is refused on reading.
 OUTPUT_RANKS = {
+    "encoder": {"sequence_output": 3, "pooled_output": 2},
+    "pretraining": {"topk_ids": 3, "topk_probs": 3},
     "classifier": {"logits": 2},
     "multiple_choice": {"logits": 2},
     "token_classifier": {"logits": 3},
@@ -145,12 +148,13 @@ def read_info(directory: str) -> dict:
             )
     _check_outputs(path, info)
     _check_files(directory, info)
+    _check_source(directory, info)
+    _check_label_map(directory, info)
     return info
 
 
 def _check_outputs(path: str, info: dict) -> None:
-    """The task's outputs are the ones bundle.json lists, and the source's length allows
-    max_seq_length (the position table's rows)."""
+    """The task's outputs are the ones bundle.json lists (a task edited into another's bundle)."""
     wanted = OUTPUT_RANKS.get(info["task"], {})
     have = {name: len(shape) for name, shape in info["outputs"].items() if isinstance(shape, list)}
     if any(have.get(name) != rank for name, rank in wanted.items()):
@@ -158,13 +162,6 @@ def _check_outputs(path: str, info: dict) -> None:
             f"{path}: a {info['task']} bundle has outputs "
             f"{ {n: f'rank {r}' for n, r in wanted.items()} }, but 'outputs' lists "
             f"{info['outputs']}: was 'task' edited?"
-        )
-    encoder = ((info.get("source") or {}).get("config") or {}).get("encoder") or {}
-    positions = encoder.get("max_sequence_length")
-    if isinstance(positions, int) and info["max_seq_length"] > positions:
-        raise ValueError(
-            f"{path}: 'max_seq_length' {info['max_seq_length']} is more than the model's "
-            f"{positions} positions"
         )
 
 
@@ -182,37 +179,60 @@ def file_record(directory: str) -> dict:
 
 
 def _check_files(directory: str, info: dict) -> None:
-    """model.tflite and vocab.txt are the files export wrote (their "files" record), and the
-    vocabulary has the token embedding's rows (the source config's vocabulary_size)."""
+    """model.tflite and vocab.txt are the files export wrote: the size and sha256 of each that
+    the "files" record holds (other keys of an entry are a later exporter's, not compared)."""
     recorded = info.get(FILES)
-    if recorded is not None:
-        found = file_record(directory)
-        for name in (MODEL, VOCAB):
-            theirs, ours = (recorded.get(name) or {}), found[name]
-            if theirs != ours:
-                raise ValueError(
-                    f"{os.path.join(directory, name)}: {ours['bytes']:,} bytes, sha256 "
-                    f"{ours['sha256'][:12]}..., not the {theirs.get('bytes', '?'):,} bytes, "
-                    f"{str(theirs.get('sha256'))[:12]}... that bundle.json records: changed "
-                    "or damaged since export"
-                )
+    if recorded is None:
+        return
+    found = file_record(directory)
+    for name in (MODEL, VOCAB):
+        theirs, ours = recorded.get(name), found[name]
+        if not (
+            isinstance(theirs, dict)
+            and isinstance(theirs.get("bytes"), int)
+            and isinstance(theirs.get("sha256"), str)
+        ):
+            raise ValueError(
+                f"{os.path.join(directory, INFO)}: 'files' entry {name!r} must be an object "
+                f'{{"bytes": a whole number, "sha256": a hex string}}, not {str(theirs)[:200]}'
+            )
+        if (theirs["bytes"], theirs["sha256"]) != (ours["bytes"], ours["sha256"]):
+            raise ValueError(
+                f"{os.path.join(directory, name)}: {ours['bytes']:,} bytes, sha256 "
+                f"{ours['sha256'][:12]}..., not the {theirs['bytes']:,} bytes, "
+                f"{theirs['sha256'][:12]}... that bundle.json records: changed or damaged "
+                "since export"
+            )
+
+
+def _check_source(directory: str, info: dict) -> None:
+    """What the source model's encoder allows (bundle.json's "source"): max_seq_length within
+    its position table, and a vocabulary of its token embedding's rows."""
+    config = (info.get("source") or {}).get("config")
+    encoder = config.get("encoder") if isinstance(config, dict) else None
+    if not isinstance(encoder, dict):
+        return
+    positions = encoder.get("max_sequence_length")
+    if isinstance(positions, int) and info["max_seq_length"] > positions:
+        raise ValueError(
+            f"{os.path.join(directory, INFO)}: 'max_seq_length' {info['max_seq_length']} is "
+            f"more than the model's {positions} positions"
+        )
+    size = encoder.get("vocabulary_size")
+    if isinstance(size, int):
+        from model.text.wordpiece import check_vocabulary
+
+        check_vocabulary(os.path.join(directory, VOCAB), size, "the model's (bundle.json's source)")
+
+
+def _check_label_map(directory: str, info: dict) -> None:
+    """label_map.json, where there is one, holds bundle.json's id2label."""
     label_map = os.path.join(directory, LABEL_MAP)
     if info.get("id2label") and os.path.isfile(label_map):
         theirs = read_json_object(label_map, "label map").get("id2label")
         if theirs != info["id2label"]:
             raise ValueError(
                 f"{label_map}: id2label {theirs} is not bundle.json's {info['id2label']}"
-            )
-    encoder = ((info.get("source") or {}).get("config") or {}).get("encoder") or {}
-    size = encoder.get("vocabulary_size")
-    if isinstance(size, int):
-        from model.text.wordpiece import load_vocabulary
-
-        tokens = len(load_vocabulary(os.path.join(directory, VOCAB)))
-        if tokens != size:
-            raise ValueError(
-                f"{os.path.join(directory, VOCAB)}: vocabulary has {tokens} tokens but the "
-                f"model's token embedding has {size} rows (bundle.json's source)"
             )
 
 

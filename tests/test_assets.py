@@ -41,6 +41,37 @@ def test_assets_fit_the_budget():
     assert 0 < total <= BUDGET_BYTES, f"assets/ holds {total / 1e6:.1f} MB"
 
 
+def test_every_bundle_loads_byte_for_byte_and_git_never_converts_it():
+    """Each bundle's files are those its bundle.json records (read_info checks size and sha256),
+    and .gitattributes keeps Git from converting their line endings on checkout (Git for
+    Windows' core.autocrlf rewrote vocab.txt, and every bundle was refused)."""
+    import subprocess
+
+    from export import bundle
+
+    names = sorted(os.listdir(MODELS))
+    for name in names:
+        assert set(bundle.read_info(os.path.join(MODELS, name))[bundle.FILES]) == {
+            bundle.MODEL,
+            bundle.VOCAB,
+        }, name
+    if not os.path.isdir(os.path.join(ROOT, ".git")):
+        pytest.skip("not a Git checkout")
+    paths = [
+        f"assets/models/{name}/{file}"
+        for name in names
+        for file in os.listdir(os.path.join(MODELS, name))
+    ]
+    shown = subprocess.run(
+        ["git", "check-attr", "text", "--", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.splitlines() == [f"{path}: text: unset" for path in paths]
+
+
 def test_every_view_is_served_by_its_planned_bundle(slots):
     for view in app_models.VIEWS:
         slot = slots[view.key]

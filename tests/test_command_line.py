@@ -293,7 +293,7 @@ def test_the_projects_warnings_print_as_one_line(monkeypatch):
         (["--random-token-rate", "1.5"], "--random-token-rate must be in [0, 1], not 1.5"),
         (
             ["--mask-token-rate", "0.8", "--random-token-rate", "0.5"],
-            "--mask-token-rate and --random-token-rate sum to more than 1",
+            "--mask-token-rate 0.8 and --random-token-rate 0.5 sum to more than 1",
         ),
     ],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -555,9 +556,8 @@ def test_a_hand_edited_bundle_json_names_the_field(tmp_path, key, value, message
 
 def _damage(directory, how: str) -> str:
     """Does `how` to the bundle copy `directory`; returns what read_info must say."""
-    info_path = os.path.join(directory, "bundle.json")
-    info = json.loads(open(info_path).read())
-    model, vocab = os.path.join(directory, "model.tflite"), os.path.join(directory, "vocab.txt")
+    info_path, model, vocab = (Path(directory) / name for name in BUNDLE_FILES)
+    info = json.loads(info_path.read_text())
     if how == "a byte of the weights":
         with open(model, "r+b") as f:
             f.seek(os.path.getsize(model) // 2)
@@ -565,26 +565,51 @@ def _damage(directory, how: str) -> str:
             f.seek(-1, 1)
             f.write(bytes([byte[0] ^ 0xFF]))
         return f"{model}: 23,785,648 bytes, sha256 "
-    lines = open(vocab).read().splitlines()
+    lines = vocab.read_text().splitlines()
     if how == "two vocabulary lines swapped":
         lines[2000], lines[2001] = lines[2001], lines[2000]
-        open(vocab, "w").write("\n".join(lines) + "\n")
+        vocab.write_text("\n".join(lines) + "\n")
         return f"{vocab}: 231,508 bytes, sha256 "
-    del info["files"]  # a bundle written before the record: the other checks still hold
+    if how == "a files entry without its size":
+        del info["files"]["vocab.txt"]["bytes"]
+        message = f"{info_path}: 'files' entry 'vocab.txt' must be an object {{\"bytes\": a whole"
+    elif how == "files a list":
+        info["files"] = []
+        message = f"{info_path}: 'files' must be an object, not []"
+    elif how == "source a string":
+        info["source"] = "x"
+        message = f"{info_path}: 'source' must be an object, not 'x'"
+    else:
+        del info["files"]  # a bundle written before the record: the other checks still hold
     if how == "a shorter vocabulary":
-        open(vocab, "w").write("\n".join(lines[:20000]) + "\n")
-        message = f"{vocab}: vocabulary has 20000 tokens but the model's token embedding has 30522"
+        vocab.write_text("\n".join(lines[:20000]) + "\n")
+        message = f"{vocab}: vocabulary has 20000 tokens but the model's (bundle.json's source) token embedding has 30522"
     elif how == "the task edited":
         info["task"] = "token_classifier"
         message = f"{info_path}: a token_classifier bundle has outputs {{'logits': 'rank 3'}}"
     elif how == "a longer max_seq_length":
         info["max_seq_length"] = 100000
         message = f"{info_path}: 'max_seq_length' 100000 is more than the model's 512 positions"
-    else:  # "label_map.json disagrees"
-        open(os.path.join(directory, "label_map.json"), "w").write('{"id2label": {"0": "x"}}')
+    elif how == "label_map.json disagrees":
+        (Path(directory) / "label_map.json").write_text('{"id2label": {"0": "x"}}')
         message = f"{os.path.join(directory, 'label_map.json')}: id2label {{'0': 'x'}} is not"
-    open(info_path, "w").write(json.dumps(info))
+    info_path.write_text(json.dumps(info))
     return message
+
+
+BUNDLE_FILES = ("bundle.json", "model.tflite", "vocab.txt")
+
+
+def _shipped_copy(tmp_path) -> str:
+    import shutil
+
+    from export import bundle
+
+    directory = str(tmp_path / "sst2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copytree(os.path.join(root, "assets", "models", "sst2"), directory)
+    assert set(bundle.read_info(directory)[bundle.FILES]) == {"model.tflite", "vocab.txt"}
+    return directory
 
 
 @pytest.mark.parametrize(
@@ -596,23 +621,34 @@ def _damage(directory, how: str) -> str:
         "the task edited",
         "a longer max_seq_length",
         "label_map.json disagrees",
+        "a files entry without its size",
+        "files a list",
+        "source a string",
     ],
 )
 def test_a_damaged_or_mismatched_bundle_is_refused_on_loading(tmp_path, how):
     """Each loaded before and answered differently, or failed later with an IndexError or
-    LiteRT's own message (a probe of damaged files)."""
-    import shutil
+    LiteRT's own message (a probe of damaged files); a malformed record is named, where it
+    raised a TypeError naming nothing (a review)."""
+    from export import runtime
 
-    from export import bundle, runtime
-
-    directory = str(tmp_path / "sst2")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shutil.copytree(os.path.join(root, "assets", "models", "sst2"), directory)
-    assert set(bundle.read_info(directory)[bundle.FILES]) == {"model.tflite", "vocab.txt"}
+    directory = _shipped_copy(tmp_path)
     message = _damage(directory, how)
     with pytest.raises(ValueError) as error:
         runtime.load(directory)
     assert str(error.value).startswith(message)
+
+
+def test_a_files_entry_is_compared_by_size_and_hash_alone(tmp_path):
+    """A later exporter's extra key in a "files" entry does not refuse the bundle."""
+    from export import bundle
+
+    directory = _shipped_copy(tmp_path)
+    info_path = Path(directory) / "bundle.json"
+    info = json.loads(info_path.read_text())
+    info["files"]["vocab.txt"]["mtime"] = 1.0
+    info_path.write_text(json.dumps(info))
+    assert bundle.read_info(directory)["files"]["vocab.txt"]["mtime"] == 1.0
 
 
 def test_bundle_staging_is_atomic(tmp_path):

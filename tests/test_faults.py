@@ -342,6 +342,43 @@ def test_finetuning_killed_three_times_resumes_each_time_and_matches(tmp_path, c
     assert not os.path.exists(os.path.join(straight, "checkpoints"))
 
 
+def test_finetune_resumed_on_other_examples_is_refused_and_on_the_same_ones_goes_on(
+    tmp_path, capsys
+):
+    """A resumed fine-tuning starts at step x batch of the same data order: another --seq-len,
+    --seed, --group-by-length or number of examples is refused, naming it; a
+    --max-train-examples above the data's size keeps the same examples and resumes (a review:
+    it was refused, as "--max-train-examples None")."""
+    data = write_sst2(tmp_path / "SST-2", train=48, dev=12, seed=3)
+    init = make_init(tmp_path)
+    output = tmp_path / "run"
+
+    def argv(*more, seq_len=24):
+        extra = ["--warmup-steps", "0", "--checkpoint-every", "1", "--strategy", "cpu", *more]
+        return finetune_argv(
+            "sst2", data, init, output, learning_rate="1e30", seq_len=seq_len, extra=extra
+        )
+
+    assert run_train(argv()) == 3  # stopped by its NaN loss, the good checkpoints kept
+    steps = complete_checkpoints(str(output / "checkpoints"))
+    capsys.readouterr()
+    for more, seq_len, said in [
+        ((), 32, "--seq-len 24 (this command: 32)"),
+        (("--seed", "5"), 24, "--seed 12345 (this command: 5)"),
+        (("--group-by-length",), 24, "--group-by-length False (this command: True)"),
+        (
+            ("--max-train-examples", "20"),
+            24,
+            "training examples 48 (this command: 20); steps an epoch 12 (this command: 5)",
+        ),
+    ]:
+        assert run_train(argv(*more, seq_len=seq_len)) == 1
+        assert "(other examples at each step: " + said + ")" in capsys.readouterr().err
+    assert complete_checkpoints(str(output / "checkpoints")) == steps
+    assert run_train(argv("--max-train-examples", "1000")) == 3  # resumed, and its NaN again
+    assert f"resuming from step {max(steps)}" in capsys.readouterr().out
+
+
 # === NaN in fine-tuning ===
 
 
@@ -417,8 +454,10 @@ def test_an_output_directory_that_is_a_file_is_named_so(tmp_path):
 def test_a_bundle_or_conversion_that_cannot_be_written_fails_at_start(
     tmp_path, command, monkeypatch, capsys
 ):
-    """Under a file, or in a folder that refuses writes: one line naming both, before the
-    work (export and model.convert printed a traceback, export after its 11 s conversion)."""
+    """Under a file, in a folder that refuses writes or on a full disk: one line naming both,
+    before the work (export and model.convert printed a traceback, export after its 11 s
+    conversion)."""
+    import shutil
     import tempfile
 
     from export.__main__ import main as export
@@ -438,15 +477,35 @@ def test_a_bundle_or_conversion_that_cannot_be_written_fails_at_start(
     said = f"{out}: cannot be made, {tmp_path / 'afile'} is a file, not a folder"
     assert said in capsys.readouterr().err
 
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=2**20))
+    out = str(tmp_path / "full" / "bundle")
+    assert run(out) in (1, 2)
+    said = f"{out}: cannot be written, {tmp_path}: the disk is full (1.0 MiB free)"
+    assert said in capsys.readouterr().err
+    monkeypatch.undo()
+
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")  # as a read-only folder (root ignores)
 
-    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
     out = str(tmp_path / "locked" / "bundle")
     assert run(out) in (1, 2)
     said = f"{out}: cannot be written, {tmp_path}: Permission denied"
     assert said in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["afile", "no-model"]
+    monkeypatch.undo()
+    if os.geteuid() != 0:  # and a real read-only folder
+        locked = tmp_path / "ro"
+        locked.mkdir(mode=0o500)
+        try:
+            out = str(locked / "bundle")
+            assert run(out) in (1, 2)
+            assert (
+                f"{out}: cannot be written, {locked}: Permission denied" in capsys.readouterr().err
+            )
+        finally:
+            locked.chmod(0o700)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")

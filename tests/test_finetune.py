@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -568,7 +569,17 @@ def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
     assert "do not apply to mlm" in capsys.readouterr().err
 
 
-def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_path):
+@pytest.fixture
+def empty_memo(monkeypatch):
+    """The process's remembered reads, empty for the test and restored after it."""
+    import collections
+
+    from model.training import finetune
+
+    monkeypatch.setattr(finetune, "_MEMO", collections.OrderedDict())
+
+
+def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_path, empty_memo):
     """The experiments fine-tune every seed of a task in one process: the examples are read
     once, and read again when the file is rewritten."""
     from model.training import finetune
@@ -592,9 +603,9 @@ def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_pat
     assert len(finetune._MEMO) == finetune.MEMO_ENTRIES
 
 
-def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys):
+def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys, empty_memo):
     """The second run of a process reads the file from memory, and still says which rows the
-    read skipped (it said nothing before)."""
+    read skipped (it said nothing before); the first read says it as it reads."""
     from model import tasks
     from model.training import finetune
     from tests.helpers import two_question_squad
@@ -606,7 +617,15 @@ def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys):
     for _ in range(2):
         key = ("read", "squad1-skip-test", finetune._stamp(path))
         finetune._remembered(key, task.read, str(path))
-        assert "skipped 1 invalid question(s)" in capsys.readouterr().err
+        assert capsys.readouterr().err.count("skipped 1 invalid question(s)") == 1
+
+    def fails():
+        print("a warning, then a failure", file=sys.stderr)
+        raise ValueError("bad row")
+
+    with pytest.raises(ValueError, match="bad row"):
+        finetune._remembered(("read", "fails"), fails)
+    assert capsys.readouterr().err == "a warning, then a failure\n"
 
 
 def test_a_model_with_another_number_of_outputs_is_refused():

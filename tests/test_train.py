@@ -342,7 +342,7 @@ def test_resuming_with_another_batch_size_is_refused(records, uninterrupted, tmp
     output = str(tmp_path / "run")
     shutil.copytree(uninterrupted, output)
     assert train.main(pretrain_argv(records, output, steps=50, batch_size=2)) == 1
-    said = "its checkpoints are of another run (other examples a step: --batch-size 4 (this "
+    said = "its checkpoints are of another run (other examples at each step: --batch-size 4 (this "
     assert said + "command: 2))" in capsys.readouterr().err
     assert checkpoint_steps(output) == [20, 30, 40]
 

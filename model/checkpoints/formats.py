@@ -214,9 +214,9 @@ def write(
         raise ValueError(f"writing {fmt} needs a vocabulary; the source has none, pass --vocab")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose from {FORMATS}")
-    from model.checkpoints.mapping import check_vocabulary
     from model.checkpoints.model_dir import encoder_of
     from model.io.files import staged_directory
+    from model.text.wordpiece import check_vocabulary
 
     check_vocabulary(vocab_path, encoder_of(model).config.vocabulary_size)  # before any write
     if fmt in ("hf", "google"):

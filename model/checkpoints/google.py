@@ -27,9 +27,10 @@ import tempfile
 import numpy as np
 
 from model.checkpoints import bert_names as names
-from model.checkpoints.mapping import Entry, assign, check_vocabulary, export
+from model.checkpoints.mapping import Entry, assign, export
 from model.config import BertConfig
 from model.io.files import atomic_path, write_json
+from model.text.wordpiece import check_vocabulary
 
 CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"

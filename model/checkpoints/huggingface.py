@@ -36,9 +36,9 @@ import numpy as np
 from model.checkpoints import bert_names as names
 from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
-from model.checkpoints.mapping import check_vocabulary as check_vocabulary_size
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
 from model.io.files import atomic_path, read_json_object, write_json
+from model.text.wordpiece import check_vocabulary as check_vocabulary_size
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

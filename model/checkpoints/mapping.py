@@ -147,19 +147,6 @@ def _unexpected(name: str, tensor, droppable: bool) -> str:
     return f"unexpected tensor {name!r} {tuple(np.shape(tensor))}" + (why if droppable else "")
 
 
-def check_vocabulary(vocab_path: str, vocabulary_size: int) -> str:
-    """`vocab_path`, refused (with its path) unless its tokens are the token embedding's rows."""
-    from model.text.wordpiece import load_vocabulary
-
-    tokens = len(load_vocabulary(vocab_path))
-    if tokens != vocabulary_size:
-        raise ValueError(
-            f"{vocab_path}: vocabulary has {tokens} tokens but the token "
-            f"embedding has {vocabulary_size} rows (vocab_size)"
-        )
-    return vocab_path
-
-
 def same_values(a, b) -> bool:
     """Whether a weight read back holds what was written: equal shapes and values, a NaN
     equal to a NaN (it is stored as written)."""

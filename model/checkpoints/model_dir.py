@@ -54,6 +54,7 @@ from model.heads.span_pretrainer import SpanBertPretrainer
 from model.heads.token_classifier import BertTokenClassifier
 from model.io.files import atomic_path, write_json
 from model.networks.encoder import BertEncoder
+from model.text.wordpiece import check_vocabulary
 
 
 def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
@@ -199,15 +200,7 @@ def encoder_of(model: keras.Model) -> BertEncoder:
 
 def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None = None) -> None:
     """Writes config.json, vocab.txt and model.weights.h5 (no optimizer state), each atomically."""
-    from model.text.wordpiece import load_vocabulary
-
-    vocab = load_vocabulary(vocab_path)
-    size = encoder_of(model).config.vocabulary_size
-    if len(vocab) != size:
-        raise ValueError(
-            f"{vocab_path}: vocabulary has {len(vocab)} tokens but the token "
-            f"embedding has {size} rows"
-        )
+    check_vocabulary(vocab_path, encoder_of(model).config.vocabulary_size)
     if getattr(model, "optimizer", None) is not None:
         # A compiled model's save_weights adds the optimizer's state; a model
         # directory holds the model's weights alone (checkpoints keep the rest).
@@ -234,13 +227,7 @@ def load(directory: str) -> keras.Model:
     model.load_weights(weights)
     vocab = os.path.join(directory, VOCAB)
     if os.path.isfile(vocab):
-        from model.text.wordpiece import load_vocabulary
-
-        size, tokens = encoder_of(model).config.vocabulary_size, len(load_vocabulary(vocab))
-        if tokens != size:
-            raise ValueError(
-                f"{vocab}: vocabulary has {tokens} tokens but the token embedding has {size} rows"
-            )
+        check_vocabulary(vocab, encoder_of(model).config.vocabulary_size)
     return model
 
 

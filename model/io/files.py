@@ -62,17 +62,31 @@ def _missing_folders(folder: str) -> list[str]:
 
 def check_stageable(path: str) -> None:
     """ValueError, at start, when `staged_directory(path)` could not build its output: the
-    nearest existing folder above `path` is a file, or cannot be written (a traceback from
-    deep in the export or conversion before, after the work)."""
+    nearest existing folder above `path` is a file, cannot be written, or is on a full disk
+    (export and model.convert found out after their work, with a traceback)."""
     parent = os.path.dirname(os.path.abspath(path))
     missing = _missing_folders(parent)
     existing = os.path.dirname(missing[-1]) if missing else parent
     if not os.path.isdir(existing):
         raise ValueError(f"{path}: cannot be made, {existing} is a file, not a folder")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+        free = _probe(existing)
     except OSError as e:
         raise ValueError(f"{path}: cannot be written, {existing}: {e.strerror}") from None
+    if free < MIN_FREE_BYTES:
+        raise ValueError(
+            f"{path}: cannot be written, {existing}: the disk is full ({free / 2**20:.1f} MiB free)"
+        )
+
+
+def _probe(folder: str) -> int:
+    """The free bytes of `folder`'s disk, after writing 4 KiB to a temporary file there
+    (OSError where it cannot: a full disk may still make an empty file)."""
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-") as f:
+        f.write(b"\0" * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    return shutil.disk_usage(folder).free
 
 
 def _remove_empty(folders: list[str]) -> None:
@@ -250,11 +264,7 @@ def check_writable_dir(path: str) -> None:
         raise SystemExit(f"error: output directory {path!r} is a file, not a directory")
     try:
         os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-") as f:
-            f.write(b"\0" * 4096)  # a full disk may still create an empty file
-            f.flush()
-            os.fsync(f.fileno())
-        free = shutil.disk_usage(path).free
+        free = _probe(path)
     except OSError as e:
         raise SystemExit(
             f"error: output directory {path!r} is not writable: {e.strerror}"

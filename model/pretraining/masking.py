@@ -43,7 +43,11 @@ def check_flags(parser, args) -> None:
         if rate is not None and not 0.0 <= rate <= 1.0:
             parser.error(f"{flag} must be in [0, 1], not {rate}")
     if None not in rates.values() and sum(rates.values()) > 1.0 + 1e-9:
-        parser.error("--mask-token-rate and --random-token-rate sum to more than 1")
+        mask, random = rates.values()
+        parser.error(
+            f"--mask-token-rate {mask} and --random-token-rate {random} sum to more than 1 "
+            "(the rest of the chosen positions keep their word): lower one of them"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,6 +96,17 @@ def load_vocabulary(path: str) -> list[str]:
     return tokens
 
 
+def check_vocabulary(path: str, rows: int, whose: str = "the model's") -> str:
+    """`path`, refused (naming it) unless its tokens are the `rows` of the token embedding that
+    reads their ids; `whose` says where the count comes from."""
+    tokens = len(load_vocabulary(path))
+    if tokens != rows:
+        raise ValueError(
+            f"{path}: vocabulary has {tokens} tokens but {whose} token embedding has {rows} rows"
+        )
+    return path
+
+
 # === Characters ===
 
 

@@ -20,8 +20,9 @@ The others have nothing of their own to save, since their variables are
 kept identical to the chief's by the all-reduce.
 
 `run` in state.json says what the run trains (`run_identity`: the objective or task, the
-model's shape, the flags that set each step's examples): a command that trains something else into the same --output is refused
-before any weight is read, instead of resuming another run's weights and optimizer state.
+model's shape, what sets each step's examples): a command that trains something else into the
+same --output is refused before any weight is read, instead of resuming another run's weights
+and optimizer state.
 
 `load_checkpoint(RUN/checkpoints/ckpt-N)` reads one checkpoint back as a model
 (the run's config.json and vocab.txt, this step's weights, no optimizer): what
@@ -53,9 +54,9 @@ def _rng_variables(model):
 def run_identity(trains: str, model, reads: dict | None = None) -> dict:
     """What a run trains, as its checkpoints record it: `trains` (the command's
     `--objective ...` or `--task ...`), the model's shape (`model_dir.describe`
-    less its dropout rates, which a resumed run may change) and `reads`, the flags that
-    set which examples each step reads ({"--batch-size": 256, ...}: a resumed run starts
-    at the examples its step count says, so they must not change)."""
+    less its dropout rates, which a resumed run may change) and `reads`, what sets the
+    examples each step reads ({"--batch-size": 256, "training examples": 67349, ...}: a
+    resumed run starts at the examples its step count says, so they must not change)."""
     from model.checkpoints.model_dir import describe
 
     def shape(value):
@@ -70,11 +71,25 @@ def run_identity(trains: str, model, reads: dict | None = None) -> dict:
 
 
 def _same_run(theirs: dict, ours: dict) -> bool:
-    """Whether a checkpoint's `run` is this command's; one written before runs recorded
-    their "reads" is compared without them."""
-    if "reads" not in theirs:
-        ours = {k: v for k, v in ours.items() if k != "reads"}
-    return theirs == ours
+    """Whether a checkpoint's `run` is this command's: the same training and model, and the
+    same "reads" where both record one (a checkpoint written before runs recorded a read, or
+    all of them, is compared without it)."""
+    rest = [{k: v for k, v in run.items() if k != "reads"} for run in (theirs, ours)]
+    return rest[0] == rest[1] and not _reads_differ(theirs, ours)
+
+
+def _reads_differ(theirs: dict, ours: dict) -> list[str]:
+    """The "reads" both runs record that differ: ["--batch-size 4 (this command: 2)", ...]."""
+    a, b = theirs.get("reads", {}), ours.get("reads", {})
+    return [
+        f"{key} {_shown(a[key])} (this command: {_shown(b[key])})"
+        for key in a
+        if key in b and a[key] != b[key]
+    ]
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:
@@ -96,8 +111,7 @@ def _other_run(directory: str, theirs: dict, ours: dict) -> str:
         if found:
             differs = "another model: " + "; ".join(found)
         else:
-            compare(theirs.get("reads", {}), ours.get("reads", {}))
-            differs = "other examples a step: " + "; ".join(found)
+            differs = "other examples at each step: " + "; ".join(_reads_differ(theirs, ours))
     return (
         f"{directory}: its checkpoints are of another run ({differs}); resume with the "
         f"command that wrote them, or use a new --output"

@@ -251,7 +251,7 @@ def _run(args, task, runtime=None):
     schedule = _schedule(args, task, data, runtime, len(encoded))
     model, pooler_frozen = _build(args, task, init, runtime, schedule)
     callbacks, log_dev = _callbacks(args, runtime, schedule.total_steps)
-    checkpoint, progress, done = _resume(args, runtime, model)
+    checkpoint, progress, done = _resume(args, runtime, model, len(encoded))
     return types.SimpleNamespace(
         args=args,
         task=task,
@@ -385,22 +385,32 @@ def _stamp(path: str) -> tuple:
 
 def _remembered(key: tuple, make, *args):
     """make(*args), or what it made before under `key`; the warnings its making printed
-    (a file's skipped rows) are printed again each time, as a fresh read would."""
-    if key not in _MEMO:
-        printed = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(printed):
-                made = make(*args)
-        except BaseException:
-            sys.stderr.write(printed.getvalue())
-            raise
-        _MEMO[key] = made, printed.getvalue()
-        while len(_MEMO) > MEMO_ENTRIES:
-            _MEMO.popitem(last=False)
-    _MEMO.move_to_end(key)
-    made, printed = _MEMO[key]
-    sys.stderr.write(printed)
+    (a file's skipped rows) are printed as they come, and again each time it is remembered,
+    as a fresh read would print them."""
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+        made, printed = _MEMO[key]
+        sys.stderr.write(printed)
+        return made
+    printed = _Tee(sys.stderr)
+    with contextlib.redirect_stderr(printed):
+        made = make(*args)
+    _MEMO[key] = made, printed.getvalue()
+    while len(_MEMO) > MEMO_ENTRIES:
+        _MEMO.popitem(last=False)
     return made
+
+
+class _Tee(io.StringIO):
+    """A copy of what is written to `through`."""
+
+    def __init__(self, through):
+        super().__init__()
+        self.through = through
+
+    def write(self, text: str) -> int:
+        self.through.write(text)
+        return super().write(text)
 
 
 def _encoded(task, data, tokenizer, args):
@@ -420,6 +430,7 @@ def _init(args):
     from model.checkpoints import model_dir
     from model.checkpoints.formats import read
     from model.text import tokenizer_class
+    from model.text.wordpiece import check_vocabulary
     from model.training.checkpointing import load_checkpoint
     from model.training.layout import checkpoint_of
 
@@ -442,12 +453,8 @@ def _init(args):
             f"--seq-len {args.seq_len} exceeds the model's max_sequence_length "
             f"{config.max_sequence_length}"
         )
+    check_vocabulary(vocab_path, config.vocabulary_size, "the checkpoint's")
     tokenizer = tokenizer_class()(vocab_path, lowercase=config.lowercase)
-    if tokenizer.vocabulary_size != config.vocabulary_size:
-        raise ValueError(
-            f"{vocab_path}: {tokenizer.vocabulary_size} tokens, but the checkpoint's "
-            f"embedding has {config.vocabulary_size} rows"
-        )
     return types.SimpleNamespace(
         weights=encoder.get_weights(),
         config=config,
@@ -678,7 +685,7 @@ def _callbacks(args, runtime, total_steps: int):
     return callbacks, log_dev
 
 
-def _resume(args, runtime, model):
+def _resume(args, runtime, model, num_train: int):
     """(the checkpoint callback, the run's progress, the steps done): a checkpoint every
     --checkpoint-every steps and at the end of every epoch holds the dev history
     too, so the same command restarted after a crash goes on from the newest one
@@ -696,10 +703,13 @@ def _resume(args, runtime, model):
         run=run_identity(
             f"--task {tasks.get(args.task).name}",
             model,
-            reads={
+            reads={  # what sets the examples of each step (the data's order, its batches)
                 "--batch-size": args.batch_size,
                 "--seq-len": args.seq_len,
-                "--max-train-examples": args.max_train_examples,
+                "--seed": args.seed,
+                "--group-by-length": args.group_by_length,
+                "training examples": num_train,
+                "steps an epoch": runtime.steps_per_epoch,
             },
         ),
     )
