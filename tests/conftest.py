@@ -1,7 +1,7 @@
 """pytest setup: tests marked `slow` run only with `--runslow`.
 
-PYTHONPATH=. python -m pytest tests            # the fast suite
-PYTHONPATH=. python -m pytest tests --runslow  # everything
+python -m pytest -q            # the fast tier
+python -m pytest -q --runslow  # everything (docs/architecture.md: "Tests and linter")
 """
 
 from __future__ import annotations

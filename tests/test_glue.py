@@ -54,6 +54,15 @@ LABELS = {
 }
 
 
+def test_every_glue_task_has_its_file_layout_here():
+    """The tests below write each task's files from LAYOUTS and LABELS: a new task needs its
+    entries (docs/architecture.md, "Where new work goes")."""
+    missing = sorted(set(GLUE) - set(LAYOUTS))
+    assert not missing, f"add the columns of {missing} to LAYOUTS (and labels to LABELS)"
+    unlabelled = sorted(n for n in GLUE if tasks.get(n).label_names and n not in LABELS)
+    assert not unlabelled, f"add the labels of {unlabelled} to LABELS"
+
+
 LABEL_COLUMNS = ("label", "Quality", "score", "is_duplicate", "gold_label", "label1")
 
 
@@ -596,7 +605,7 @@ def test_submission_file_has_the_test_files_index_and_label_names(tmp_path, name
     with open(test, encoding="utf-8-sig") as f:
         lines = f.read().splitlines()
     header, rows = lines[0].split("\t"), [r.split("\t") for r in lines[1:]]
-    column = header.index("id" if name == "qqp" else "index")
+    column = header.index("id" if "id" in header else "index")
     indexes = [str(100 - i) for i in range(len(rows))]
     for r, index in zip(rows, indexes):
         r[column] = index
@@ -619,6 +628,26 @@ def test_submission_file_has_the_test_files_index_and_label_names(tmp_path, name
     else:
         names = [task.label_names[i] for i in scores.argmax(-1)]
         assert [w[1] for w in written[1:]] == names
+
+
+def test_a_task_without_its_own_spelling_is_named_in_capitals(tmp_path):
+    """A new GlueTask that sets no `submission` writes PAWS.dev.tsv and says PAWS in its
+    messages (it wrote a hidden ".dev.tsv", a contributor's probe found)."""
+
+    class Paws(glue.GlueTask):
+        name = "paws"
+        display_names = ("different", "paraphrase")
+        text_a, text_b = "sentence1", "sentence2"
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("id\tsentence1\tsentence2\tlabel\n1\ta b\tb a\t1\n")
+    task = Paws()
+    examples = task.read(str(dev))
+    path = task.write_predictions(str(tmp_path / "out"), examples, np.array([[0.0, 1.0]]))
+    assert os.path.basename(path) == "PAWS.dev.tsv"
+    dev.write_text("id\tsentence1\tlabel\n1\ta b\t1\n")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['sentence2'\] of PAWS"):
+        task.read(str(dev))
 
 
 def test_mnli_submission_names_follow_the_file():

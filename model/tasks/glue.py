@@ -156,7 +156,7 @@ class GlueTask(Task):
         if missing:
             raise ValueError(
                 f"{path}:{line}: the header lacks column(s) {missing} of "
-                f"{self.name.upper()} (found {shown_header(header)})"
+                f"{self.title} (found {shown_header(header)})"
             )
         a = header.index(self.text_a)
         b = header.index(self.text_b) if self.text_b is not None else None
@@ -186,7 +186,7 @@ class GlueTask(Task):
             warnings.warn(
                 f"{path}: skipped {len(broken)} row(s) without {width} tab-separated columns "
                 f"(line(s) {lines}{more}): a text broken over two lines, as in "
-                f"{self.name.upper()}'s official files",
+                f"{self.title}'s official files",
                 ProjectWarning,
                 stacklevel=3,
             )
@@ -312,11 +312,16 @@ class GlueTask(Task):
 
     label_field = "label"
     predictions_file = "GLUE's submission file (python -m model.evaluate ... DIR/<TASK>.tsv)"
-    # The file of the benchmark's submission (gluebenchmark.com) for this task's test set.
-    submission: str = ""
+    # The task's own spelling ("SST-2"): its messages' and its submission file's name
+    # (gluebenchmark.com's, for GLUE's test sets); a task without one is named in capitals.
+    submission: str | None = None
+
+    @property
+    def title(self) -> str:
+        return self.submission or self.name.upper()
 
     def submission_name(self, path: str) -> str:
-        return self.submission
+        return self.title
 
     def write_predictions(self, directory: str, examples: list[PairExample], scores) -> str:
         """`directory`/<TASK>.tsv as GLUE's submission takes it: an `index` and a
