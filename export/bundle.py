@@ -187,6 +187,8 @@ def _check_files(directory: str, info: dict) -> None:
     found = file_record(directory)
     for name in (MODEL, VOCAB):
         theirs, ours = recorded.get(name), found[name]
+        if theirs is None:
+            raise ValueError(f"{os.path.join(directory, INFO)}: 'files' has no {name!r} entry")
         if not (
             isinstance(theirs, dict)
             and isinstance(theirs.get("bytes"), int)

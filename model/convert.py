@@ -152,8 +152,9 @@ def main(argv=None) -> int:
         parser.error(f"{dst} holds {held}, which replacing it would delete; write elsewhere")
     try:
         check_stageable(dst)
-        check_model_dir(src)
-    except ValueError as e:
+        if src_fmt in ("auto", "keras"):
+            check_model_dir(src)
+    except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     import_tensorflow_quietly(args.verbose)
     try:

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from model.checkpoints.model_info import check_model_dir
+from model.checkpoints.model_info import check_model_dir, check_model_path
 from model.features.layers import (
     DEFAULT_LAYERS,
     LayerFeatures,
@@ -70,7 +70,8 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:  # before TensorFlow starts: a mistyped path or a bad config.json fails at once
-        check_paths(args.model, files=(args.input,))
+        check_paths(files=(args.input,))
+        check_model_path(args.model)
         check_model_dir(args.model)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

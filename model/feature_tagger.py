@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from model.checkpoints.model_info import check_model_dir
+from model.checkpoints.model_info import check_model_dir, check_model_path
 from model.features.layers import COMBINE, DEFAULT_LAYERS
 from model.features.tagger import train
 from model.io.files import check_paths
@@ -90,7 +90,8 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:  # before TensorFlow starts: a mistyped path or a bad config.json fails at once
-        check_paths(args.model, args.data)
+        check_paths(args.data)
+        check_model_path(args.model)
         check_model_dir(args.model)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

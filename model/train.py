@@ -413,22 +413,24 @@ def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), and a model
     directory's config.json is valid (ValueError naming it), checked before TensorFlow is
     imported: a mistyped path or field fails in well under a second."""
-    from model.checkpoints.model_info import check_model_dir
+    from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.io.files import check_paths
     from model.pretraining.records import record_files
 
     if args.command == "pretrain":
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
-        init, paths = args.init_checkpoint, (args.init_checkpoint, args.vocab)
+        init, paths = args.init_checkpoint, (args.vocab,)
     else:
-        init, paths = args.init, (args.data, args.init)
+        init, paths = args.init, (args.data,)
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
         parent = os.path.dirname(os.path.abspath(path))
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
-    check_paths(*(p for p in paths if p and not run_step(p)))
+    check_paths(*(p for p in paths if p))
+    if init and not run_step(init):
+        check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
     check_model_dir(init)
 
 

@@ -287,3 +287,19 @@ def test_check_model_dir_reads_ours_and_leaves_the_rest(tmp_path):
         check_model_dir(folder(name, files))
     check_model_dir(str(tmp_path / "hf" / "config.json"))
     check_model_dir(None)
+    folder_config = folder("folder-config", {"model.weights.h5": ""})
+    os.mkdir(os.path.join(folder_config, "config.json"))  # a traceback before (a review)
+    with pytest.raises(ValueError, match=r"folder-config/config.json: cannot read the config"):
+        check_model_dir(folder_config)
+
+
+def test_check_model_path_takes_a_google_prefix(tmp_path):
+    """A Google checkpoint is named by its prefix, which is no file: model.load takes it, and so
+    do the commands' checks (extract_features and feature_tagger refused it, a review)."""
+    from model.checkpoints.model_info import check_model_path
+
+    (tmp_path / "bert_model.ckpt.index").write_bytes(b"")
+    check_model_path(str(tmp_path / "bert_model.ckpt"))
+    check_model_path(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"other.ckpt: no such file or directory"):
+        check_model_path(str(tmp_path / "other.ckpt"))

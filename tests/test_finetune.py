@@ -626,6 +626,13 @@ def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys, empt
         finetune._remembered(key, task.read, str(path))
         assert capsys.readouterr().err.count("skipped 1 invalid question(s)") == 1
 
+    def slow_read():
+        print("a warning while reading", file=sys.stderr)
+        assert capsys.readouterr().err == "a warning while reading\n"  # shown at once
+        return []
+
+    finetune._remembered(("read", "streams"), slow_read)
+
     def fails():
         print("a warning, then a failure", file=sys.stderr)
         raise ValueError("bad row")

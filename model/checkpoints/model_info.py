@@ -83,6 +83,13 @@ def with_records_casing(info: dict) -> dict:
     return {**rest, "encoder": {**info["encoder"], "lowercase": bool(info["lowercase"])}}
 
 
+def check_model_path(path: str | None) -> None:
+    """`path` names a model: a folder or file that exists, or a Google checkpoint's prefix
+    (PREFIX.index beside it); else FileNotFoundError naming it."""
+    if path and not os.path.exists(path) and not os.path.isfile(path + ".index"):
+        raise FileNotFoundError(f"{path}: no such file or directory")
+
+
 def check_model_dir(path: str | None) -> None:
     """Where `path` is one of our model directories (config.json beside model.weights.h5), its
     config.json is checked as `read_info` does (ValueError naming the file); other formats,

@@ -250,6 +250,8 @@ def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
         raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a JSON {what} ({e})") from None
+    except OSError as e:  # a folder, a file it may not read
+        raise ValueError(f"{path}: cannot read the {what} file ({e.strerror})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a {what} must be a JSON object")
     return data
