@@ -229,7 +229,7 @@ def read(
         f"pooled_dense: not in {source} (ELECTRA has no pooler); created fresh with "
         f"random initialisation (a head on pooled_output trains it from there)"
     )
-    return model, hf.check_vocabulary(directory, config, vocab), notes
+    return model, hf.folder_vocabulary(directory, config, vocab), notes
 
 
 def _check_generator_activation(model, config, tensors: dict, data: dict, path: str) -> None:

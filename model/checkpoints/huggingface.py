@@ -38,7 +38,7 @@ from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
 from model.io.files import atomic_path, read_json_object, write_json
-from model.text.wordpiece import check_vocabulary as check_vocabulary_size
+from model.text.wordpiece import check_vocabulary
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -251,7 +251,7 @@ def read(
         ignored=lambda n: n == f"{prefix}embeddings.position_ids",
     )
 
-    return model, check_vocabulary(directory, config, vocab), notes
+    return model, folder_vocabulary(directory, config, vocab), notes
 
 
 def description(
@@ -297,14 +297,14 @@ def description(
     return info, arch
 
 
-def check_vocabulary(directory: str, config: BertConfig, vocab_path: str | None = None) -> str:
+def folder_vocabulary(directory: str, config: BertConfig, vocab_path: str | None = None) -> str:
     """The folder's vocab.txt (or `vocab_path`; or, for a folder that ships only
     tokenizer.json, as transformers 5 saves one, its WordPiece vocabulary written out),
     refused (with its path) unless it fits the token embedding."""
     own = os.path.join(directory, VOCAB)
     if vocab_path is None and not os.path.isfile(own):
         vocab_path = vocab_from_tokenizer_json(directory)
-    return check_vocabulary_size(vocab_path or own, config.vocabulary_size)
+    return check_vocabulary(vocab_path or own, config.vocabulary_size)
 
 
 def vocab_from_tokenizer_json(directory: str) -> str | None:

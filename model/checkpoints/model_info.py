@@ -40,7 +40,14 @@ def read_info(directory: str) -> dict:
             f"{directory}: a LiteRT bundle (python -m export's output), not a model directory: "
             f"convert or export the model directory it was exported from"
         )
-    info = read_json_object(path, "config", f"; is {directory!r} a model directory?")
+    return _checked(
+        directory, read_json_object(path, "config", f"; is {directory!r} a model directory?")
+    )
+
+
+def _checked(directory: str, info: dict) -> dict:
+    """`read_info` of the config.json object `info` read from `directory`."""
+    path = os.path.join(directory, CONFIG)
     if "encoder" not in info:
         _refuse_other_formats(directory, info)
         # A bare BertConfig (or Google's bert_config.json form).
@@ -100,5 +107,7 @@ def check_model_dir(path: str | None) -> None:
         ours = detect_format(path) == "keras"
     except ValueError:  # not a model folder at all: the command's reader says what it is
         return
-    if ours and read_json_object(os.path.join(path, CONFIG)).get("task") != "feature_tagger":
-        read_info(path)
+    if ours:  # read once; a tagger's config.json is checked by model.evaluate's reader
+        info = read_json_object(os.path.join(path, CONFIG))
+        if info.get("task") != "feature_tagger":
+            _checked(path, info)
