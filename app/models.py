@@ -28,7 +28,6 @@ callable that returns what a bundle's model returns, so both backends answer thr
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -202,30 +201,28 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
         if not os.path.isfile(file):
             continue
         try:
-            with open(file, encoding="utf-8") as f:
-                info = json.load(f)
-            if not isinstance(info, dict):
-                raise ValueError("not a JSON object")
+            info = _read_info(path, file, backend)
         except (OSError, ValueError) as e:
-            problems.append(f"{file}: unreadable ({e})")
+            problems.append(str(e))
             continue
-        if backend == "keras" and "encoder" not in info:
-            from model.checkpoints.detect import other_format
-
-            other = other_format(info)
-            if other is not None:  # a folder the Keras backend does not load as it is
-                problems.append(
-                    f"{path}: {other[1]}, not a model directory of this project; convert it "
-                    f"with `python -m model.convert --from {other[0]} {path} --to keras DIR`"
-                )
-                continue
         task = info.get("task")
         if backend == "keras":
-            # A bare BertConfig (no "encoder" section) is an encoder, as model_dir.read_info says.
-            task = (task if "encoder" in info else None) or "encoder"
             task = KERAS_VIEW_TASKS.get(task, task)
         found.setdefault(task, []).append((path, info))
     return found, problems
+
+
+def _read_info(path: str, file: str, backend: str) -> dict:
+    """A bundle's bundle.json, or a model directory's config.json checked as the commands
+    check it (`model_info.read_info`: a known task, valid encoder fields, a bare BertConfig
+    as an encoder, another format's folder named with the command that converts it)."""
+    if backend == "keras":
+        from model.checkpoints.model_info import read_info
+
+        return read_info(path)
+    from model.io.files import read_json_object
+
+    return read_json_object(file, "bundle")
 
 
 def offers(info: dict, method: str, backend: str) -> bool:

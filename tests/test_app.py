@@ -1091,13 +1091,16 @@ def test_the_keras_backend_passes_over_folders_it_cannot_load_and_says_why(tmp_p
     write_bundle(tmp_path / "mlm", "pretraining", marker="config.json")
     hub = {"registered_name": "keras_hub>BertBackbone", "config": {}}
     hf = {"architectures": ["BertForTokenClassification"], "model_type": "bert"}
-    for name, config in (("hubclf", hub), ("nerhf", hf)):
+    # checked as the commands check a model directory: a task no command trains is named
+    odd = {"task": "summariser", "encoder": {}}
+    for name, config in (("hubclf", hub), ("nerhf", hf), ("odd", odd)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
     found, problems = models.discover(str(tmp_path), "keras")
     assert [os.path.basename(p) for p, _ in found["pretraining"]] == ["mlm"]
-    assert "encoder" not in found and len(problems) == 2
+    assert "encoder" not in found and "summariser" not in found and len(problems) == 3
     assert "hubclf: a keras-hub preset" in problems[0] and "--from keras-hub" in problems[0]
     assert "nerhf: a Hugging Face folder" in problems[1] and "--from hf" in problems[1]
+    assert "odd/config.json: unknown task 'summariser'" in problems[2]
     attention = models.candidates_for(models.VIEW["attention"], found, "keras")
     assert [os.path.basename(p) for p, _ in attention] == ["mlm"]

@@ -81,15 +81,16 @@ def _same_run(theirs: dict, ours: dict) -> bool:
 def _reads_differ(theirs: dict, ours: dict) -> list[str]:
     """The "reads" both runs record that differ: ["--batch-size 4 (this command: 2)", ...]."""
     a, b = theirs.get("reads", {}), ours.get("reads", {})
-    return [
-        f"{key} {_shown(a[key])} (this command: {_shown(b[key])})"
-        for key in a
-        if key in b and a[key] != b[key]
-    ]
+    return [_differs(key, a[key], b[key]) for key in a if key in b and a[key] != b[key]]
 
 
-def _shown(value) -> str:
-    return "unset" if value is None else str(value)
+def _differs(key: str, theirs, ours) -> str:
+    """One difference as the error shows it: "--batch-size 4 (this command: 2)"."""
+
+    def shown(value):
+        return "unset" if value is None else str(value)
+
+    return f"{key} {shown(theirs)} (this command: {shown(ours)})"
 
 
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:
@@ -105,7 +106,7 @@ def _other_run(directory: str, theirs: dict, ours: dict) -> str:
                 if isinstance(x, dict) and isinstance(y, dict):
                     compare(x, y, f"{where}{key}.")
                 elif x != y:
-                    found.append(f"{where}{key} {x} (this command: {y})")
+                    found.append(_differs(where + key, x, y))
 
         compare(theirs.get("model", {}), ours.get("model", {}))
         if found:
