@@ -42,7 +42,8 @@ positions of each window are paired, invalid pairs dropped (outside the
 context, end before start, longer than `max_answer_length` (30) tokens, start
 not in its max-context window), the rest ranked by start + end logit; the
 best span is projected from its tokens back onto the original characters of
-the context (`final_char_span`, google's `get_final_text`). An answer is
+the context (`final_char_span`: google's `get_final_text`, but where the tokenizer
+dropped characters, the answer rather than google's whole words). An answer is
 always a piece of the context, with its own whitespace (google's joins the
 words with single spaces; the metric's normalisation makes them equal), and
 nbest_predictions.json gives its `answer_start` too. SQuAD v2.0 adds
@@ -95,6 +96,7 @@ import re
 import shutil
 import sys
 import typing
+import unicodedata
 
 import numpy as np
 
@@ -112,7 +114,7 @@ from model.tasks.squad_negatives import (
     question_ids,
     report_table,
 )
-from model.text.wordpiece import basic_tokenize
+from model.text.wordpiece import basic_tokenize, normalize_char
 
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
@@ -520,7 +522,10 @@ def final_char_span(
     `pred_text` is looked up there, and its position carried back through the
     characters that are not spaces, which line up one to one unless
     normalisation changed their number; when the lookup or the alignment fails,
-    the whole words are the answer.
+    the whole words are the answer. One departure: where normalisation changed the
+    number (an accent written apart, a zero-width space or soft hyphen), google's whole
+    words ("Schuster\u200b." for "schuster") become the characters each normalised one
+    came from ("Schuster"), each character normalised on its own (`_aligned_span`).
 
     The same answer without google's character maps (an n-best list asks this 20 times a
     question): a word holds no space, so the k-th non-space character is found by counting,
@@ -542,11 +547,15 @@ def final_char_span(
     if start == -1 or not pred_text:
         return whole
     end = start + len(pred_text) - 1
-    lengths = [len(paragraph.words[w]) for w in words]
-    if sum(lengths) != len(tok_text) - tok_text.count(" "):
-        return whole  # normalisation changed the number of characters
     if " " in (tok_text[start], tok_text[end]):
         return whole  # google's maps have no entry for a space
+    first, last = start - tok_text.count(" ", 0, start), end - tok_text.count(" ", 0, end)
+    chars = len(tok_text) - tok_text.count(" ")
+    lengths = [len(paragraph.words[w]) for w in words]
+    if sum(lengths) != chars:
+        # normalisation changed the number of characters, where google's answer is the whole
+        # words ("Schuster\u200b." for "schuster", "Mu\u0308nchen," for "munchen")
+        return _aligned_span(paragraph, words, lowercase, chars, (first, last)) or whole
 
     def context_char(k: int) -> int:  # the k-th non-space character of the words
         for w, n in zip(words, lengths):
@@ -555,8 +564,29 @@ def final_char_span(
             k -= n
         raise AssertionError("counted past the words")
 
-    begin = context_char(start - tok_text.count(" ", 0, start))
-    return begin, context_char(end - tok_text.count(" ", 0, end)) + 1
+    return context_char(first), context_char(last) + 1
+
+
+def _aligned_span(
+    paragraph: Paragraph, words: range, lowercase: bool, chars: int, span: tuple[int, int]
+) -> tuple[int, int] | None:
+    """[start, end) characters of the context that the `span` (first, last) of the `chars`
+    non-space characters of the words' basic tokenization come from, each character
+    normalised on its own as the tokenizer normalises it: an invisible character beside the
+    answer is left out, the accent stripped from its last letter kept. None where the
+    counts disagree."""
+    sources = []  # the context character each normalised character comes from
+    for w in words:
+        begin = paragraph.starts[w]
+        for i, char in enumerate(paragraph.words[w]):
+            sources += [begin + i] * len(normalize_char(char, lowercase))
+    if len(sources) != chars:
+        return None
+    first, last = span
+    end, context = sources[last] + 1, paragraph.context
+    while end < len(context) and unicodedata.category(context[end]).startswith("M"):
+        end += 1  # a combining accent of the answer's last letter
+    return sources[first], end
 
 
 def wordpiece_text(tokens: list[str]) -> str:
