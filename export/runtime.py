@@ -270,7 +270,7 @@ class EdgeModel:
                 for i, p in zip(pid, prob)
             ]
             before = parts[k]  # the text right before this [MASK]
-            glued = before[-1:].isalnum() or (not before and k > 0)  # "play[MASK]"
+            glued = _glued(before, k)
             best = _best_word(predictions, set(tok.special_ids()), starts_word=not glued)
             fills[k] = _written(predictions[best]["token"], glued)
             out_masks.append(
@@ -959,12 +959,21 @@ def _best_word(predictions: list[dict], special: set[int], starts_word: bool = T
     return (starts or words or [0])[0]
 
 
+def _glued(before: str, k: int) -> bool:
+    """Whether the `k`-th [MASK], after the text `before`, is glued to a word ("play[MASK]")
+    or to another [MASK] ("The [MASK][MASK]"); a CJK character is a word of its own."""
+    last = before[-1:]
+    return (last.isalnum() and not wordpiece.is_cjk(last)) or (not before and k > 0)
+
+
 def _written(token: str, glued: bool) -> str:
     """How a [MASK]'s word goes into the text: a "##" piece joined to what is before it, a
-    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space."""
+    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space (not a CJK
+    character, which is written without spaces)."""
     if token.startswith("##"):
         return token[2:]
-    return " " + token if glued and token[:1].isalnum() else token
+    first = token[:1]
+    return " " + token if glued and first.isalnum() and not wordpiece.is_cjk(first) else token
 
 
 def _jsonable(value):

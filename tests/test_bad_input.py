@@ -100,6 +100,14 @@ BAD_UTF8 = b"\xff\xfe\x80 bad"
             b"sentence\tlabel\n" + b"a good film\t1\n" * 1000 + b"x" + BAD_UTF8 + b"\t1\n",
             r"train.tsv:1002: not UTF-8 text \(byte 2 of the line",
         ),
+        # Windows' "Unicode" text: said so, not a byte of it.
+        (
+            "sst2",
+            "train.tsv",
+            "sentence\tlabel\na good film\t1\n".encode("utf-16"),
+            r"train.tsv: UTF-16 text, not UTF-8; save it as UTF-8",
+        ),
+        ("squad1", "train.json", '{"data": []}'.encode("utf-16"), r"train.json: UTF-16 text"),
         # Malformed rows and lines: the file and line.
         ("sst2", "train.tsv", b"sentence\tlabel\na good film\n", r"train.tsv:2: expected 2 "),
         ("sst2", "train.tsv", b"sentence\tlabel\na\t1\textra\n", r"train.tsv:2: expected 2 "),
@@ -176,3 +184,23 @@ def test_squad_answers_outside_the_context_are_refused_or_skipped_with_a_count(
         task.read(str(path), skip_invalid=False)
     examples = task.read(str(path), skip_invalid=True)  # the user asked: skip, and count
     assert [e.qas_id for e in examples] == ["q2"]
+
+
+def test_a_byte_order_mark_is_read_past_and_utf16_text_is_named(tmp_path):
+    """A Windows editor's save: UTF-8 with a byte-order mark reads as the same vocabulary
+    (it made "[PAD]" look missing); UTF-16 (NULs to a UTF-8 reader) is named as such."""
+    from model.pretraining.corpus import open_text
+    from model.text.wordpiece import load_vocabulary
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"]
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    marked.write_text("\n".join(tokens) + "\r\n", encoding="utf-8-sig")
+    assert load_vocabulary(str(marked)) == load_vocabulary(str(plain)) == tokens
+    wide = tmp_path / "corpus.txt"
+    wide.write_text("A sentence.\nAnother one.\n", encoding="utf-16")
+    with pytest.raises(ValueError, match=r"corpus.txt: UTF-16 text, not UTF-8"):
+        open_text(str(wide))
+    with pytest.raises(ValueError, match=r"plain16.txt: UTF-16 text"):
+        (tmp_path / "plain16.txt").write_text("\n".join(tokens), encoding="utf-16")
+        load_vocabulary(str(tmp_path / "plain16.txt"))

@@ -175,6 +175,15 @@ def test_whitespace_only_lines_are_blank_lines(tmp_path):
     ]
 
 
+def test_rows_end_at_newlines_and_a_carriage_return_inside_a_text_is_a_space(tmp_path):
+    """CRLF rows, a final row without a newline, and a lone "\r" in a sentence (an old Mac's
+    line end pasted into a text), which split the row in two."""
+    path = tmp_path / "dev.tsv"
+    path.write_bytes(b"sentence\tlabel\r\nA good\rfilm\t1\r\n\r\nbad\t0")
+    examples = tasks.get("sst2").read(str(path))
+    assert [(e.text_a, e.label) for e in examples] == [("A good film", "1"), ("bad", "0")]
+
+
 def test_evaluating_a_file_without_examples_names_it(tmp_path, capsys):
     from model import evaluate
 

@@ -304,6 +304,16 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
     glued = m.fill_mask("Cat[MASK] sat.", top_k=3)
     assert glued["masks"][0]["best"] == 1 and glued["filled"] == "Cats sat."
     assert [mask["fill"] for mask in glued["masks"]] == ["s"]
+    # A CJK character is a word of its own, written without spaces.
+    cjk = np.array([[ids_of(tok, "[UNK]", "##s", "王")]], np.int32)
+    m_cjk = EdgeModel(
+        stub(lambda x: {"topk_ids": cjk, "topk_probs": np.array([[[0.6, 0.3, 0.1]]])}),
+        tok,
+        {"task": "pretraining", "max_seq_length": 32, "top_k": 3},
+    )
+    after_cjk = m_cjk.fill_mask("首[MASK]。", top_k=3)
+    assert after_cjk["masks"][0]["best"] == 2 and after_cjk["filled"] == "首王。"
+    assert m_cjk.fill_mask("play[MASK]", top_k=3)["filled"] == "plays"
     # A whole word glued to another [MASK] or a word is written after a space ("nextof" before).
     words = np.array([ids_of(tok, "[UNK]", "paris", ".")], np.int32)
 

@@ -65,7 +65,7 @@ def _config_format(config: str) -> str | None:
     """`other_format`'s format of the JSON object in the file `config`; None when it is
     ours, unreadable or no object."""
     try:
-        with open(config, encoding="utf-8") as f:
+        with open(config, encoding="utf-8-sig") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None

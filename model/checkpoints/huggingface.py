@@ -141,14 +141,16 @@ def read_config(directory: str, expected_type: str = "bert") -> dict:
     tok = read_json_object(tok_path, "tokenizer config") if os.path.isfile(tok_path) else {}
     if "do_lower_case" not in data and "do_lower_case" in tok:
         data["do_lower_case"] = bool(tok["do_lower_case"])
-    if data.get("do_lower_case", True) and tok.get("strip_accents") is False:
+    lowercase, strip = data.get("do_lower_case", True), tok.get("strip_accents")
+    if strip is not None and bool(strip) != bool(lowercase):
         import warnings
 
         from model.io.native_logs import ProjectWarning
 
         warnings.warn(
-            f"{tok_path}: do_lower_case true but strip_accents false; ours strips accents as "
-            f"it lowercases, so accented words get other ids than transformers'",
+            f"{tok_path}: do_lower_case {str(bool(lowercase)).lower()} but strip_accents "
+            f"{str(bool(strip)).lower()}; ours strips accents exactly when it lowercases, so "
+            f"accented words get other ids than transformers'",
             ProjectWarning,
             stacklevel=2,
         )

@@ -173,10 +173,25 @@ def reading(path: str):
         raise not_utf8(path, e) from None
 
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def utf16_error(path: str, head: bytes) -> ValueError | None:
+    """The error for a file that starts with UTF-16's byte-order mark (Windows' "Unicode"
+    text, which a UTF-8 reader meets as bad bytes or NULs), or None."""
+    if head[:2] in UTF16_BOMS:
+        return ValueError(f"{path}: UTF-16 text, not UTF-8; save it as UTF-8")
+    return None
+
+
 def not_utf8(path: str, error: UnicodeDecodeError, what: str = "") -> ValueError:
     """The error for `path` (gzip too) naming its first line that is not UTF-8: a text reader
     decodes blocks ahead of the lines it hands out, so `error`'s own position says little."""
     with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as raw:
+        utf16 = utf16_error(path, raw.read(2))
+        if utf16 is not None:
+            return utf16
+        raw.seek(0)
         for number, line in enumerate(raw, 1):
             try:
                 line.decode("utf-8")
@@ -244,7 +259,7 @@ def load_json(path: str):
 def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
     """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON
             data = json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None

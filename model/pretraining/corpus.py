@@ -31,7 +31,7 @@ import re
 import warnings
 from collections.abc import Iterator
 
-from model.io.files import not_utf8
+from model.io.files import not_utf8, utf16_error
 from model.io.native_logs import ProjectWarning
 
 FORMATS = ("auto", "text", "lines", "wiki", "gutenberg")
@@ -119,7 +119,9 @@ def open_text(path: str) -> io.TextIOBase:
         raise ValueError(f"{path}: cannot read ({e})") from None
     if b"\x00" in head:
         raw.close()
-        raise ValueError(f"{path}: looks like a binary file (NUL bytes), not UTF-8 text")
+        raise utf16_error(path, head) or ValueError(
+            f"{path}: looks like a binary file (NUL bytes), not UTF-8 text"
+        )
     raw.seek(0)
     # utf-8-sig: a byte-order mark is not text (nor hides a WikiExtractor file's first "<doc").
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)

@@ -90,9 +90,11 @@ def _rows(path: str):
     # The GLUE files hold fields over 128 KiB in places (csv's default limit).
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with reading(path):
-        # utf-8-sig: MRPC's files start with a byte-order mark.
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(limited_lines(f, path), delimiter="\t", quoting=csv.QUOTE_NONE)
+        # utf-8-sig: MRPC's files start with a byte-order mark. Rows end at "\n" alone (as
+        # the reference's tf.gfile reads them): a carriage return inside a text is a space.
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            lines = (line.rstrip("\r\n").replace("\r", " ") for line in limited_lines(f, path))
+            reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
             try:
                 for row in reader:
                     if any(cell.strip() for cell in row):  # blank and whitespace-only lines

@@ -73,7 +73,7 @@ def looks_cased(tokens: list[str]) -> bool:
 def load_vocabulary(path: str) -> list[str]:
     """One token per line, id = line number; errors name the file."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not a token
             tokens = [line.rstrip("\r\n") for line in f]
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: vocabulary file not found") from None
