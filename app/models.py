@@ -20,9 +20,9 @@ Replaced tokens (ELECTRA's discriminator, planned folder assets/models/electra: 
 task "electra_pretraining", whose generator lets the view corrupt a sentence).
 
 The LiteRT path imports only `export.runtime` (numpy + ai_edge_litert): no TensorFlow. The Keras
-path loads `model.checkpoints.model_dir` and `model.text.tokenizer` and wraps the Keras model in a `predict`
-callable that returns what a bundle's model returns, so both backends answer through the same
-`runtime.EdgeModel` methods.
+path loads a model directory with `export.keras_runtime`, which wraps the Keras model in a
+`predict` callable that returns what a bundle's model returns, so both backends answer through
+the same `runtime.EdgeModel` methods.
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from export import keras_runtime
+
 log = logging.getLogger("app")
 
 BACKENDS = ("litert", "keras")
 MARKER = {"litert": "bundle.json", "keras": "config.json"}
 DEFAULT_MODELS = "assets/models"
-# Predictions per mask a Keras pre-training model returns (a bundle stores its own "top_k").
-KERAS_TOP_K = 10
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,8 @@ OPTIONAL_VIEWS = (
     ),
 )
 VIEW = {v.key: v for v in VIEWS + OPTIONAL_VIEWS}
-# Keras model directories whose task serves another task's view: an ELECTRA pre-training run
-# is a discriminator (and its generator), as its bundle is.
-KERAS_VIEW_TASKS = {"electra_pretraining": "replaced_token_detection"}
+# Keras model directories whose task serves another task's view (an ELECTRA pre-training run's).
+KERAS_VIEW_TASKS = keras_runtime.SERVED_AS
 
 
 @dataclass
@@ -228,7 +227,7 @@ def _read_info(path: str, file: str, backend: str) -> dict:
 def offers(info: dict, method: str, backend: str) -> bool:
     """Whether the model `info` describes serves `method`: its task's methods, and a bundle's
     other signatures' (bundle.json "methods"; older bundles have only their task's). A Keras
-    pre-training or ELECTRA model serves its encoder's methods too (`load_keras`)."""
+    pre-training or ELECTRA model serves its encoder's methods too (`keras_runtime.load`)."""
     from export.bundle import ENCODER_SIGNATURE_TASKS
     from export.runtime import methods_of
 
@@ -379,7 +378,7 @@ def load_one(path: str, backend: str, num_threads: int | None = None):
             return runtime.load(path, num_threads=num_threads)
         except TypeError:  # a runtime whose load() takes no thread count
             return runtime.load(path)
-    return load_keras(path)
+    return keras_runtime.load(path)
 
 
 def warm(view: View, model) -> tuple | None:
@@ -399,54 +398,6 @@ def warm(view: View, model) -> tuple | None:
     elif view.key == "replaced_tokens":
         model.detect_replaced("the cat sat on the mat .")
     return None
-
-
-# === Keras backend ===
-
-
-def load_keras(directory: str):
-    """A Keras model directory as a runtime.EdgeModel (imports TensorFlow)."""
-    from export import bundle, runtime
-    from model.checkpoints import model_dir
-    from model.config import stored
-    from model.text.tokenizer import WordPieceTokenizer
-
-    config = model_dir.read_info(directory)
-    keras_model = model_dir.load(directory)
-    task = config.get("task", "encoder")
-    seq_len = min(
-        config.get("max_seq_length") or bundle.DEFAULT_SEQ_LEN,
-        stored(config["encoder"], "max_sequence_length"),
-    )
-    info = {
-        **bundle.describe(config, task, seq_len, None, KERAS_TOP_K),
-        "source": {"model_dir": directory, "config": config},
-        "backend": "keras",
-    }
-    vocab = os.path.join(directory, model_dir.VOCAB)
-    tokenizer = WordPieceTokenizer(vocab, lowercase=info["lowercase"])
-    next_sentence = bool(config.get("next_sentence", True))
-    source_task, signatures = task, {}
-    # ELECTRA's run: the discriminator, its encoder and the generator, as its bundle has them.
-    task = info["task"] = KERAS_VIEW_TASKS.get(task, task)
-    if task in bundle.ENCODER_SIGNATURE_TASKS:
-        # A pre-trainer's encoder (ELECTRA's discriminator's), as its bundle's "encoder"
-        # signature serves it.
-        signatures["encoder"] = keras_predict(keras_model.encoder, "encoder")
-    if source_task == "electra_pretraining":
-        signatures["generator"] = keras_predict(keras_model, "generator")
-    predict = keras_predict(keras_model, task, next_sentence=next_sentence)
-    return runtime.EdgeModel(predict, tokenizer, info, signatures or None)
-
-
-def keras_predict(keras_model, task: str, top_k: int = KERAS_TOP_K, next_sentence: bool = False):
-    """A `predict(inputs) -> {name: np.ndarray}` with a bundle's outputs for `task`: the export's
-    own serving function (`export.convert.serving`: top-k probabilities at the masks for
-    pre-training, attention probabilities for an encoder, logits otherwise), run eagerly."""
-    from export.convert import keras_outputs, serving
-
-    fn, _, _ = serving(keras_model, task, top_k=top_k, next_sentence=next_sentence)
-    return lambda inputs: keras_outputs(fn, inputs)
 
 
 # === CLI ===

@@ -7,7 +7,8 @@ Modules: `convert` (Keras -> .tflite, the quantization variants), `examples`
 (the real inputs an export is calibrated and verified on), `verify` (the new
 file against the Keras model), `bundle` (the bundle directory, written
 atomically), `interpreter` (`TFLiteModel`, the LiteRT `predict` the tasks
-score with), `report` (every variant's size, dev metric and latency).
+score with), `report` (every variant's size, dev metric and latency), `runtime` (a
+bundle's task methods, LiteRT alone) and `keras_runtime` (the same methods on a model directory).
 
 `import export` is cheap: nothing heavy is imported here.
 """

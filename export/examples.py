@@ -226,7 +226,9 @@ def dev_file(model_dir: str) -> str | None:
         for option in (candidate, os.path.join(model_dir, candidate)):
             if os.path.isfile(option):
                 return option
-        raise FileNotFoundError(f"{path}: dev file {candidate!r} not found (give --data FILE)")
+        raise FileNotFoundError(
+            f"{path}: dev file {candidate!r} not found (give --data FILE; data= from Python)"
+        )
     return None
 
 
@@ -249,7 +251,7 @@ def load(
         if path is None:
             raise ValueError(
                 f"{model_dir}: fine-tuned on {task_name}, but metrics.json names "
-                f"no dev file: give --data FILE (a {task_name} file) to verify on"
+                f"no dev file: give --data FILE (data= from Python), a {task_name} file, to verify on"
             )
         examples = task.read_gold(path)
         if not examples:

@@ -35,6 +35,22 @@ def test_layer_features_are_the_encoders_hidden_states(init):
         LayerFeatures(encoder, (-3,))
 
 
+def test_extract_takes_texts_and_pairs_from_python(init):
+    """A notebook's list of strings: each a text (a 2-character one was read as a pair)."""
+    from model.features.layers import LayerFeatures, extract, load_encoder
+    from model.text.tokenizer import WordPieceTokenizer
+
+    encoder, vocab = load_encoder(init)
+    tokenizer = WordPieceTokenizer(vocab, lowercase=encoder.config.lowercase)
+    features = LayerFeatures(encoder, (-1,))
+    rows = list(extract(features, tokenizer, ["hi", ("ok", None), ("the cat", "sat")], 16))
+    assert [tokens.count("[SEP]") for tokens, _ in rows] == [1, 1, 2]
+    assert "".join(rows[0][0]).replace("#", "") == "[CLS]hi[SEP]"
+    assert rows[2][1].shape == (len(rows[2][0]), 1, encoder.config.hidden_dim)
+    with pytest.raises(TypeError, match="a text or a \\(text_a, text_b\\) pair, not 3"):
+        list(extract(features, tokenizer, [3], 16))
+
+
 def test_extract_features_cli_writes_googles_jsonl(init, tmp_path):
     from model.extract_features import main
 

@@ -256,6 +256,14 @@ def test_encode_packs_pairs_as_the_paper(tmp_path):
     assert encoded.x["segment_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0]
     assert encoded.x["padding_mask"][0].tolist() == [1] * 8 + [0, 0]
     assert encoded.y.tolist() == [1]
+    # Examples made in Python: an int label reads as its name; an unknown one is named.
+    from model.tasks.glue import PairExample
+
+    made = [PairExample("good", None, 1, "mine:1"), PairExample("bad", None, "0", "mine:2")]
+    assert tasks.get("sst2").encode(made, tokenizer, 10).y.tolist() == [1, 0]
+    made[1].label = "positive"
+    with pytest.raises(ValueError, match=r"mine:2: label 'positive' is not one of \['0', '1'\]"):
+        tasks.get("sst2").encode(made, tokenizer, 10)
 
 
 # === Metrics ===

@@ -228,6 +228,9 @@ def test_bad_input_and_vocabularies(tok, tmp_path):
         tok.encode([b"hello"])
     with pytest.raises(TypeError, match="not int"):
         tok.words(3)
+    for texts in ("abc", ["abc"]):  # text where encode()'s ids go
+        with pytest.raises(TypeError, match=r"pack_batch\(\) takes rows of ids"):
+            tok.pack_batch(texts, seq_len=8)
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         WordPieceTokenizer(str(tmp_path / "nope.txt"))
     path = tmp_path / "vocab.txt"

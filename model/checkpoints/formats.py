@@ -173,7 +173,7 @@ def _read_keras(path: str, task, allow_new_heads: bool, options: dict):
     if fresh and not allow_new_heads:
         raise ValueError(
             f"{path}: task {task!r} needs {', '.join(fresh)}, which the source lacks; "
-            f"pass --allow-new-heads to create them fresh"
+            f"pass --allow-new-heads (allow_new_heads=True) to create them fresh"
         )
     if fresh:
         notes.append(f"created fresh with random initialisation: {', '.join(fresh)}")

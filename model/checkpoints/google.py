@@ -174,7 +174,7 @@ def read(path: str, task: str | None = None, allow_new_heads: bool = False, **ta
         if not allow_new_heads:
             raise ValueError(
                 f"{prefix}: a Google checkpoint has no {task} head; pass "
-                f"--allow-new-heads to create it fresh"
+                f"--allow-new-heads (allow_new_heads=True) to create it fresh"
             )
         notes.append(
             f"logits ({task} head): not in {prefix}; created fresh with random initialisation"

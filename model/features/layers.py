@@ -146,10 +146,12 @@ def read_lines(path: str) -> list[tuple[str, str | None]]:
 
 
 def extract(features: LayerFeatures, tokenizer, pairs, seq_len: int = 128, batch_size: int = 32):
-    """Yields (tokens, (num_tokens, len(layers), hidden_dim) array) per input,
-    [CLS] and [SEP] included, padding excluded."""
+    """Yields (tokens, (num_tokens, len(layers), hidden_dim) array) per input of `pairs`
+    (each a text, or a (text_a, text_b) pair whose text_b may be None), [CLS] and [SEP]
+    included, padding excluded."""
     from model.tasks.base import encode_texts, pack_rows
 
+    pairs = [_pair(p) for p in pairs]
     firsts = encode_texts(tokenizer, [a for a, _ in pairs])
     seconds = encode_texts(tokenizer, [b or "" for _, b in pairs])
     x = pack_rows(
@@ -163,6 +165,15 @@ def extract(features: LayerFeatures, tokenizer, pairs, seq_len: int = 128, batch
             length = int(x["padding_mask"][start + row].sum())
             ids = x["token_ids"][start + row, :length]
             yield [tokenizer.vocabulary[i] for i in ids], value[:length]
+
+
+def _pair(item) -> tuple:
+    """An input of `extract` as (text_a, text_b or None)."""
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return tuple(item)
+    raise TypeError(f"each input is a text or a (text_a, text_b) pair, not {item!r:.80}")
 
 
 def load_encoder(path: str):

@@ -241,7 +241,15 @@ class GlueTask(Task):
         if self.label_names is None:
             return np.array([e.label for e in examples], dtype=np.float32)
         index = {name: i for i, name in enumerate(self.label_names)}
-        return np.array([index[e.label] for e in examples], dtype=np.int32)
+        ids = []
+        for e in examples:  # examples made in Python may hold 1 for "1"
+            label = e.label if isinstance(e.label, str) else str(e.label)
+            if label not in index:
+                raise ValueError(
+                    f"{e.source}: label {e.label!r} is not one of {list(self.label_names)}"
+                )
+            ids.append(index[label])
+        return np.array(ids, dtype=np.int32)
 
     # === Model ===
 

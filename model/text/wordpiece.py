@@ -468,6 +468,8 @@ def _flatten(rows) -> Flat:
     """Rows of ids (or a `Flat` already) -> `Flat`."""
     if isinstance(rows, Flat):
         return rows
+    if isinstance(rows, str) or any(isinstance(row, str) for row in rows[:1]):
+        raise TypeError("pack_batch() takes rows of ids (encode()'s output), not text")
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(lengths.sum()))
     return Flat(ids, lengths)
