@@ -131,8 +131,6 @@ OPTIONAL_VIEWS = (
     ),
 )
 VIEW = {v.key: v for v in VIEWS + OPTIONAL_VIEWS}
-# Keras model directories whose task serves another task's view (an ELECTRA pre-training run's).
-KERAS_VIEW_TASKS = keras_runtime.SERVED_AS
 
 
 @dataclass
@@ -206,7 +204,7 @@ def discover(models_dir: str, backend: str) -> tuple[dict, list[str]]:
             continue
         task = info.get("task")
         if backend == "keras":
-            task = KERAS_VIEW_TASKS.get(task, task)
+            task = keras_runtime.SERVED_AS.get(task, task)
         found.setdefault(task, []).append((path, info))
     return found, problems
 
@@ -233,7 +231,7 @@ def offers(info: dict, method: str, backend: str) -> bool:
 
     task = info.get("task")
     if backend == "keras":
-        task = KERAS_VIEW_TASKS.get(task, task)
+        task = keras_runtime.SERVED_AS.get(task, task)
         encoder = methods_of("encoder") if task in ENCODER_SIGNATURE_TASKS else []
         return method in methods_of(task) + encoder
     methods = info.get("methods")

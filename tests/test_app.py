@@ -1104,3 +1104,9 @@ def test_the_keras_backend_passes_over_folders_it_cannot_load_and_says_why(tmp_p
     assert "odd/config.json: unknown task 'summariser'" in problems[2]
     attention = models.candidates_for(models.VIEW["attention"], found, "keras")
     assert [os.path.basename(p) for p, _ in attention] == ["mlm"]
+    # A config.json without "task" is an encoder's, as the commands read it.
+    (tmp_path / "untasked").mkdir()
+    (tmp_path / "untasked" / "config.json").write_text(json.dumps({"encoder": {}}))
+    found, _ = models.discover(str(tmp_path), "keras")
+    assert [os.path.basename(p) for p, _ in found["encoder"]] == ["untasked"]
+    assert sorted(found) == ["encoder", "pretraining"]

@@ -182,6 +182,13 @@ def test_rows_end_at_newlines_and_a_carriage_return_inside_a_text_is_a_space(tmp
     path.write_bytes(b"sentence\tlabel\r\nA good\rfilm\t1\r\n\r\nbad\t0")
     examples = tasks.get("sst2").read(str(path))
     assert [(e.text_a, e.label) for e in examples] == [("A good film", "1"), ("bad", "0")]
+    # A file of old Mac line ends (an Excel-for-Mac export): every "\r" ends a row.
+    path.write_bytes(b"sentence\tlabel\rA good film\t1\r\rbad\t0\r")
+    examples = tasks.get("sst2").read(str(path))
+    assert [(e.text_a, e.label, e.source) for e in examples] == [
+        ("A good film", "1", f"{path}:2"),
+        ("bad", "0", f"{path}:4"),
+    ]
 
 
 def test_evaluating_a_file_without_examples_names_it(tmp_path, capsys):

@@ -64,7 +64,7 @@ def _checked(directory: str, info: dict) -> dict:
         BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
     if info.get("task", "encoder") not in TASKS:
         raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
-    return with_records_casing(info)
+    return with_records_casing({"task": "encoder", **info})  # no task: an encoder
 
 
 def _refuse_other_formats(directory: str, info: dict) -> None:

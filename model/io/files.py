@@ -263,7 +263,9 @@ def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
             data = json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
+    except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not a JSON {what} ({e})") from None
     except OSError as e:  # a folder, a file it may not read
         raise ValueError(f"{path}: cannot read the {what} file ({e.strerror})") from None

@@ -114,7 +114,7 @@ from model.tasks.squad_negatives import (
     question_ids,
     report_table,
 )
-from model.text.wordpiece import basic_tokenize, normalize_char
+from model.text.wordpiece import basic_tokenize, normalize_char, normalized_lengths
 
 DOC_STRIDE = 128
 MAX_QUERY_LENGTH = 64
@@ -578,15 +578,21 @@ def _aligned_span(
     sources = []  # the context character each normalised character comes from
     for w in words:
         begin = paragraph.starts[w]
-        for i, char in enumerate(paragraph.words[w]):
-            sources += [begin + i] * len(normalize_char(char, lowercase))
+        for i, n in enumerate(normalized_lengths(paragraph.words[w], lowercase)):
+            sources += [begin + i] * n
     if len(sources) != chars:
         return None
     first, last = span
     end, context = sources[last] + 1, paragraph.context
-    while end < len(context) and unicodedata.category(context[end]).startswith("M"):
-        end += 1  # a combining accent of the answer's last letter
+    while end < len(context) and _stripped_accent(context[end], lowercase):
+        end += 1  # the accent, written apart, of the answer's last letter
     return sources[first], end
+
+
+def _stripped_accent(char: str, lowercase: bool) -> bool:
+    """A combining accent that the tokenizer strips (uncased only); marks it keeps, such as
+    Devanagari's vowel signs, are characters of their own."""
+    return unicodedata.category(char) == "Mn" and not normalize_char(char, lowercase)
 
 
 def wordpiece_text(tokens: list[str]) -> str:

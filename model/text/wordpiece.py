@@ -146,6 +146,13 @@ def normalize_char(char: str, lowercase: bool) -> str:
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
 
+def normalized_lengths(text: str, lowercase: bool) -> list[int]:
+    """How many characters of the words' normalised text each character of `text` becomes:
+    0 for one dropped or a space between words (a no-break space too), else its
+    `normalize_char`'s length."""
+    return [0 if _CHUNK.match(c) is None else len(normalize_char(c, lowercase)) for c in text]
+
+
 def _classify(char: str, lowercase: bool) -> tuple[int, str]:
     norm = normalize_char(char, lowercase)
     if not norm:
