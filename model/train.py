@@ -77,7 +77,7 @@ import contextlib
 import os
 import sys
 
-from model.io.backend import check_keras_backend
+from model.io.backend import check_keras_backend, keras_backend
 from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm, exit_with
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining.masking import check_flags
@@ -423,6 +423,11 @@ def check_inputs(args) -> None:
         init, paths = args.init_checkpoint, (args.vocab,)
     else:
         init, paths = args.init, (args.data,)
+        if args.strategy == "multiworker":  # its batches are one process's tf.data pipeline
+            raise ValueError(
+                "fine-tuning runs in one process: --strategy multiworker is pre-training's; "
+                "use mirrored (this machine's GPUs) or the default"
+            )
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
         parent = os.path.dirname(os.path.abspath(path))
@@ -442,13 +447,16 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
-    import_tensorflow_quietly(args.verbose, setup=_split_cpu(args))
+    at_start = _at_start(args)
+    import_tensorflow_quietly(args.verbose, setup=at_start)
     from model.training.finetune import per_seed
     from model.training.strategy import StrategyError
 
     restore = exit_on_sigterm()  # `kill`, `timeout`: the run stops as at Ctrl-C
     made = [run.output for run in per_seed(args) if not os.path.exists(run.output)]
     try:
+        if at_start is not None:
+            at_start(refuse=True)  # where TensorFlow started loudly, or it refused at start
         if args.command == "pretrain":
             from model.training.pretrain import pretrain
 
@@ -474,19 +482,36 @@ def main(argv=None) -> int:
     return 2
 
 
-def _split_cpu(args):
-    """What must precede TensorFlow's first op: --cpu-replicas' logical CPUs (the strategy
-    asks for them again later, a no-op then), or None."""
+def _at_start(args):
+    """What must precede TensorFlow's first op, or None: --cpu-replicas' logical CPUs, and
+    the multi-worker strategy (collective ops are configured at program start-up), which
+    `make_strategy` then returns to the command. Runs inside TensorFlow's quiet import,
+    before the op that import runs, where a refusal is passed over, and again
+    (`refuse=True`), where it is said in one line; each step is a no-op once done."""
     replicas = getattr(args, "cpu_replicas", None)
-    if not replicas or replicas < 1:
-        return None  # the strategy refuses a count below 1 in one line
+    # the strategy itself refuses a count below 1, or --cpu-replicas without mirrored
+    split = bool(replicas) and replicas >= 1 and args.strategy == "mirrored"
+    multi_worker = args.strategy == "multiworker" and keras_backend() == "tensorflow"
+    if not split and not multi_worker:
+        return None
 
-    def split():
-        from model.training.strategy import configure_cpu_replicas
+    def setup(refuse: bool = False):
+        from model.training.strategy import (
+            StrategyError,
+            configure_cpu_replicas,
+            make_strategy,
+        )
 
-        configure_cpu_replicas(replicas)
+        try:
+            if split:
+                configure_cpu_replicas(replicas)
+            if multi_worker:
+                make_strategy("multiworker")
+        except StrategyError:
+            if refuse:
+                raise
 
-    return split
+    return setup
 
 
 def stopped(args, how: str) -> str:

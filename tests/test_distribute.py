@@ -175,6 +175,11 @@ def start_workers(argv, ports) -> list[subprocess.Popen]:
     for index in range(len(ports)):
         env = subprocess_env()
         env["TF_CONFIG"] = tf_config(ports, index)
+        if index == 0:
+            # As a user starts it: without TF_CPP_MIN_LOG_LEVEL, TensorFlow's start-up lines are
+            # filtered by running an op, which the strategy must precede (the others: the
+            # variable set, no op before it).
+            del env["TF_CPP_MIN_LOG_LEVEL"]
         workers.append(
             subprocess.Popen(
                 module_command("model.train", argv),
@@ -264,3 +269,21 @@ def test_jit_over_several_replicas_stops_with_a_message(records, tmp_path):
     )
     assert done.returncode == 1
     assert "--jit with 2 replicas of MirroredStrategy" in done.stderr
+
+
+def test_fine_tuning_refuses_multiworker_before_tensorflow(tmp_path):
+    """Fine-tuning's batches are one process's pipeline: --strategy multiworker is refused in
+    one line at once (it failed after reading the data, or at start-up), leaving nothing."""
+    output = tmp_path / "ft"
+    done = run_module(
+        "model.train",
+        ["finetune", "--task", "sst2", "--data", str(tmp_path), "--init", str(tmp_path)]
+        + ["--output", str(output), "--strategy", "multiworker"],
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: fine-tuning runs in one process: --strategy multiworker is pre-training's; "
+        "use mirrored (this machine's GPUs) or the default"
+    )
+    assert not output.exists()

@@ -12,9 +12,10 @@ all-reduce, per-replica loss scaling) on a laptop or in CI:
 
     python -m model.train pretrain ... --strategy mirrored --cpu-replicas 2
 
-Splitting the CPU must happen before TensorFlow initialises its devices, so
-`make_strategy` has to be the first thing a command does with TensorFlow; so
-must MultiWorkerMirroredStrategy, which configures collective ops.
+Splitting the CPU must happen before TensorFlow initialises its devices, and
+MultiWorkerMirroredStrategy, which configures collective ops, before its first op:
+`model.train` does both at start-up (before reading any data), and the multi-worker
+strategy it made is the one `make_strategy` returns afterwards.
 
 Under another Keras backend (KERAS_BACKEND=jax) there is no tf.distribute:
 
@@ -63,6 +64,31 @@ def configure_cpu_replicas(n: int) -> None:
             ) from None
 
 
+_MULTI_WORKER = []  # the process's one MultiWorkerMirroredStrategy, once made
+
+
+def _multi_worker():
+    """MultiWorkerMirroredStrategy from TF_CONFIG, made once a process: it configures
+    collective ops, which must happen before TensorFlow's first op (`model.train` makes it
+    at start-up, and the command's own call gets the same strategy)."""
+    import tensorflow as tf
+
+    if not _MULTI_WORKER:
+        if "TF_CONFIG" not in os.environ:
+            raise StrategyError("--strategy multiworker needs TF_CONFIG (cluster and task) set")
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as e:
+            raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
+        try:
+            _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy())
+        except RuntimeError as e:  # "Collective ops must be configured at program startup"
+            raise StrategyError(
+                f"--strategy multiworker: {e}; make the strategy before any TensorFlow work"
+            ) from None
+    return _MULTI_WORKER[0]
+
+
 def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = None):
     """The strategy `name` (one of STRATEGIES). `cpu_replicas` splits the CPU
     into that many logical devices first, for `mirrored` on a machine with no
@@ -81,14 +107,7 @@ def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = 
             raise StrategyError("--cpu-replicas needs --strategy mirrored")
         configure_cpu_replicas(cpu_replicas)
     if name == "multiworker":
-        # Before anything lists devices: collective ops are configured at startup.
-        if "TF_CONFIG" not in os.environ:
-            raise StrategyError("--strategy multiworker needs TF_CONFIG (cluster and task) set")
-        try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as e:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker()
     if name == "tpu" or (name == "auto" and (tpu or os.environ.get("TPU_NAME"))):
         return _tpu_strategy(tpu)
     gpus = tf.config.list_logical_devices("GPU")
