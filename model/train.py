@@ -426,7 +426,7 @@ def check_inputs(args) -> None:
         if args.strategy == "multiworker":  # its batches are one process's tf.data pipeline
             raise ValueError(
                 "fine-tuning runs in one process: --strategy multiworker is pre-training's; "
-                "use mirrored (this machine's GPUs) or the default"
+                "use the default (auto), or mirrored for this machine's GPUs under TensorFlow"
             )
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
@@ -452,11 +452,15 @@ def main(argv=None) -> int:
     from model.training.finetune import per_seed
     from model.training.strategy import StrategyError
 
+    if at_start is not None:
+        try:  # where TensorFlow started loudly; or said in one line where it refused
+            at_start(refuse=True)
+        except StrategyError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     restore = exit_on_sigterm()  # `kill`, `timeout`: the run stops as at Ctrl-C
     made = [run.output for run in per_seed(args) if not os.path.exists(run.output)]
     try:
-        if at_start is not None:
-            at_start(refuse=True)  # where TensorFlow started loudly, or it refused at start
         if args.command == "pretrain":
             from model.training.pretrain import pretrain
 
@@ -488,10 +492,12 @@ def _at_start(args):
     `make_strategy` then returns to the command. Runs inside TensorFlow's quiet import,
     before the op that import runs, where a refusal is passed over, and again
     (`refuse=True`), where it is said in one line; each step is a no-op once done."""
+    if keras_backend() != "tensorflow":
+        return None  # JAX's strategies refuse these flags themselves, TensorFlow-free
     replicas = getattr(args, "cpu_replicas", None)
     # the strategy itself refuses a count below 1, or --cpu-replicas without mirrored
     split = bool(replicas) and replicas >= 1 and args.strategy == "mirrored"
-    multi_worker = args.strategy == "multiworker" and keras_backend() == "tensorflow"
+    multi_worker = args.strategy == "multiworker"
     if not split and not multi_worker:
         return None
 

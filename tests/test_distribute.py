@@ -284,6 +284,6 @@ def test_fine_tuning_refuses_multiworker_before_tensorflow(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip() == (
         "error: fine-tuning runs in one process: --strategy multiworker is pre-training's; "
-        "use mirrored (this machine's GPUs) or the default"
+        "use the default (auto), or mirrored for this machine's GPUs under TensorFlow"
     )
     assert not output.exists()

@@ -57,7 +57,8 @@ def import_tensorflow_quietly(verbose: bool = False, setup=None) -> None:
     runs import no TensorFlow). Otherwise also sets TF_CPP_MIN_LOG_LEVEL=2,
     so TensorFlow's later C++ INFO and WARNING lines stay off too.
     `setup()` runs just before the first op (which initialises TensorFlow's logical
-    devices): `--cpu-replicas` splits the CPU there.
+    devices), its output not filtered: `--cpu-replicas` splits the CPU there, and
+    `model.train` makes a multi-worker strategy (which configures collective ops).
     """
     plain_warnings()
     if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
@@ -65,28 +66,44 @@ def import_tensorflow_quietly(verbose: bool = False, setup=None) -> None:
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+
+    def start():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # device discovery logs the CUDA lines now
+
+    def first_op():
+        import tensorflow as tf
+
+        tf.function(tf.transpose)(tf.zeros((2, 3), tf.int64))  # the oneDNN notice, now
+
+    try:
+        _filtered(start)
+    except ImportError:
+        return  # a command that needs TensorFlow says so itself
+    if setup is not None:
+        setup()  # in the open: a multi-worker strategy may wait for its peers here
+    _filtered(first_op)
+
+
+def _filtered(step) -> None:
+    """Runs `step()` with stderr (the file descriptor: TensorFlow's C++ writes there) captured,
+    then prints what it wrote but TensorFlow's start-up lines, whether or not it raised."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()  # device discovery logs the CUDA lines now
-            if setup is not None:
-                setup()
-            tf.function(tf.transpose)(tf.zeros((2, 3), tf.int64))  # the oneDNN notice, now
-        except ImportError:
-            pass  # a command that needs TensorFlow says so itself
+            step()
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-        capture.seek(0)
-        text = capture.read().decode("utf-8", errors="replace")
-    kept = [line for line in text.splitlines() if not STARTUP_LINES.search(line)]
-    if kept:
-        print("\n".join(kept), file=sys.stderr)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", errors="replace")
+            kept = [line for line in text.splitlines() if not STARTUP_LINES.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
 
 
 class ProjectWarning(UserWarning):

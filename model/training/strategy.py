@@ -64,7 +64,7 @@ def configure_cpu_replicas(n: int) -> None:
             ) from None
 
 
-_MULTI_WORKER = []  # the process's one MultiWorkerMirroredStrategy, once made
+_MULTI_WORKER = []  # the process's one MultiWorkerMirroredStrategy, or why it failed
 
 
 def _multi_worker():
@@ -82,10 +82,11 @@ def _multi_worker():
             raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
         try:
             _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy())
-        except RuntimeError as e:  # "Collective ops must be configured at program startup"
-            raise StrategyError(
-                f"--strategy multiworker: {e}; make the strategy before any TensorFlow work"
-            ) from None
+        except (RuntimeError, ValueError) as e:  # TF_CONFIG's task; collectives set too late
+            # kept: a second try would fail on the collectives the first configured
+            _MULTI_WORKER.append(StrategyError(f"--strategy multiworker: {e}"))
+    if isinstance(_MULTI_WORKER[0], StrategyError):
+        raise _MULTI_WORKER[0]
     return _MULTI_WORKER[0]
 
 
