@@ -287,3 +287,26 @@ def test_fine_tuning_refuses_multiworker_before_tensorflow(tmp_path):
         "use the default (auto), or mirrored for this machine's GPUs under TensorFlow"
     )
     assert not output.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (None, "--strategy multiworker needs TF_CONFIG (cluster and task) set"),
+        ("{not json", "TF_CONFIG is not valid JSON"),
+        ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}}', "specify `task_type`"),
+    ],
+)
+def test_a_bad_tf_config_is_one_line_as_a_user_starts_the_worker(
+    records, tmp_path, config, message
+):
+    """Without TF_CPP_MIN_LOG_LEVEL (the strategy is made inside TensorFlow's quiet start)."""
+    output = tmp_path / "run"
+    env = {"TF_CPP_MIN_LOG_LEVEL": None, "TF_CONFIG": config}
+    argv = multiworker_argv(records, str(output))
+    done = run_module("model.train", argv, timeout=WORKER_TIMEOUT, env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not output.exists()
