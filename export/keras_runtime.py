@@ -30,7 +30,7 @@ def load(directory: str):
 
     config = model_dir.read_info(directory)
     keras_model = model_dir.load(directory)
-    task = config.get("task", "encoder")
+    task = config["task"]  # read_info's: an encoder where config.json names none
     seq_len = min(
         config.get("max_seq_length") or bundle.DEFAULT_SEQ_LEN,
         stored(config["encoder"], "max_sequence_length"),

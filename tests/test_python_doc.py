@@ -9,14 +9,13 @@ these calls go); each `print(...)  # TEXT` line must print TEXT, in order.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import REPO_ROOT
-from tests.test_readme_tour import blocks, environment
+from tests.test_readme_tour import blocks, environment, printed_comments
 
 DOC = os.path.join(REPO_ROOT, "docs", "python.md")
 VOCAB = os.path.join(REPO_ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
@@ -51,7 +50,7 @@ def test_the_python_page_runs_as_written(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     printed = [line.strip() for line in done.stdout.splitlines()]
-    expected = re.findall(r"^\s*print\(.*\)\s*#\s*(.+?)\s*$", script, re.M)
+    expected = printed_comments(script)
     assert len(expected) >= 8
     at = 0
     for comment in expected:  # each in order; the commands print more lines between them

@@ -43,6 +43,11 @@ def blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
 
 
+def printed_comments(code: str) -> list[str]:
+    """TEXT of each `print(...)  # TEXT` line of `code`: what that line must print."""
+    return re.findall(r"^\s*print\(.*\)\s*#\s*(.+?)\s*$", code, re.M)
+
+
 def environment(**extra: str) -> dict:
     """The child environment: this interpreter's `python` first on PATH, the repository on
     PYTHONPATH, offline, TensorFlow quiet; the README's variables left to their defaults."""
@@ -91,7 +96,7 @@ def test_tour_client_against_the_app(tmp_path):
             )
             assert done.returncode == 0, done.stdout + done.stderr
             printed = done.stdout.splitlines()
-            expected = re.findall(r"^\s*print\(.*\)\s*#\s*(.+?)\s*$", snippet, re.M)
+            expected = printed_comments(snippet)
             assert len(printed) >= len(expected), done.stdout
             for line, comment in zip(printed, expected):
                 assert line.strip() == comment, f"printed {line!r}, the README says {comment!r}"

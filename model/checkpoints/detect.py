@@ -7,8 +7,9 @@ model directory reader, the Hugging Face reader, the app's LiteRT side).
 
 from __future__ import annotations
 
-import json
 import os
+
+from model.io.files import read_json_object
 
 # keras-hub's `registered_name` of a serialised layer: "keras_hub>BertBackbone".
 KERAS_HUB_PREFIX = "keras_hub>"
@@ -65,9 +66,7 @@ def _config_format(config: str) -> str | None:
     """`other_format`'s format of the JSON object in the file `config`; None when it is
     ours, unreadable or no object."""
     try:
-        with open(config, encoding="utf-8-sig") as f:
-            data = json.load(f)
+        found = other_format(read_json_object(config))
     except (OSError, ValueError):
         return None
-    found = other_format(data) if isinstance(data, dict) else None
     return found and found[0]
