@@ -132,7 +132,11 @@ def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None)
     )
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--mixed-precision", choices=PRECISIONS, default="float32")
-    p.add_argument("--jit", action="store_true", help="compile the train step with XLA")
+    p.add_argument(
+        "--jit",
+        action="store_true",
+        help="compile the train step with XLA (TensorFlow backend; under JAX every step is compiled)",
+    )
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--checkpoint-every", type=int, default=1000)
     p.add_argument(
