@@ -260,6 +260,18 @@ def test_negatives_report_takes_output_as_every_command_does():
         assert args.out == "x.json"
 
 
+def test_evaluates_help_describes_every_task_it_accepts():
+    """The Tasks section of `python -m model.evaluate --help` is written by hand: a task added
+    to model.tasks (or an alias) must be named there too."""
+    from model import evaluate
+    from model.tasks import SPELLINGS  # sst-2 for sst2: other spellings, not other tasks
+
+    section = evaluate.__doc__.split("Tasks:")[1].split("--model may also")[0]
+    words = set(section.replace("(", " ").replace(")", " ").split())
+    missing = [t for t in evaluate.TASKS if t not in words and t not in SPELLINGS]
+    assert not missing, f"model/evaluate.py's docstring does not name {missing}"
+
+
 @pytest.mark.parametrize("module, before, flag, older, dest", SPELLINGS)
 def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, flag, older, dest):
     import importlib
