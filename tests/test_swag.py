@@ -104,6 +104,36 @@ def test_each_choice_is_context_then_ending(tmp_path):
     assert encoded.y.tolist() == [2]
 
 
+def test_accuracy_is_the_share_of_examples_whose_highest_logit_is_the_right_ending(tmp_path):
+    """A "model" that scores each choice by whether it holds the right ending's cue word
+    ("sun", in no other text here) is always right; one that scores the other way, never."""
+    import numpy as np
+
+    from model.text.wordpiece import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(write_task_vocab(tmp_path / "vocab.txt"))
+    sun = list(tokenizer.vocabulary).index("sun")
+    labels = [0, 3, 1, 2, 2, 0, 1, 3]
+    endings = ["sat", "ran", "ate fish", "sang"]
+    rows = [
+        f"v,{i},s,the cat,a dog,gold,"
+        + ",".join(e + (" sun" if j == label else "") for j, e in enumerate(endings))
+        + f",{label}"
+        for i, label in enumerate(labels)
+    ]
+    path = tmp_path / "val.csv"
+    path.write_text("\n".join([",".join(HEADER), *rows]) + "\n", encoding="utf-8")
+    task = tasks.get("swag")
+    examples = task.read(str(path))
+
+    def cue(sign):
+        return lambda x: sign * (np.asarray(x["token_ids"]) == sun).any(-1).astype("float32")
+
+    for sign, accuracy in ((1, 1.0), (-1, 0.0)):
+        metrics = task.evaluate(cue(sign), examples, tokenizer, 16, batch_size=8)
+        assert metrics == {"accuracy": accuracy, "examples": len(labels)}
+
+
 def test_swag_trains_and_evaluates(tmp_path, tmp_path_factory, capsys):
     data = tmp_path / "swag"
     data.mkdir()

@@ -625,6 +625,34 @@ def test_evaluate_mlm_scores_the_mask_positions_apart(tmp_path):
     assert 0.7 < m["mask_token_positions"] / m["masked_positions"] < 0.9
 
 
+def test_evaluate_mlm_counts_right_guesses_exactly(tmp_path):
+    """A "model" that knows the answers, put second in its top 5 and wrong on every third
+    next-sentence question: top-1 0, top-5 1, NSP accuracy the share it gets right."""
+    from model.text.wordpiece import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", extra=40))
+    text = write_corpus(tmp_path / "eval.txt", num_documents=6, sentences=(4, 8), seed=3)
+    truth = evaluate.masked_instances(tokenizer, text, 32, 20, 12345, "auto")
+    nsp = truth["nsp_labels"]
+    assert 0 < nsp.mean() < 1  # both kinds of next sentence
+    wrong = np.arange(len(nsp)) % 3 == 0
+    seen = 0
+
+    def knows_the_answers(x):
+        nonlocal seen
+        rows = slice(seen, seen + len(x["token_ids"]))
+        seen = rows.stop
+        topk = np.zeros((*truth["labels"][rows].shape, 5), "int32")
+        topk[..., 1] = truth["labels"][rows]
+        guess = np.where(wrong[rows], 1 - nsp[rows], nsp[rows])
+        return {"topk_ids": topk, "nsp_probs": np.eye(2)[guess]}
+
+    m = evaluate.evaluate_mlm(knows_the_answers, tokenizer, text, max_seq_length=32, batch_size=8)
+    assert seen == len(nsp) and m["mlm_top_k"] == 5
+    assert m["mlm_top1_accuracy"] == 0.0 and m["mlm_top5_accuracy"] == 1.0
+    assert m["nsp_accuracy"] == pytest.approx(1 - wrong.mean())
+
+
 # === --help ===
 
 
