@@ -243,7 +243,13 @@ def test_the_discriminator_metrics_split_replaced_and_original_tokens():
     assert result["original_accuracy"] == pytest.approx(0.5)
     assert result["precision"] == pytest.approx(0.5)
     assert result["recall"] == pytest.approx(0.5)
-    assert 0.0 <= result["auc"] <= 1.0
+    assert result["auc"] == pytest.approx(0.5, abs=0.01)  # 2 of the 4 pairs ranked right
+    # AUC ranks: every token called replaced, ranked right (1) or wrong (0), accuracy 1/2 both
+    for logits, auc in (([0.5, 3.0, 2.0, 1.0], 1.0), ([3.0, 0.5, 1.0, 2.0], 0.0)):
+        metrics["auc"].reset_state()
+        y_pred = np.stack([np.array([logits], np.float32), shown], axis=-1)
+        metrics["auc"].update_state(original, y_pred, sample_weight=np.ones((1, 4), np.float32))
+        assert float(metrics["auc"].result()) == pytest.approx(auc, abs=0.01), logits
 
 
 # === The model directory ===

@@ -843,7 +843,11 @@ def test_tiny_model_end_to_end(tmp_path, tokenizer):
             nbest = json.load(f)
         # v2.0 may add the null answer to 20 others, as google-research does.
         assert set(nbest) == ids and all(1 <= len(v) <= 21 for v in nbest.values())
-        assert predictions == {q: v[0]["text"] for q, v in nbest.items()} or task is v2
+        if task is v1:
+            assert predictions == {q: v[0]["text"] for q, v in nbest.items()}
+        else:  # the best non-null answer, or "" where the null score wins
+            for q, entries in nbest.items():
+                assert predictions[q] in ("", next(e["text"] for e in entries if e["text"])), q
         if task is v2:
             with open(out / "null_odds.json") as f:
                 assert set(json.load(f)) == ids
