@@ -133,8 +133,10 @@ def test_every_table_is_built_whole_but_for_data_that_is_not_here(tmp_path):
         assert all(item.endswith("no training data offline") for item in make(work).not_built)
 
 
-def test_the_plot_draws_median_and_range_against_the_steps(tmp_path):
-    """report.write on made-up metrics of two seeds: the PNG and the steps column."""
+def test_the_plot_draws_median_and_range_against_the_steps(tmp_path, monkeypatch):
+    """report.write on made-up metrics of two seeds: the PNG and the steps column; written
+    again without matplotlib (a GPU machine's environment), the report links the earlier
+    drawing and says it is one."""
     import dataclasses
 
     from model.experiments.plan import Work
@@ -159,6 +161,18 @@ def test_the_plot_draws_median_and_range_against_the_steps(tmp_path):
     assert [step for step, _ in curves["BERT (MLM + NSP)"]] == [2, 4]
     with open(tmp_path / "training-steps.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else find_spec(name, *a),
+    )
+    again = "\n".join(write(table, work, [], str(tmp_path / "training-steps.md")))
+    assert "No plot drawn: matplotlib is not installed" in again
+    assert f"not in it): ![{table.title}](training-steps.png)" in again
 
 
 def test_the_report_gives_the_majority_class_and_the_rows_no_better(tmp_path):

@@ -184,13 +184,15 @@ def test_stop_at_writes_that_step_and_a_later_run_goes_on_like_an_uninterrupted_
     assert train.main([*argv, "--stop-at", "25"]) == 0  # between checkpoints, on purpose
     with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
-    assert summary["steps"] == 25
+    assert summary["steps"] == 25 and summary["resumed_from_step"] == 0
     # the time inside the steps leaves out the checkpoint saves between them
     assert 0 < summary["seconds_in_steps"] < summary["seconds_this_run"]
     assert 25 in checkpoint_steps(output)
     stopped = weights_of(os.path.join(output, "model.weights.h5"))
     assert train.main(argv) == 0
     assert "resuming from step 25" in capsys.readouterr().out
+    with open(os.path.join(output, "train_summary.json"), encoding="utf-8") as f:
+        assert json.load(f)["resumed_from_step"] == 25  # its interval_losses start there
     going_on = weights_of(os.path.join(output, "model.weights.h5"))
     assert any(not np.array_equal(stopped[k], going_on[k]) for k in stopped)  # it went on
     # The schedule spanned --steps all along: the weights of the uninterrupted run.

@@ -144,7 +144,16 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
     if curves:
         image = os.path.splitext(path)[0] + ".png"
         if importlib.util.find_spec("matplotlib") is None:  # a GPU machine's JAX environment
-            lines += ["", "No plot here (matplotlib is not installed): `--report` draws it."]
+            lines += [
+                "",
+                "No plot drawn: matplotlib is not installed where this report was "
+                "written (`--report` where it is draws one).",
+            ]
+            if os.path.isfile(image):
+                lines += [
+                    "An earlier drawing (rows measured after it are not in it): "
+                    f"![{table.title}]({os.path.basename(image)})"
+                ]
         elif plot(table, work, measured, image):
             lines += ["", f"The curves: ![{table.title}]({os.path.basename(image)})"]
     if table.not_built:

@@ -155,7 +155,7 @@ def pretrain(args) -> int:
     if not runtime.chief:
         print(f"worker done at step {optimizer_step(model)}; the chief writes {args.output}")
         return 0
-    _save(args, runtime, data, config, model, timing, interval_losses)
+    _save(args, runtime, data, config, model, timing, interval_losses, start_step)
     return 0
 
 
@@ -602,7 +602,7 @@ def _device_dataset(args, data, model, start_step, stop):
     return device_loop.calls()
 
 
-def _save(args, runtime, data, config, model, timing, interval_losses):
+def _save(args, runtime, data, config, model, timing, interval_losses, start_step=0):
     """The model directory and train_summary.json (the chief's)."""
     import keras
 
@@ -641,7 +641,10 @@ def _save(args, runtime, data, config, model, timing, interval_losses):
         "examples_seen": optimizer_step(model) * args.batch_size,
         "batch_size": args.batch_size,
         "seq_len": seq_len,
-        # mean training loss of each checkpoint interval this run ran
+        # mean training loss of each checkpoint interval this run ran, the first one starting
+        # at the step it resumed from (0: a run from the start); the whole run's curve is in
+        # logs/, which every resumed run appends to
+        "resumed_from_step": start_step,
         "interval_losses": interval_losses,
         "config": config.to_dict(),
         "strategy": args.strategy,
