@@ -1,0 +1,89 @@
+"""Every `--flag` the README, docs/ and the code's docstrings and messages write in a `python -m MODULE ...` command is one that
+MODULE's command line accepts (a flag renamed in the code and not in the docs fails here).
+
+Each command's parser is the one its `main` builds: `main(["--help"])` runs with argparse's
+`parse_args` replaced by one that hands the parser back instead of parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import os
+import re
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+PAGES = [
+    os.path.join(REPO_ROOT, "README.md"),
+    *sorted(glob.glob(f"{REPO_ROOT}/docs/*.md")),
+    # the code's own docstrings and messages (a module's docstring is its --help)
+    *sorted(
+        p
+        for d in ("model", "export", "app", "bench")
+        for p in glob.glob(f"{REPO_ROOT}/{d}/**/*.py", recursive=True)
+    ),
+]
+# python -m MODULE [SUBCOMMAND] ...: the module, and the text up to the end of the command
+# (a closing backtick, a pipe, `&&`, `;` or the end of the line, continuation lines joined).
+COMMAND = re.compile(r"python -m ((?:model|export|app)(?:\.\w+)*)((?:[^`|;&\n]|&(?!&))*)")
+FLAG = re.compile(r"^(--[a-z][a-z0-9-]*)")
+PACKAGES = {"export", "app", "model.experiments"}  # run as python -m PACKAGE: its __main__
+
+
+def commands() -> dict[tuple[str, str], set[str]]:
+    """{(module, subcommand or ""): {flags}, ...} of every command written in the pages, each
+    flag with the first page that writes it."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for page in PAGES:
+        with open(page, encoding="utf-8") as f:
+            text = re.sub(r"\\\n\s*", " ", f.read())  # shell continuation lines joined
+        for module, rest in COMMAND.findall(text):
+            words = rest.split()
+            sub = words[0] if words and re.fullmatch(r"[a-z][a-z0-9-]*", words[0]) else ""
+            flags = {FLAG.match(w).group(1) for w in words if FLAG.match(w)}
+            for flag in flags:
+                found.setdefault((module, sub), {}).setdefault(flag, os.path.basename(page))
+    return found
+
+
+class _Parser(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def accepted(module: str, sub: str, monkeypatch) -> set[str]:
+    """The option strings of `python -m module [sub]`'s parser (the subcommand's, if it has
+    subcommands and `sub` is one of them)."""
+
+    def hand_back(self, *args, **kwargs):
+        raise _Parser(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", hand_back)
+    name = f"{module}.__main__" if module in PACKAGES else module
+    with pytest.raises(_Parser) as caught:
+        importlib.import_module(name).main(["--help"])
+    monkeypatch.undo()
+    parser = caught.value.parser
+    options = {o for a in parser._actions for o in a.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and sub in action.choices:
+            options |= {o for a in action.choices[sub]._actions for o in a.option_strings}
+    return options
+
+
+def test_the_pages_write_commands():
+    found = commands()
+    assert ("model.train", "pretrain") in found and ("model.evaluate", "") in found
+    assert "--task" in found[("model.evaluate", "")]
+
+
+@pytest.mark.parametrize("module, sub", sorted(commands()), ids=lambda v: v or "-")
+def test_every_flag_in_the_docs_is_accepted(module, sub, monkeypatch):
+    written = commands()[(module, sub)]
+    unknown = sorted(f"{flag} ({page})" for flag, page in written.items())
+    unknown = [u for u in unknown if u.split()[0] not in accepted(module, sub, monkeypatch)]
+    assert not unknown, f"python -m {module} {sub}: flags it does not accept: {unknown}"
