@@ -18,7 +18,10 @@
 # default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
 # brought back, merged into WORK, travel too, and the call skips those commands (a
-# pre-training whose row is not complete runs again: weights do not come back). JAXCACHE=FILE
+# pre-training whose row is not complete runs again: weights do not come back). JOB (a folder
+# for .job's contents), W (the work folder, default /tmp/w) and JOB_INPUT (where `run` unpacks
+# the input, default /tmp/input): a rehearsal beside a prepared .job (tests/test_jax_only.py).
+# JAXCACHE=FILE
 # (prepare): an earlier call's jaxcache.tar.xz, JAX's persistent compilation cache, so that the
 # call loads the programs that one compiled (40-45 s each) instead of compiling them again
 # (JAX's cache key includes the cache's own path and the GPU's model: every call keeps it at
@@ -31,7 +34,7 @@
 # Measured with it: docs/experiments.md.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-JOB=$REPO/.job
+JOB=${JOB:-$REPO/.job}
 source "$REPO/bench/gpu_env.sh"
 SCALE=gpu
 [ -n "${SMOKE:-}" ] && SCALE=smoke
@@ -74,7 +77,7 @@ run() {
   : "${TABLE:?TABLE=... (a table, or several comma-separated)}"
   T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
   python_env "$JOB/whl" "$REPO" || exit 1
-  W=${W:-/tmp/w}; INPUT=/tmp/input
+  W=${W:-/tmp/w}; INPUT=${JOB_INPUT:-/tmp/input}
   mkdir -p "$W" "$OUT" && rm -rf "$INPUT" && mkdir -p "$INPUT"
   tar -C "$INPUT" -xJf "$JOB/input.tar.xz" && cp -r "$JOB/corpus" "$INPUT/corpus" || exit 1
   if [ -f "$JOB/done.tar.xz" ]; then tar -C "$W" -xJf "$JOB/done.tar.xz" || exit 1; fi

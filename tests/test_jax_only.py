@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -243,3 +244,52 @@ def test_one_pretraining_serves_every_table_that_needs_it(tables):
     assert "mask-100-0-0-4x16-seed1" in runs and "electra-4x16-seed1" in runs
     features = sorted(os.listdir(tables / "features" / "bert-4x16-seed1"))
     assert {"embeddings-seed1", "layers-1,-2,-3,-4-sum-seed1", "all-sum-seed1"} <= set(features)
+
+
+def test_the_gpu_table_call_rehearses_prepare_run_and_merge(jax_python, tmp_path):
+    """bench/gpu_table.sh as a GPU call uses it, at the smoke scale: `prepare` here (the
+    wheels, the input), `run` in the JAX-only environment (SMOKE=1: its own python, no
+    install) for one pre-training run, then `merge` and `--report` here. A fault in the
+    script's own steps costs a lent GPU's minutes; here it costs a test."""
+    import subprocess
+    import tarfile
+
+    script = os.path.join(REPO_ROOT, "bench", "gpu_table.sh")
+    job, out, work = tmp_path / "job", tmp_path / "out", tmp_path / "w"
+    data = make_smoke_data(tmp_path / "data")
+    env = {**subprocess_env(), "SMOKE": "1", "JOB": str(job), "DATA": data, "W": str(work)}
+
+    def bash(*args, **more):
+        done = subprocess.run(
+            ["bash", script, *args], env={**env, **more}, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    bash("prepare", "pretraining-tasks", PY=sys.executable)
+    assert any(name.startswith("keras-3.15.1") for name in os.listdir(job / "whl"))
+    assert {"input.tar.xz", "corpus"} <= set(os.listdir(job))
+
+    printed = bash(
+        "run", PY=jax_python, OUT=str(out), TABLE="pretraining-tasks", RUNS="bert-4x16-seed1",
+        JOBS="1", JOB_INPUT=str(tmp_path / "input"),
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jc"),
+    )  # fmt: skip
+    assert "pretraining-tasks exit 0" in printed, printed[-2000:]
+    assert {"pretraining-tasks.md", "results.tar.xz", "run.log", "env.txt"} <= set(os.listdir(out))
+    with tarfile.open(out / "results.tar.xz") as archive:
+        names = archive.getnames()
+    assert any(n.endswith("bert-4x16-seed1/conll2003-seed1/metrics.json") for n in names)
+
+    merged = tmp_path / "merged"
+    bash("merge", str(out / "results.tar.xz"), str(merged), PY=sys.executable)
+    done = run_module(
+        "model.experiments",
+        ["pretraining-tasks", "--scale", "smoke", "--data", str(tmp_path / "input"),
+         "--work", str(merged), "--report"],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(merged / "pretraining-tasks.md", encoding="utf-8") as f:
+        rows = dict(zip(("bert", "no-nsp"), measured_cells(f.read())))
+    assert "—" not in rows["bert"] and set(rows["no-nsp"]) == {"—"}
