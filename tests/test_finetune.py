@@ -150,10 +150,15 @@ def test_the_same_command_on_a_finished_run_trains_nothing(sst2_run, capsys):
     assert capsys.readouterr().out.startswith(
         f"nothing to train: {output} holds a finished run (its metrics.json, no checkpoint left)"
     )
+    # ... nor with flags that change how it is watched or kept, or its --output spelt "run/"
+    watched = [*argv, "--verbose", "--log-every", "1", "--keep-checkpoints", "2"]
+    watched[watched.index(str(output))] = f"{output}/"
+    assert run_train(watched) == 0
+    assert capsys.readouterr().out.startswith("nothing to train: ")
     # Another command (another task, a sweep's next learning rate) is not skipped silently
     other = [*argv[:-4], "--learning-rate", "1e-3"]
     assert run_train(other) == 1
-    assert f"{output} holds a finished run of another command (python -m model.train" in (
+    assert f"{output} holds a finished run of another command (--dropout 0.05 (this command: " in (
         capsys.readouterr().err
     )
     assert before == {n: os.stat(os.path.join(output, n)).st_mtime_ns for n in os.listdir(output)}

@@ -183,10 +183,11 @@ def _finished(args) -> list[str]:
         if not os.path.isfile(metrics):
             continue
         command = read_json_object(metrics, "metrics").get("command")
-        if command != command_line(run):
+        differs = _commands_differ(str(command), command_line(run))
+        if differs:
             raise ValueError(
-                f"{run.output} holds a finished run of another command ({command}); remove it, "
-                f"or name another --output"
+                f"{run.output} holds a finished run of another command ({'; '.join(differs)}); "
+                f"remove it, or name another --output"
             )
         finished.append(run)
 
@@ -200,6 +201,31 @@ def _finished(args) -> list[str]:
             f"other seeds' do not; remove it to train the seeds together again"
         )
     return []  # none finished, or a stop while the seeds wrote theirs: all go on
+
+
+# Flags that change how a run is watched or kept, not what it trains: a finished run is the
+# same run with them changed (as a resumed run is).
+NOT_TRAINED = ("--verbose", "--log-every", "--checkpoint-every", "--keep-checkpoints")
+PATHS = ("--data", "--init", "--output")  # compared as paths: "run/" is "run"
+
+
+def _commands_differ(theirs: str, ours: str) -> list[str]:
+    """What differs between two `command_line`s, each as `_differs` words it ("--epochs 3
+    (this command: 2)"), leaving out NOT_TRAINED; [] for the same run."""
+    from model.training.checkpointing import _differs
+
+    def flags(command: str) -> dict:
+        words, found = shlex.split(command), {}
+        for i, word in enumerate(words):
+            if word.startswith("--") and word not in NOT_TRAINED:
+                value = words[i + 1] if i + 1 < len(words) else None
+                found[word] = True if value is None or value.startswith("--") else value
+        return {k: os.path.normpath(v) if k in PATHS else v for k, v in found.items()}
+
+    a, b = flags(theirs), flags(ours)
+    return [
+        _differs(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+    ]
 
 
 def _back_to_a_shared_step(runs) -> None:
