@@ -295,7 +295,8 @@ def test_fine_tuning_refuses_multiworker_before_tensorflow(tmp_path):
     [
         (None, "--strategy multiworker needs TF_CONFIG (cluster and task) set"),
         ("{not json", "TF_CONFIG is not valid JSON"),
-        ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}}', "specify `task_type`"),
+        ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}}', 'no "task" with a "type"'),
+        ('"{}"', "TF_CONFIG is str JSON, not an object"),  # quoted twice (trained alone before)
     ],
 )
 def test_a_bad_tf_config_is_one_line_as_a_user_starts_the_worker(
@@ -310,3 +311,27 @@ def test_a_bad_tf_config_is_one_line_as_a_user_starts_the_worker(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not output.exists()
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("[]", "TF_CONFIG is list JSON, not an object"),
+        ('{"cluster": {}, "task": {"type": "worker", "index": 0}}', 'no "cluster" of addresses'),
+        ('{"clusters": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', "no \"cluster\""),
+        ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}',
+         "task (worker 2) is not in its cluster (2 worker)"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
+         "task (chief 0) is not in its cluster (1 worker)"),
+    ],
+)  # fmt: skip
+def test_tf_config_must_put_this_task_in_its_cluster(config, message):
+    """TensorFlow made a strategy of one worker, without a word, from each of these."""
+    from model.training.strategy import StrategyError, check_tf_config
+
+    with pytest.raises(StrategyError) as e:
+        check_tf_config(config)
+    assert message in str(e.value)
+    check_tf_config(
+        '{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}'
+    )

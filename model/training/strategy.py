@@ -67,19 +67,42 @@ def configure_cpu_replicas(n: int) -> None:
 _MULTI_WORKER = []  # the process's one MultiWorkerMirroredStrategy, or why it failed
 
 
+def check_tf_config(text: str | None) -> None:
+    """StrategyError unless `text` (TF_CONFIG) describes a cluster with this process's task
+    in it: {"cluster": {"worker": ["host:port", ...], ...}, "task": {"type": "worker",
+    "index": 0}}. TensorFlow itself trains alone, silently, on JSON that is not such an
+    object (a value quoted twice, a misspelt key)."""
+    if text is None:
+        raise StrategyError("--strategy multiworker needs TF_CONFIG (cluster and task) set")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
+    example = '{"cluster": {"worker": ["host1:port", ...]}, "task": {"type": "worker", "index": 0}}'
+    if not isinstance(config, dict):
+        raise StrategyError(f"TF_CONFIG is {type(config).__name__} JSON, not an object: {example}")
+    cluster, task = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError(f'TF_CONFIG has no "cluster" of addresses by task type: {example}')
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise StrategyError(f'TF_CONFIG has no "task" with a "type" and an "index": {example}')
+    kind, index = task["type"], task["index"]
+    members = cluster.get(kind)
+    if not isinstance(members, list) or not isinstance(index, int) or not 0 <= index < len(members):
+        sizes = ", ".join(
+            f"{len(v) if isinstance(v, list) else v!r} {k}" for k, v in cluster.items()
+        )
+        raise StrategyError(f"TF_CONFIG's task ({kind} {index}) is not in its cluster ({sizes})")
+
+
 def _multi_worker():
     """MultiWorkerMirroredStrategy from TF_CONFIG, made once a process: it configures
     collective ops, which must happen before TensorFlow's first op (`model.train` makes it
     at start-up, and the command's own call gets the same strategy)."""
-    import tensorflow as tf
-
     if not _MULTI_WORKER:
-        if "TF_CONFIG" not in os.environ:
-            raise StrategyError("--strategy multiworker needs TF_CONFIG (cluster and task) set")
-        try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as e:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
+        check_tf_config(os.environ.get("TF_CONFIG"))
+        import tensorflow as tf
+
         try:
             _MULTI_WORKER.append(tf.distribute.MultiWorkerMirroredStrategy())
         except (RuntimeError, ValueError) as e:  # TF_CONFIG's task; collectives set too late
