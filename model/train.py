@@ -414,9 +414,10 @@ def _device_flags(parser, data_help: str, steps_default: str):
 
 
 def check_inputs(args) -> None:
-    """The input paths exist (FileNotFoundError naming the first that does not), and a model
-    directory's config.json is valid (ValueError naming it), checked before TensorFlow is
-    imported: a mistyped path or field fails in well under a second."""
+    """The input paths exist (FileNotFoundError naming the first that does not), a model
+    directory's config.json is valid (ValueError naming it) and a multi-worker run's
+    TF_CONFIG names its task (StrategyError), checked before TensorFlow is imported: a
+    mistyped path or field fails in well under a second."""
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.io.files import check_paths
     from model.pretraining.records import record_files
@@ -425,6 +426,10 @@ def check_inputs(args) -> None:
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
         init, paths = args.init_checkpoint, (args.vocab,)
+        if args.strategy == "multiworker" and keras_backend() == "tensorflow":
+            from model.training.strategy import check_tf_config
+
+            check_tf_config(os.environ.get("TF_CONFIG"))  # JAX's strategies refuse it
     else:
         init, paths = args.init, (args.data,)
         if args.strategy == "multiworker":  # its batches are one process's tf.data pipeline
@@ -445,16 +450,17 @@ def check_inputs(args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from model.training.strategy import StrategyError  # TensorFlow-free, as check_inputs
+
     try:
         check_inputs(args)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, StrategyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
     at_start = _at_start(args)
     import_tensorflow_quietly(args.verbose, setup=at_start)
     from model.training.finetune import per_seed
-    from model.training.strategy import StrategyError
 
     if at_start is not None:
         try:  # where TensorFlow started loudly; or said in one line where it refused

@@ -123,6 +123,21 @@ def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, messa
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 
+def test_a_tf_config_without_this_task_fails_before_any_framework_is_imported():
+    argv = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv, "--strategy", "multiworker"],
+        cwd=REPO_ROOT,
+        env=_env(TF_CONFIG='"{}"', KERAS_BACKEND="tensorflow"),  # quoted twice
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("error: TF_CONFIG is str JSON, not an object: {")
+    assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
+
+
 BAD_MODEL = "BAD"  # stands for a model directory whose config.json has num_layers "six"
 BAD_CONFIG = [  # every command that reads a model directory, with it
     ["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", BAD_MODEL,
