@@ -284,7 +284,7 @@ def read_texts(path: str) -> list[str]:
     from model.io.files import reading
 
     with reading(path):
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark read past
             texts = [line.strip() for line in f if line.strip()]
     if not texts:
         raise ValueError(f"{path}: no text")

@@ -49,6 +49,8 @@ def test_extract_takes_texts_and_pairs_from_python(init):
     assert rows[2][1].shape == (len(rows[2][0]), 1, encoder.config.hidden_dim)
     with pytest.raises(TypeError, match="a text or a \\(text_a, text_b\\) pair, not 3"):
         list(extract(features, tokenizer, [3], 16))
+    with pytest.raises(TypeError, match=r"a list of texts or pairs; for one text: \['the cat'\]"):
+        list(extract(features, tokenizer, "the cat", 16))  # not 7 one-letter texts
 
 
 def test_extract_features_cli_writes_googles_jsonl(init, tmp_path):

@@ -132,7 +132,7 @@ def read_lines(path: str) -> list[tuple[str, str | None]]:
     extract_features.py: output line i is input line i's); `A ||| B` marks a pair."""
     pairs = []
     with reading(path):
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark read past
             for line_no, line in enumerate(f, 1):
                 line = line.strip()
                 if "|||" in line:
@@ -151,6 +151,8 @@ def extract(features: LayerFeatures, tokenizer, pairs, seq_len: int = 128, batch
     included, padding excluded."""
     from model.tasks.base import encode_texts, pack_rows
 
+    if isinstance(pairs, str):  # else read as one text per character
+        raise TypeError(f"extract takes a list of texts or pairs; for one text: [{pairs[:40]!r}]")
     pairs = [_pair(p) for p in pairs]
     firsts = encode_texts(tokenizer, [a for a, _ in pairs])
     seconds = encode_texts(tokenizer, [b or "" for _, b in pairs])
