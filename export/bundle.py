@@ -28,10 +28,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 
 from model.config import stored
 from model.io.files import read_json_object, staged_directory, write_json
+from model.text.wordpiece import copy_vocabulary
 
 FORMAT = 1
 MODEL = "model.tflite"
@@ -311,7 +311,7 @@ def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_
 
 def write_files(directory: str, vocab: str, info: dict) -> None:
     """vocab.txt (copied from `vocab`), bundle.json and, with labels, label_map.json."""
-    shutil.copyfile(vocab, os.path.join(directory, VOCAB))
+    copy_vocabulary(vocab, directory, VOCAB)
     info[FILES] = file_record(directory)  # model.tflite is in place by now
     if info.get("id2label"):
         write_json(os.path.join(directory, LABEL_MAP), {"id2label": info["id2label"]})

@@ -205,3 +205,18 @@ def test_a_byte_order_mark_is_read_past_and_utf16_text_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"plain16.txt: UTF-16 text"):
         (tmp_path / "plain16.txt").write_text("\n".join(tokens), encoding="utf-16")
         load_vocabulary(str(tmp_path / "plain16.txt"))
+
+
+def test_a_vocabulary_is_passed_on_without_its_byte_order_mark(tmp_path):
+    """A model directory, and so each bundle and conversion made from it, holds vocab.txt as
+    Hugging Face's and Google's readers take it: their first token read "\ufeff[PAD]"."""
+    from model.checkpoints import model_dir
+    from model.networks.encoder import BertEncoder
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"]
+    marked = tmp_path / "marked.txt"
+    marked.write_text("\n".join(tokens) + "\r\n", encoding="utf-8-sig")
+    encoder = BertEncoder.from_preset("tiny", vocabulary_size=len(tokens))
+    model_dir.save(encoder, str(tmp_path / "run"), str(marked))
+    written = (tmp_path / "run" / "vocab.txt").read_bytes()
+    assert written == marked.read_bytes()[3:] and written.startswith(b"[PAD]\n")

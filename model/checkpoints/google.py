@@ -29,8 +29,8 @@ import numpy as np
 from model.checkpoints import bert_names as names
 from model.checkpoints.mapping import Entry, assign, export
 from model.config import BertConfig
-from model.io.files import atomic_path, write_json
-from model.text.wordpiece import check_vocabulary
+from model.io.files import write_json
+from model.text.wordpiece import check_vocabulary, copy_vocabulary
 
 CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"
@@ -254,7 +254,5 @@ def write(model, directory: str, vocab_path: str) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     write_checkpoint(os.path.join(directory, CHECKPOINT), export(entries))
     write_json(os.path.join(directory, CONFIG), google_config)
-    if os.path.abspath(vocab_path) != os.path.abspath(os.path.join(directory, VOCAB)):
-        with atomic_path(os.path.join(directory, VOCAB)) as tmp:
-            shutil.copyfile(vocab_path, tmp)
+    copy_vocabulary(vocab_path, directory, VOCAB)
     return []

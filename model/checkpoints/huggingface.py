@@ -29,7 +29,6 @@ with the numpy reader in `model.checkpoints.safetensors_io`, not torch.
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 
@@ -37,8 +36,8 @@ from model.checkpoints import bert_names as names
 from model.checkpoints import safetensors_io
 from model.checkpoints.mapping import Entry, assign, export
 from model.config import GELU, GELU_APPROXIMATE, BertConfig
-from model.io.files import atomic_path, read_json_object, write_json
-from model.text.wordpiece import check_vocabulary
+from model.io.files import read_json_object, write_json
+from model.text.wordpiece import check_vocabulary, copy_vocabulary
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -463,6 +462,4 @@ def write_tokenizer(
             "model_max_length": config.max_sequence_length,
         },
     )
-    if os.path.abspath(vocab_path) != os.path.abspath(os.path.join(directory, VOCAB)):
-        with atomic_path(os.path.join(directory, VOCAB)) as tmp:
-            shutil.copyfile(vocab_path, tmp)
+    copy_vocabulary(vocab_path, directory, VOCAB)

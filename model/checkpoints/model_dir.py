@@ -35,7 +35,6 @@ only warns about some of these and leaves the variable randomly initialised).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 
 import h5py
@@ -54,7 +53,7 @@ from model.heads.span_pretrainer import SpanBertPretrainer
 from model.heads.token_classifier import BertTokenClassifier
 from model.io.files import atomic_path, write_json
 from model.networks.encoder import BertEncoder
-from model.text.wordpiece import check_vocabulary
+from model.text.wordpiece import check_vocabulary, copy_vocabulary
 
 
 def build_model(info: dict, encoder: BertEncoder | None = None) -> keras.Model:
@@ -210,9 +209,7 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
     os.makedirs(directory, exist_ok=True)
     with atomic_path(os.path.join(directory, WEIGHTS)) as tmp:
         model.save_weights(tmp)
-    if os.path.abspath(vocab_path) != os.path.abspath(os.path.join(directory, VOCAB)):
-        with atomic_path(os.path.join(directory, VOCAB)) as tmp:
-            shutil.copyfile(vocab_path, tmp)
+    copy_vocabulary(vocab_path, directory, VOCAB)
     write_json(os.path.join(directory, CONFIG), {**describe(model), **(extra or {})})
 
 

@@ -35,6 +35,7 @@ from model.pretraining.instances import (
 from model.pretraining.masking import Masker, MaskingConfig
 from model.pretraining.records import RecordWriter, frame, serialize_example
 from model.pretraining.tokenized import is_tokenized, read_documents
+from model.text.wordpiece import copy_vocabulary
 
 INFO = "dataset.json"
 
@@ -295,7 +296,7 @@ def build(
         shards = _write_shards(tmp, _pool_results(stream, make, workers), num_shards, progress)
         if sum(shards.values()) == 0:
             raise ValueError(f"no instances: the input has no text ({', '.join(files[:3])})")
-        shutil.copyfile(tokenizer.vocab_path, os.path.join(tmp, "vocab.txt"))
+        copy_vocabulary(tokenizer.vocab_path, tmp)
         info = {
             "format": "bert-pretraining-records/1",
             "num_instances": sum(shards.values()),

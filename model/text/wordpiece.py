@@ -31,7 +31,9 @@ repeated words (most of them, in real text) cost one dictionary lookup.
 
 from __future__ import annotations
 
+import codecs
 import itertools
+import os
 import re
 import sys
 import unicodedata
@@ -39,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model.io.files import not_utf8
+from model.io.files import atomic_path, not_utf8
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The reference's `max_input_chars_per_word`: Hugging Face's WordPiece (and the
@@ -68,6 +70,19 @@ def looks_cased(tokens: list[str]) -> bool:
         any(c.isupper() for c in t) for t in tokens if not (t.startswith("[") and t.endswith("]"))
     )
     return capitals > len(tokens) / 100
+
+
+def copy_vocabulary(path: str, directory: str, name: str = "vocab.txt") -> None:
+    """`path` written as DIRECTORY/NAME (atomically; nothing when it is that file), less a
+    byte-order mark: the readers here skip one, Hugging Face's and Google's read it as part of
+    the first token."""
+    target = os.path.join(directory, name)
+    if os.path.abspath(path) == os.path.abspath(target):
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    with atomic_path(target) as tmp, open(tmp, "wb") as f:
+        f.write(data.removeprefix(codecs.BOM_UTF8))
 
 
 def load_vocabulary(path: str) -> list[str]:
