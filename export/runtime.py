@@ -959,21 +959,34 @@ def _best_word(predictions: list[dict], special: set[int], starts_word: bool = T
     return (starts or words or [0])[0]
 
 
+# Scripts written without spaces between words, beside CJK ideographs: hiragana, katakana
+# (and its half-width forms), Thai, Lao, Myanmar, Khmer. Hangul is written with spaces.
+UNSPACED = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF66, 0xFF9F), (0x0E00, 0x0EFF),
+            (0x1000, 0x109F), (0x1780, 0x17FF))  # fmt: skip
+
+
+def _spaced_letter(char: str) -> bool:
+    """A letter or digit of a script that puts spaces between words."""
+    if not char.isalnum():  # "" too
+        return False
+    cp = ord(char)
+    return not (wordpiece.is_cjk(char) or any(a <= cp <= b for a, b in UNSPACED))
+
+
 def _glued(before: str, k: int) -> bool:
     """Whether the `k`-th [MASK], after the text `before`, is glued to a word ("play[MASK]")
-    or to another [MASK] ("The [MASK][MASK]"); a CJK character is a word of its own."""
-    last = before[-1:]
-    return (last.isalnum() and not wordpiece.is_cjk(last)) or (not before and k > 0)
+    or to another [MASK] ("The [MASK][MASK]"); after a CJK character, kana or Thai (no
+    spaces between words), a word stands on its own."""
+    return _spaced_letter(before[-1:]) or (not before and k > 0)
 
 
 def _written(token: str, glued: bool) -> str:
     """How a [MASK]'s word goes into the text: a "##" piece joined to what is before it, a
-    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space (not a CJK
-    character, which is written without spaces)."""
+    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space (not a word of
+    a script written without spaces)."""
     if token.startswith("##"):
         return token[2:]
-    first = token[:1]
-    return " " + token if glued and first.isalnum() and not wordpiece.is_cjk(first) else token
+    return " " + token if glued and _spaced_letter(token[:1]) else token
 
 
 def _jsonable(value):
