@@ -382,8 +382,8 @@ def test_checkpoints_record_their_run_and_refuse_another(tmp_path):
     with pytest.raises(ValueError) as refused:
         ResumableCheckpoint(directory, every=1, run=roberta).restore(model)
     assert str(refused.value) == (
-        f"{directory}: its checkpoints are of another run (trains --objective bert --no-nsp, "
-        "this command --objective roberta); resume with the command that wrote them, or use "
+        f"{directory}: its checkpoints are of another run (trains --objective bert --no-nsp "
+        "(this command: --objective roberta)); resume with the command that wrote them, or use "
         "a new --output"
     )
     assert ResumableCheckpoint(directory, every=1, run=bert).restore(model) == 3

@@ -96,7 +96,7 @@ def _differs(key: str, theirs, ours) -> str:
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:
     """The error for checkpoints of another run than this command's."""
     if theirs.get("trains") != ours.get("trains"):
-        differs = f"trains {theirs.get('trains')}, this command {ours.get('trains')}"
+        differs = _differs("trains", theirs.get("trains"), ours.get("trains"))
     else:
         found = []
 
