@@ -59,7 +59,7 @@ from model.io.cpus import usable_cpus
 from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
-from model.pretraining.build import build, expand_inputs, file_sha256, tokenized_documents
+from model.pretraining.build import build, expand_inputs, tokenized_documents, vocabulary_sha256
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig, check_flags, prediction_slots
@@ -296,7 +296,7 @@ def write_ids(files, tokenizer, args) -> int:
         raise FileExistsError(f"{args.output}: output exists")
     documents = tokenized_documents(files, args.format, tokenizer)
     counts = tokenized.write(
-        args.output, documents, file_sha256(tokenizer.vocab_path), tokenizer.lowercase
+        args.output, documents, vocabulary_sha256(tokenizer.vocab_path), tokenizer.lowercase
     )
     print(
         f"wrote {counts['num_tokens']} WordPiece ids of {counts['num_documents']} documents "

@@ -740,7 +740,7 @@ def test_a_tokenized_corpus_holds_the_documents_sentences_as_ids(files, tokenize
     from model.pretraining import tokenized
 
     documents = list(build.tokenized_documents([str(files["corpus"])], "auto", tokenizer))
-    sha = build.file_sha256(str(files["vocab"]))
+    sha = build.vocabulary_sha256(str(files["vocab"]))
     again = list(tokenized.read_documents(ids_file, sha, lowercase=True))
     assert [[s.tolist() for s in d] for d in again] == [[s.tolist() for s in d] for d in documents]
     assert os.stat(ids_file).st_mode & 0o777 == 0o644

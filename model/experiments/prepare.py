@@ -108,7 +108,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     from model import data as make_data
     from model import tasks
     from model.io.files import write_json
-    from model.pretraining.build import file_sha256
+    from model.pretraining.build import vocabulary_sha256
 
     manifest = read_json(os.path.join(out, MANIFEST))
     scale = work.scale
@@ -121,7 +121,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     vocab = os.path.join(out, "vocab.txt")
     if not os.path.exists(vocab):
         shutil.copyfile(work.vocab, vocab)
-    elif file_sha256(vocab) != file_sha256(work.vocab):
+    elif vocabulary_sha256(vocab) != vocabulary_sha256(work.vocab):
         raise ValueError(f"{out}: prepared with another vocabulary than {work.vocab}")
     for name, sources in ((TRAIN_IDS, scale.corpora), (VALID_IDS, (scale.held_out,))):
         path = os.path.join(out, name)

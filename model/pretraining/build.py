@@ -11,6 +11,7 @@ model/data.py's docstring (`python -m model.data --help`).
 
 from __future__ import annotations
 
+import codecs
 import collections
 import dataclasses
 import functools
@@ -56,9 +57,12 @@ def expand_inputs(patterns: list[str]) -> list[str]:
     return files
 
 
-def file_sha256(path: str) -> str:
+def vocabulary_sha256(path: str) -> str:
+    """The SHA-256 of a vocabulary file, a byte-order mark left out: `copy_vocabulary`
+    leaves it out of the copies it writes, the same vocabulary."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
+        h.update(f.read(3).removeprefix(codecs.BOM_UTF8))
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -99,7 +103,9 @@ def tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=40
         if is_tokenized(path):  # already ids: no tokenizer call
             yield from flush()
             pending, pending_sentences = [], 0
-            yield from read_documents(path, file_sha256(tokenizer.vocab_path), tokenizer.lowercase)
+            yield from read_documents(
+                path, vocabulary_sha256(tokenizer.vocab_path), tokenizer.lowercase
+            )
             if progress is not None:
                 progress.update(os.path.getsize(path))
             continue
@@ -337,7 +343,7 @@ def _recipe(tokenizer, instance_config, masking, masking_config, dupe_factor: in
         "masking_config": dataclasses.asdict(masking_config) if masking == "static" else None,
         "dupe_factor": dupe_factor,
         "lowercase": tokenizer.lowercase,
-        "vocab_sha256": file_sha256(tokenizer.vocab_path),
+        "vocab_sha256": vocabulary_sha256(tokenizer.vocab_path),
     }
 
 

@@ -232,7 +232,7 @@ def _data(args):
 
     from model import objectives
     from model.io.files import check_writable_dir
-    from model.pretraining.build import file_sha256
+    from model.pretraining.build import vocabulary_sha256
     from model.pretraining.pydataset import find_records, made_otherwise
     from model.text.wordpiece import load_vocabulary
 
@@ -241,7 +241,7 @@ def _data(args):
     vocabulary = load_vocabulary(vocab_path)
     if "[MASK]" not in vocabulary:
         raise ValueError(f"{vocab_path}: the vocabulary has no [MASK] token")
-    if args.vocab and info.get("vocab_sha256") not in (None, file_sha256(args.vocab)):
+    if args.vocab and info.get("vocab_sha256") not in (None, vocabulary_sha256(args.vocab)):
         raise ValueError(
             f"--vocab {args.vocab}: not the vocabulary {args.data} was made with (its "
             f"dataset.json's vocab_sha256); leave --vocab out, or make the records with it"
