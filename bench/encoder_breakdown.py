@@ -1,6 +1,6 @@
 """Where the encoder's time goes: the Keras encoder at batch 32 x 128 beside its parts alone.
 
-    PYTHONPATH=. python bench/encoder_breakdown.py [--model runs/minilm] [--ceiling-gflops G]
+    PYTHONPATH=. python bench/encoder_breakdown.py [--model runs/defaults/minilm] [--ceiling-gflops G]
     PYTHONPATH=. python bench/encoder_breakdown.py --quick       # tiny random encoder, seconds
 
 `encoder_inference.py` reports one number per runtime; this script splits the project's
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
     model_dir = args.model or (
         common.tiny_model_dir(
-            "/tmp/bench-breakdown/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+            os.path.join(common.quick_dir("breakdown"), "tiny-encoder"), common.VOCAB
         )
         if args.quick
         else common.MINILM_DIR

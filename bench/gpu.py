@@ -1,7 +1,7 @@
 """One accelerator, fully used: the device path's pre-training throughput (JAX, no TensorFlow).
 
     KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=/tmp/jax-cache python bench/gpu.py
-    KERAS_BACKEND=jax python bench/gpu.py --quick            # seconds on a CPU: a rehearsal
+    KERAS_BACKEND=jax python bench/gpu.py --quick            # minutes on a CPU: a rehearsal
 
 For each preset (`mini`, `small`, `electra-small`, `minilm-l6`, `base`) and each dropout
 (0, the device path's default, and 0.1), at batch 256 x 128 in bf16: the model of
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         default=["pretrain", "finetune"],
         help="what to measure (default: both)",
     )
-    args = common.parse(p, argv, repeats=5, warmup=1)
+    args = common.parse(p, argv, repeats=5, warmup=1, machine=accelerator_name)
     if args.quick:
         args.presets, args.dropouts = ["tiny", "electra-mini"], [0.0, 0.1]
         args.batch_size, args.seq_len, args.steps_per_call = 8, 32, 4
@@ -122,8 +122,42 @@ def main(argv=None) -> int:
         + "\n\n"
         + (finetune_section(args) if "finetune" in args.sections else "")
     )
-    common.publish(args, "One accelerator: the device path's pre-training throughput", body)
+    title = "One accelerator: the device path's pre-training throughput"
+    common.publish(args, title, body, accelerator_lines())
     return 0
+
+
+def accelerator_name() -> str:
+    """The results file's machine name: the accelerator's ("nvidia-h200"), else the CPU's."""
+    import re
+
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return common.machine_name()
+    return re.sub(r"[^a-z0-9]+", "-", device.device_kind.lower()).strip("-")
+
+
+def accelerator_lines() -> str:
+    """Markdown lines for the results file: the devices, nvidia-smi's name, memory and driver
+    (where it runs), and the jax and jaxlib versions."""
+    import subprocess
+
+    import jax
+    import jaxlib
+
+    devices = jax.devices()
+    lines = [f"- accelerator: {len(devices)} x {devices[0].device_kind} ({devices[0].platform})"]
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    try:
+        smi = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        smi = ""
+    if smi:
+        lines.append(f"- nvidia-smi: {smi.splitlines()[0]} (name, memory, driver)")
+    lines.append(f"- jax {jax.__version__}, jaxlib {jaxlib.__version__}")
+    return "\n".join(lines) + "\n"
 
 
 def record(args, row: dict) -> dict:
@@ -216,7 +250,7 @@ def measure_finetune(args, task, preset, seq_len, batch, seeds) -> dict:
         trainer.run(args.steps_per_call)
         jax.block_until_ready(trainer.state)
 
-    first, timing = time_calls(call, args.repeats)
+    first, timing = time_calls(call, args.repeats, args.warmup)
     per_call = timing.median
     return {
         "task": task,
@@ -244,12 +278,13 @@ def goal_lines(results) -> list[str]:
     return lines
 
 
-def time_calls(call, repeats: int):
-    """(seconds of the first call, compilation included; `common.Timing` of `repeats` more)."""
+def time_calls(call, repeats: int, warmup: int = 1):
+    """(seconds of the first call, compilation included; `common.Timing` of `repeats` more,
+    after `warmup` - 1 untimed ones: the first is the first warm-up)."""
     began = time.perf_counter()
     call()
     first = time.perf_counter() - began
-    return first, common.time_repeats(call, repeats, warmup=0)
+    return first, common.time_repeats(call, repeats, warmup=max(0, warmup - 1))
 
 
 def measure(args, preset, dropout, peak, cache: bool) -> dict:
@@ -261,7 +296,7 @@ def measure(args, preset, dropout, peak, cache: bool) -> dict:
     def call():
         state[0] = block(run(state[0]))
 
-    first, timing = time_calls(call, args.repeats)
+    first, timing = time_calls(call, args.repeats, args.warmup)
     per_call = timing.median
     per_step = per_call / args.steps_per_call
     tokens = args.batch_size * args.seq_len / per_step

@@ -6,7 +6,7 @@
 Runs `python -m model.train pretrain` once per combination of
 `--mixed-precision` (float32, mixed_bfloat16, mixed_float16) and `--jit`
 (off, on), each in a fresh process on the same data, seed and schedule, and
-prints a markdown table for the README's "Scaling out" section: steps/s and
+prints a markdown table for docs/performance.md's precision section: steps/s and
 tokens/s (steps after the first, so tracing and XLA compilation are left
 out; padding counts as tokens) and the mean training loss of each interval of
 `--every` steps. All runs see the same batches and masks; the loss columns

@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         default=["bf16", "bf16-no-dropout", "fp32"],
     )
     parser.add_argument("--profile-steps", type=int, default=2)
-    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    parser.add_argument("--vocab", default=common.VOCAB)
     parser.add_argument("--data", default=common.DATA_DIR)
     args = common.parse(parser, argv, warmup=3)
     if not common.installed("xprof"):

@@ -42,7 +42,6 @@ ceiling for bf16 rows.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import common
@@ -226,7 +225,7 @@ def main(argv=None) -> int:
         help="train steps per timed repeat (default 3; --quick 1)",
     )
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    parser.add_argument("--vocab", default=common.VOCAB)
     parser.add_argument(
         "--ceiling-gflops",
         type=float,

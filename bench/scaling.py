@@ -1,6 +1,6 @@
 """Scaling with work: inference latency and training step time vs sequence length and batch size.
 
-    PYTHONPATH=. python bench/scaling.py [--model runs/minilm] [--seq-lens 64 128 256 512] \\
+    PYTHONPATH=. python bench/scaling.py [--model runs/defaults/minilm] [--seq-lens 64 128 256 512] \\
         [--batches 1 4 16 64]
     PYTHONPATH=. python bench/scaling.py --quick     # tiny random encoder, seconds
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     quick = args.quick
     model_dir = args.model or (
         common.tiny_model_dir(
-            "/tmp/bench-scaling/tiny-encoder", os.path.join(common.MINILM_DIR, "vocab.txt")
+            os.path.join(common.quick_dir("scaling"), "tiny-encoder"), common.VOCAB
         )
         if quick
         else common.MINILM_DIR

@@ -1,6 +1,6 @@
 """Tokenization to model inputs on 20 MB of real Wikipedia: the project's tokenizers vs HF's.
 
-    PYTHONPATH=. python bench/tokenization.py [--megabytes 20] [--vocab runs/minilm/vocab.txt]
+    PYTHONPATH=. python bench/tokenization.py [--megabytes 20] [--vocab VOCAB]
     PYTHONPATH=. python bench/tokenization.py --quick          # 0.2 MB, seconds
 
 Text: the paragraphs of pretrain/enwiki-2015/AA/wiki_*.gz (WikiExtractor output; the <doc ...>
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         default=None,
         help="MB of Wikipedia text (default 20; --quick 0.2)",
     )
-    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    parser.add_argument("--vocab", default=common.VOCAB)
     parser.add_argument("--cased", action="store_true", help="a cased vocabulary")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--tokenizers", nargs="+", choices=TOKENIZERS, default=list(TOKENIZERS))
@@ -306,6 +306,9 @@ def main(argv=None) -> int:
             f"- project-py (edge) rows identical to HF tokenizers: {100 * python_same:.3f} %"
         )
     common.publish(args, "Tokenization to model inputs", "\n".join(body))
+    if all("error" in r for r in results.values()):
+        print("error: every tokenizer failed (see the table)", file=sys.stderr)
+        return 1
     return 0
 
 

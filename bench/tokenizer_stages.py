@@ -11,7 +11,6 @@ one warm-up, printed (not written to the results file: it is a profile, not a co
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import common
@@ -28,7 +27,7 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--megabytes", type=float, default=20)
-    parser.add_argument("--vocab", default=os.path.join(common.MINILM_DIR, "vocab.txt"))
+    parser.add_argument("--vocab", default=common.VOCAB)
     args = parser.parse_args(argv)
     common.tensorflow_threads(1)
     import tensorflow as tf

@@ -198,6 +198,21 @@ def test_publish_prints_and_writes(tmp_path, capsys):
     assert "## Title" in open(args.results, encoding="utf-8").read()
 
 
+def test_an_accelerators_lines_head_a_new_results_file_only(tmp_path):
+    """gpu.py's results file starts with the CPU's lines and the accelerator's (driver, jax);
+    a later section adds none."""
+    import argparse
+
+    args = argparse.Namespace(
+        threads=2, quick=False, no_write=False, results=str(tmp_path / "r.md")
+    )
+    common.publish(args, "One", "x", "- accelerator: 1 x NVIDIA H200 (gpu)\n")
+    common.publish(args, "Two", "y", "- accelerator: 1 x NVIDIA H200 (gpu)\n")
+    text = open(args.results, encoding="utf-8").read()
+    assert text.count("- accelerator: 1 x NVIDIA H200 (gpu)") == 1
+    assert text.index("- CPU: ") < text.index("- accelerator: ") < text.index("## One")
+
+
 # === Command line ===
 
 
@@ -209,6 +224,9 @@ def test_parse_enforces_repeats_outside_quick():
     assert args.repeats == common.MIN_REPEATS and args.results.startswith(common.RESULTS_DIR)
     with pytest.raises(SystemExit):
         common.parse(argparse.ArgumentParser(), ["--repeats", "3"])
+    named = common.parse(argparse.ArgumentParser(), [], machine=lambda: "nvidia-h200")
+    assert named.results.endswith("-nvidia-h200.md")
+    assert os.path.isfile(common.VOCAB)  # the scripts' --vocab, committed
 
 
 # === Script helpers ===
