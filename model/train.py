@@ -415,9 +415,9 @@ def _device_flags(parser, data_help: str, steps_default: str):
 
 def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), a model
-    directory's config.json is valid (ValueError naming it) and a multi-worker run's
-    TF_CONFIG names its task (StrategyError), checked before TensorFlow is imported: a
-    mistyped path or field fails in well under a second."""
+    directory's config.json is valid (ValueError naming it) and pre-training's --strategy,
+    --cpu-replicas and a multi-worker run's TF_CONFIG can run (StrategyError), checked
+    before TensorFlow is imported: a mistyped path or field fails in well under a second."""
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.io.files import check_paths
     from model.pretraining.records import record_files
@@ -426,10 +426,9 @@ def check_inputs(args) -> None:
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
         init, paths = args.init_checkpoint, (args.vocab,)
-        if args.strategy == "multiworker" and keras_backend() == "tensorflow":
-            from model.training.strategy import check_tf_config
+        from model.training.strategy import check_flags
 
-            check_tf_config(os.environ.get("TF_CONFIG"))  # JAX's strategies refuse it
+        check_flags(args.strategy, args.cpu_replicas, keras_backend())
     else:
         init, paths = args.init, (args.data,)
         if args.strategy == "multiworker":  # its batches are one process's tf.data pipeline

@@ -123,18 +123,32 @@ def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, messa
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 
-def test_a_tf_config_without_this_task_fails_before_any_framework_is_imported():
+@pytest.mark.parametrize(
+    "flags, env, message",
+    [
+        (["--strategy", "multiworker"], {"TF_CONFIG": '"{}"'},  # quoted twice
+         "TF_CONFIG is str JSON, not an object: {"),
+        (["--strategy", "cpu", "--cpu-replicas", "2"], {}, "--cpu-replicas needs --strategy mirrored"),
+        (["--strategy", "mirrored", "--cpu-replicas", "0"], {}, "--cpu-replicas must be positive"),
+        (["--strategy", "data-parallel"], {}, "--strategy data-parallel is for KERAS_BACKEND=jax"),
+        (["--strategy", "mirrored"], {"KERAS_BACKEND": "jax"},
+         "--strategy mirrored is a tf.distribute strategy; under KERAS_BACKEND=jax"),
+    ],
+)  # fmt: skip
+def test_a_strategy_the_backend_cannot_run_fails_before_any_framework_is_imported(
+    flags, env, message
+):
     argv = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
     done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv, "--strategy", "multiworker"],
+        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv, *flags],
         cwd=REPO_ROOT,
-        env=_env(TF_CONFIG='"{}"', KERAS_BACKEND="tensorflow"),  # quoted twice
+        env=_env(**{"KERAS_BACKEND": "tensorflow", **env}),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stderr.startswith("error: TF_CONFIG is str JSON, not an object: {")
+    assert done.stderr.startswith(f"error: {message}"), done.stderr[-2000:]
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 

@@ -100,7 +100,6 @@ def _multi_worker():
     collective ops, which must happen before TensorFlow's first op (`model.train` makes it
     at start-up, and the command's own call gets the same strategy)."""
     if not _MULTI_WORKER:
-        check_tf_config(os.environ.get("TF_CONFIG"))
         import tensorflow as tf
 
         try:
@@ -113,12 +112,24 @@ def _multi_worker():
     return _MULTI_WORKER[0]
 
 
-def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = None):
-    """The strategy `name` (one of STRATEGIES). `cpu_replicas` splits the CPU
-    into that many logical devices first, for `mirrored` on a machine with no
-    GPU. Raises StrategyError with a message for the user."""
-    import tensorflow as tf
-
+def check_flags(name: str, cpu_replicas: int | None, backend: str) -> None:
+    """StrategyError for a --strategy (and --cpu-replicas) that `backend` cannot run, and
+    for a multi-worker run's TF_CONFIG, without starting a framework: the command line
+    checks them before its heavy imports, the strategy makers again."""
+    if backend != "tensorflow":
+        if name not in JAX_STRATEGIES:
+            raise StrategyError(
+                f"--strategy {name} is a tf.distribute strategy; under KERAS_BACKEND="
+                f"{backend} choose auto (one device) or data-parallel "
+                f"(keras.distribution.DataParallel over all devices)"
+            )
+        if cpu_replicas is not None:
+            raise StrategyError(
+                "--cpu-replicas is for TensorFlow's mirrored strategy; under JAX set "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N and use "
+                "--strategy data-parallel"
+            )
+        return
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {STRATEGIES}")
     if name == "data-parallel":
@@ -126,9 +137,22 @@ def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = 
             "--strategy data-parallel is for KERAS_BACKEND=jax; under "
             "TensorFlow use mirrored, multiworker or tpu"
         )
+    if cpu_replicas is not None and name != "mirrored":
+        raise StrategyError("--cpu-replicas needs --strategy mirrored")
+    if cpu_replicas is not None and cpu_replicas < 1:
+        raise StrategyError(f"--cpu-replicas must be positive, not {cpu_replicas}")
+    if name == "multiworker":
+        check_tf_config(os.environ.get("TF_CONFIG"))
+
+
+def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = None):
+    """The strategy `name` (one of STRATEGIES). `cpu_replicas` splits the CPU
+    into that many logical devices first, for `mirrored` on a machine with no
+    GPU. Raises StrategyError with a message for the user."""
+    check_flags(name, cpu_replicas, "tensorflow")
+    import tensorflow as tf
+
     if cpu_replicas is not None:
-        if name != "mirrored":
-            raise StrategyError("--cpu-replicas needs --strategy mirrored")
         configure_cpu_replicas(cpu_replicas)
     if name == "multiworker":
         return _multi_worker()
@@ -156,18 +180,7 @@ def make_jax_distribution(name: str, cpu_replicas: int | None = None):
     the global distribution. Raises StrategyError for the tf.distribute names."""
     import keras
 
-    if name not in JAX_STRATEGIES:
-        raise StrategyError(
-            f"--strategy {name} is a tf.distribute strategy; under KERAS_BACKEND="
-            f"{keras.backend.backend()} choose auto (one device) or data-parallel "
-            f"(keras.distribution.DataParallel over all devices)"
-        )
-    if cpu_replicas is not None:
-        raise StrategyError(
-            "--cpu-replicas is for TensorFlow's mirrored strategy; under JAX set "
-            "XLA_FLAGS=--xla_force_host_platform_device_count=N and use "
-            "--strategy data-parallel"
-        )
+    check_flags(name, cpu_replicas, "jax")  # the backend besides TensorFlow
     if name == "auto":
         return None
     distribution = keras.distribution.DataParallel()
