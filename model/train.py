@@ -415,20 +415,18 @@ def _device_flags(parser, data_help: str, steps_default: str):
 
 def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), a model
-    directory's config.json is valid (ValueError naming it) and pre-training's --strategy,
+    directory's config.json is valid (ValueError naming it) and the --strategy,
     --cpu-replicas and a multi-worker run's TF_CONFIG can run (StrategyError), checked
     before TensorFlow is imported: a mistyped path or field fails in well under a second."""
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.io.files import check_paths
     from model.pretraining.records import record_files
+    from model.training.strategy import check_flags
 
     if args.command == "pretrain":
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
         init, paths = args.init_checkpoint, (args.vocab,)
-        from model.training.strategy import check_flags
-
-        check_flags(args.strategy, args.cpu_replicas, keras_backend())
     else:
         init, paths = args.init, (args.data,)
         if args.strategy == "multiworker":  # its batches are one process's tf.data pipeline
@@ -436,6 +434,7 @@ def check_inputs(args) -> None:
                 "fine-tuning runs in one process: --strategy multiworker is pre-training's; "
                 "use the default (auto), or mirrored for this machine's GPUs under TensorFlow"
             )
+    check_flags(args.strategy, getattr(args, "cpu_replicas", None), keras_backend())
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
         parent = os.path.dirname(os.path.abspath(path))

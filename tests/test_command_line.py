@@ -133,12 +133,17 @@ def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, messa
         (["--strategy", "data-parallel"], {}, "--strategy data-parallel is for KERAS_BACKEND=jax"),
         (["--strategy", "mirrored"], {"KERAS_BACKEND": "jax"},
          "--strategy mirrored is a tf.distribute strategy; under KERAS_BACKEND=jax"),
+        (["finetune", "--strategy", "gpu"], {"KERAS_BACKEND": "jax"},
+         "--strategy gpu is a tf.distribute strategy; under KERAS_BACKEND=jax"),
     ],
 )  # fmt: skip
 def test_a_strategy_the_backend_cannot_run_fails_before_any_framework_is_imported(
     flags, env, message
 ):
     argv = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
+    if flags[0] == "finetune":
+        argv, flags = ["model.train", "finetune", "--task", "sst2", "--data", "README.md",
+                       "--init", "tests", "--output", "o"], flags[1:]  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv, *flags],
         cwd=REPO_ROOT,
