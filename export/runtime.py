@@ -272,7 +272,7 @@ class EdgeModel:
             before = parts[k]  # the text right before this [MASK]
             glued = _glued(before, k)
             best = _best_word(predictions, set(tok.special_ids()), starts_word=not glued)
-            fills[k] = _written(predictions[best]["token"], glued)
+            fills[k] = _written(predictions[best]["token"], glued, before)
             out_masks.append(
                 {"position": position, "predictions": predictions, "best": best, "fill": fills[k]}
             )
@@ -975,18 +975,21 @@ def _spaced_letter(char: str) -> bool:
 
 def _glued(before: str, k: int) -> bool:
     """Whether the `k`-th [MASK], after the text `before`, is glued to a word ("play[MASK]")
-    or to another [MASK] ("The [MASK][MASK]"); after a CJK character, kana or Thai (no
-    spaces between words), a word stands on its own."""
-    return _spaced_letter(before[-1:]) or (not before and k > 0)
+    or to another [MASK] ("The [MASK][MASK]"), so that a "##" piece may continue it; a CJK
+    character is a word of its own (the tokenizer splits it off), kana or Thai are not."""
+    last = before[-1:]
+    return (last.isalnum() and not wordpiece.is_cjk(last)) or (not before and k > 0)
 
 
-def _written(token: str, glued: bool) -> str:
-    """How a [MASK]'s word goes into the text: a "##" piece joined to what is before it, a
-    word glued to a word or another [MASK] ("The [MASK][MASK]") after a space (not a word of
-    a script written without spaces)."""
+def _written(token: str, glued: bool, before: str = "") -> str:
+    """How a [MASK]'s word goes into the text after `before`: a "##" piece joined to what is
+    before it, a word glued to a word or another [MASK] ("The [MASK][MASK]") after a space,
+    but not where either is of a script written without spaces ("東京は" + "の")."""
     if token.startswith("##"):
         return token[2:]
-    return " " + token if glued and _spaced_letter(token[:1]) else token
+    last = before[-1:]
+    spaced = _spaced_letter(token[:1]) and (not last or _spaced_letter(last))
+    return " " + token if glued and spaced else token
 
 
 def _jsonable(value):

@@ -314,17 +314,21 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
     after_cjk = m_cjk.fill_mask("首[MASK]。", top_k=3)
     assert after_cjk["masks"][0]["best"] == 2 and after_cjk["filled"] == "首王。"
     assert m_cjk.fill_mask("play[MASK]", top_k=3)["filled"] == "plays"
-    # Nor after kana or Thai (no spaces between words: "東京は の" before); Hangul has spaces.
-    from export.runtime import _glued, _written
+    # Nor after kana or Thai (no spaces between words: "東京は の" before), which a "##" piece
+    # may still continue (the tokenizer splits off CJK ideographs alone); Hangul has spaces.
+    from export.runtime import _best_word, _glued, _written
 
     for before, word, filled in (
         ("東京は", "の", "東京はの"),
         ("ภาษา", "ไทย", "ภาษาไทย"),
+        ("ภาษา", "##ไทย", "ภาษาไทย"),
         ("カタカナ", "語", "カタカナ語"),
         ("한국", "어", "한국 어"),
         ("play", "on", "play on"),
     ):
-        assert before + _written(word, _glued(before, 0)) == filled, before
+        assert before + _written(word, _glued(before, 0), before) == filled, before
+    thai = [{"token": "##ไทย", "token_id": 7}, {"token": "ไทย", "token_id": 8}]
+    assert _best_word(thai, set(), starts_word=not _glued("ภาษา", 0)) == 0
     # A whole word glued to another [MASK] or a word is written after a space ("nextof" before).
     words = np.array([ids_of(tok, "[UNK]", "paris", ".")], np.int32)
 
