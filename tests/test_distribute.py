@@ -323,6 +323,10 @@ def test_a_bad_tf_config_is_one_line_as_a_user_starts_the_worker(
          "task (worker 2) is not in its cluster (2 worker)"),
         ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
          "task (chief 0) is not in its cluster (1 worker)"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "one"}}',
+         "task (worker one) is not in its cluster (1 worker)"),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}',
+         "an evaluator: model.train runs no evaluator task"),
     ],
 )  # fmt: skip
 def test_tf_config_must_put_this_task_in_its_cluster(config, message):
@@ -332,6 +336,5 @@ def test_tf_config_must_put_this_task_in_its_cluster(config, message):
     with pytest.raises(StrategyError) as e:
         check_tf_config(config)
     assert message in str(e.value)
-    check_tf_config(
-        '{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}'
-    )
+    for task in ('{"type": "worker", "index": 0}', '{"type": "chief", "index": "0"}'):
+        check_tf_config(f'{{"cluster": {{"chief": ["a:1"], "worker": ["b:2"]}}, "task": {task}}}')

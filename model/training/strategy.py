@@ -86,7 +86,13 @@ def check_tf_config(text: str | None) -> None:
         raise StrategyError(f'TF_CONFIG has no "cluster" of addresses by task type: {example}')
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
         raise StrategyError(f'TF_CONFIG has no "task" with a "type" and an "index": {example}')
-    kind, index = task["type"], task["index"]
+    kind = task["type"]
+    if kind == "evaluator":  # TensorFlow's side-car task, outside the cluster
+        raise StrategyError("TF_CONFIG's task is an evaluator: model.train runs no evaluator task")
+    try:
+        index = int(task["index"])  # TensorFlow reads "1" as 1 too
+    except (TypeError, ValueError):
+        index = task["index"]
     members = cluster.get(kind)
     if not isinstance(members, list) or not isinstance(index, int) or not 0 <= index < len(members):
         sizes = ", ".join(
