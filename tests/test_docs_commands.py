@@ -1,5 +1,6 @@
-"""Every `--flag` the README, docs/ and the code's docstrings and messages write in a `python -m MODULE ...` command is one that
-MODULE's command line accepts (a flag renamed in the code and not in the docs fails here).
+"""Every `--flag` that the README files, docs/, the model card and the code's docstrings and
+messages write in a `python -m MODULE ...` command is one that MODULE's command line accepts (a
+flag renamed in the code and not in the docs fails here).
 
 Each command's parser is the one its `main` builds: `main(["--help"])` runs with argparse's
 `parse_args` replaced by one that hands the parser back instead of parsing.
@@ -8,6 +9,8 @@ Each command's parser is the one its `main` builds: `main(["--help"])` runs with
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import glob
 import importlib
 import os
@@ -18,8 +21,9 @@ import pytest
 from tests.helpers import REPO_ROOT
 
 PAGES = [
-    os.path.join(REPO_ROOT, "README.md"),
+    *sorted(glob.glob(f"{REPO_ROOT}/**/README.md", recursive=True)),
     *sorted(glob.glob(f"{REPO_ROOT}/docs/*.md")),
+    os.path.join(REPO_ROOT, "assets", "MODEL_CARD.md"),
     # the code's own docstrings and messages (a module's docstring is its --help)
     *sorted(
         p
@@ -27,27 +31,56 @@ PAGES = [
         for p in glob.glob(f"{REPO_ROOT}/{d}/**/*.py", recursive=True)
     ),
 ]
+PAGES = [p for p in PAGES if "/." not in os.path.relpath(p, REPO_ROOT)]  # not .venv's
 # python -m MODULE [SUBCOMMAND] ...: the module, and the text up to the end of the command
-# (a closing backtick, a pipe, `&&`, `;` or the end of the line, continuation lines joined).
-COMMAND = re.compile(r"python -m ((?:model|export|app)(?:\.\w+)*)((?:[^`|;&\n]|&(?!&))*)")
+# (a closing backtick, a pipe, `&&`, `;` or the end of the line, continuation lines joined);
+# not a module named in prose ("model.feature_tagger's").
+COMMAND = re.compile(
+    r"python -m ((?:model|export|app)(?:\.\w+)*)(?=[\s`]|$)((?:[^`|;&\n]|&(?!&))*)"
+)
 FLAG = re.compile(r"^(--[a-z][a-z0-9-]*)")
 PACKAGES = {"export", "app", "model.experiments"}  # run as python -m PACKAGE: its __main__
 
 
-def commands() -> dict[tuple[str, str], set[str]]:
+@functools.cache
+def commands() -> dict[tuple[str, str], dict[str, str]]:
     """{(module, subcommand or ""): {flags}, ...} of every command written in the pages, each
     flag with the first page that writes it."""
     found: dict[tuple[str, str], dict[str, str]] = {}
     for page in PAGES:
-        with open(page, encoding="utf-8") as f:
-            text = re.sub(r"\\\n\s*", " ", f.read())  # shell continuation lines joined
-        for module, rest in COMMAND.findall(text):
+        for module, rest in COMMAND.findall(page_text(page)):
             words = rest.split()
             sub = words[0] if words and re.fullmatch(r"[a-z][a-z0-9-]*", words[0]) else ""
             flags = {FLAG.match(w).group(1) for w in words if FLAG.match(w)}
             for flag in flags:
                 found.setdefault((module, sub), {}).setdefault(flag, os.path.basename(page))
     return found
+
+
+def page_text(path: str) -> str:
+    """The text commands are read from: a Python file's strings (implicit concatenation
+    joined, an f-string's fields as X), a page's text with an inline code span that wraps
+    onto the next line joined; shell continuation lines joined in both."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".py"):
+        strings = []
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                strings.append(node.value)
+            elif isinstance(node, ast.JoinedStr):
+                parts = node.values
+                strings.append(
+                    "".join(v.value if isinstance(v, ast.Constant) else "X" for v in parts)
+                )
+        text = "\n".join(strings)
+    else:  # fenced blocks as they are; elsewhere, `code spans` on one line
+        blocks = re.split(r"(^```.*?^```)", text, flags=re.M | re.S)
+        text = "".join(
+            b if b.startswith("```") else re.sub(r"`[^`]+`", lambda m: m[0].replace("\n", " "), b)
+            for b in blocks
+        )
+    return re.sub(r"\\\n\s*", " ", text)
 
 
 class _Parser(Exception):
