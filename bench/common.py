@@ -484,18 +484,23 @@ def results_path(
     return os.path.join(directory, f"{date.isoformat()}-{machine or machine_name()}.md")
 
 
-def append_section(path: str, title: str, body: str, header: str | None = None) -> None:
+def append_section(
+    path: str, title: str, body: str, header: str | None = None, machine_lines: str = ""
+) -> None:
     """Appends "## title" + body to the markdown file `path`, atomically: the whole new file
     is written under a temporary name, then renamed over `path` (a crash leaves the old file
     or the new one, never half of one). A new file starts with `header` (default: the
-    date and `describe_machine()`)."""
+    date, `describe_machine()` and `machine_lines`)."""
     old = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             old = f.read()
     if not old:
         if header is None:
-            header = f"# Benchmarks, {datetime.date.today().isoformat()}\n\n{describe_machine()}\n"
+            header = (
+                f"# Benchmarks, {datetime.date.today().isoformat()}\n\n{describe_machine()}\n"
+                + machine_lines
+            )
         old = header.rstrip("\n") + "\n"
     with atomic_open(path) as f:
         f.write(old.rstrip("\n") + f"\n\n## {title}\n\n{body.strip()}\n")
@@ -513,8 +518,7 @@ def publish(args: argparse.Namespace, title: str, body: str, machine_lines: str 
     )
     print(f"\n## {title}\n\n{text}", flush=True)
     if not args.no_write:
-        header = f"# Benchmarks, {datetime.date.today().isoformat()}\n\n{describe_machine()}\n"
-        append_section(args.results, title, text, header + machine_lines)
+        append_section(args.results, title, text, machine_lines=machine_lines)
         print(f"(appended to {args.results})", file=sys.stderr)
     return text
 

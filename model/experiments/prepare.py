@@ -109,6 +109,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     from model import tasks
     from model.io.files import write_json
     from model.pretraining.build import vocabulary_sha256
+    from model.text.wordpiece import copy_vocabulary
 
     manifest = read_json(os.path.join(out, MANIFEST))
     scale = work.scale
@@ -120,7 +121,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     os.makedirs(out, exist_ok=True)
     vocab = os.path.join(out, "vocab.txt")
     if not os.path.exists(vocab):
-        shutil.copyfile(work.vocab, vocab)
+        copy_vocabulary(work.vocab, out)
     elif vocabulary_sha256(vocab) != vocabulary_sha256(work.vocab):
         raise ValueError(f"{out}: prepared with another vocabulary than {work.vocab}")
     for name, sources in ((TRAIN_IDS, scale.corpora), (VALID_IDS, (scale.held_out,))):

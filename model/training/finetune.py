@@ -90,6 +90,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -206,7 +207,7 @@ def _finished(args) -> list[str]:
 # Flags that change how a run is watched or kept, not what it trains: a finished run is the
 # same run with them changed (as a resumed run is).
 NOT_TRAINED = ("--verbose", "--log-every", "--checkpoint-every", "--keep-checkpoints")
-PATHS = ("--data", "--init", "--output")  # compared as paths: "run/" is "run"
+PATHS = ("--data", "--init", "--output")  # compared as written less "./" and a final "/"
 
 
 def _commands_differ(theirs: str, ours: str) -> list[str]:
@@ -220,7 +221,11 @@ def _commands_differ(theirs: str, ours: str) -> list[str]:
             if word.startswith("--") and word not in NOT_TRAINED:
                 value = words[i + 1] if i + 1 < len(words) else None
                 found[word] = True if value is None or value.startswith("--") else value
-        return {k: os.path.normpath(v) if k in PATHS else v for k, v in found.items()}
+
+        def path(v):  # "run/" and "./run" are "run"; "a/link/.." is not "a" (a symlink)
+            return re.sub(r"^(\./)+", "", v).rstrip("/") or v
+
+        return {k: path(v) if k in PATHS else v for k, v in found.items()}
 
     a, b = flags(theirs), flags(ours)
     return [
