@@ -59,11 +59,12 @@ from model.io.cpus import usable_cpus
 from model.io.files import check_paths, exit_on_sigterm
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
-from model.pretraining.build import build, expand_inputs, tokenized_documents, vocabulary_sha256
+from model.pretraining.build import build, expand_inputs, tokenized_documents
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig, check_flags, prediction_slots
 from model.pretraining.tokenized import SUFFIX, is_tokenized
+from model.text.wordpiece import vocabulary_sha256
 
 SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
 

@@ -222,6 +222,6 @@ def test_a_vocabulary_is_passed_on_without_its_byte_order_mark(tmp_path):
     assert written == marked.read_bytes()[3:] and written.startswith(b"[PAD]\n")
     # the same vocabulary to records' vocab_sha256 (records made with the marked file are
     # trained with the copy)
-    from model.pretraining.build import vocabulary_sha256
+    from model.text.wordpiece import vocabulary_sha256
 
     assert vocabulary_sha256(str(marked)) == vocabulary_sha256(str(tmp_path / "run" / "vocab.txt"))

@@ -738,9 +738,10 @@ def test_records_from_ids_are_the_records_from_text(files, ids_file, inputs, tmp
 
 def test_a_tokenized_corpus_holds_the_documents_sentences_as_ids(files, tokenizer, ids_file):
     from model.pretraining import tokenized
+    from model.text.wordpiece import vocabulary_sha256
 
     documents = list(build.tokenized_documents([str(files["corpus"])], "auto", tokenizer))
-    sha = build.vocabulary_sha256(str(files["vocab"]))
+    sha = vocabulary_sha256(str(files["vocab"]))
     again = list(tokenized.read_documents(ids_file, sha, lowercase=True))
     assert [[s.tolist() for s in d] for d in again] == [[s.tolist() for s in d] for d in documents]
     assert os.stat(ids_file).st_mode & 0o777 == 0o644

@@ -108,8 +108,7 @@ def prepare(table: Table, work: Work, out: str) -> dict:
     from model import data as make_data
     from model import tasks
     from model.io.files import write_json
-    from model.pretraining.build import vocabulary_sha256
-    from model.text.wordpiece import copy_vocabulary
+    from model.text.wordpiece import copy_vocabulary, vocabulary_sha256
 
     manifest = read_json(os.path.join(out, MANIFEST))
     scale = work.scale

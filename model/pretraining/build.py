@@ -11,12 +11,10 @@ model/data.py's docstring (`python -m model.data --help`).
 
 from __future__ import annotations
 
-import codecs
 import collections
 import dataclasses
 import functools
 import glob
-import hashlib
 import itertools
 import json
 import os
@@ -36,7 +34,7 @@ from model.pretraining.instances import (
 from model.pretraining.masking import Masker, MaskingConfig
 from model.pretraining.records import RecordWriter, frame, serialize_example
 from model.pretraining.tokenized import is_tokenized, read_documents
-from model.text.wordpiece import copy_vocabulary
+from model.text.wordpiece import copy_vocabulary, vocabulary_sha256
 
 INFO = "dataset.json"
 
@@ -55,17 +53,6 @@ def expand_inputs(patterns: list[str]) -> list[str]:
         hint = f" (a directory is not read; its files are: {folders[0]}/*)" if folders else ""
         raise FileNotFoundError(f"no input files in {patterns}{hint}")
     return files
-
-
-def vocabulary_sha256(path: str) -> str:
-    """The SHA-256 of a vocabulary file, a byte-order mark left out: `copy_vocabulary`
-    leaves it out of the copies it writes, the same vocabulary."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(3).removeprefix(codecs.BOM_UTF8))
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True) -> dict:

@@ -32,6 +32,7 @@ repeated words (most of them, in real text) cost one dictionary lookup.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import itertools
 import os
 import re
@@ -83,6 +84,17 @@ def copy_vocabulary(path: str, directory: str, name: str = "vocab.txt") -> None:
         data = f.read()
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
         f.write(data.removeprefix(codecs.BOM_UTF8))
+
+
+def vocabulary_sha256(path: str) -> str:
+    """The SHA-256 of a vocabulary file, a byte-order mark left out: `copy_vocabulary`
+    leaves it out of the copies it writes, the same vocabulary (records' vocab_sha256)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(3).removeprefix(codecs.BOM_UTF8))
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def load_vocabulary(path: str) -> list[str]:

@@ -232,9 +232,8 @@ def _data(args):
 
     from model import objectives
     from model.io.files import check_writable_dir
-    from model.pretraining.build import vocabulary_sha256
     from model.pretraining.pydataset import find_records, made_otherwise
-    from model.text.wordpiece import load_vocabulary
+    from model.text.wordpiece import load_vocabulary, vocabulary_sha256
 
     files, info = find_records(args.data)
     vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
