@@ -501,10 +501,9 @@ def _at_start(args):
     before the op that import runs, where a refusal is passed over, and again
     (`refuse=True`), where it is said in one line; each step is a no-op once done."""
     if keras_backend() != "tensorflow":
-        return None  # JAX's strategies refuse these flags themselves, TensorFlow-free
+        return None  # check_inputs refused these flags under JAX
     replicas = getattr(args, "cpu_replicas", None)
-    # the strategy itself refuses a count below 1, or --cpu-replicas without mirrored
-    split = bool(replicas) and replicas >= 1 and args.strategy == "mirrored"
+    split = replicas is not None  # with mirrored and at least 1: check_inputs' check_flags
     multi_worker = args.strategy == "multiworker"
     if not split and not multi_worker:
         return None
