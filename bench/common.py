@@ -214,12 +214,16 @@ def memory_gib() -> float | None:
     return None
 
 
+def slug(name: str) -> str:
+    """A file-name part of a device's name: "NVIDIA H200" -> "nvidia-h200"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def machine_name(info: dict | None = None) -> str:
     """A file-name slug for this machine: CPU model and logical CPUs, e.g. "amd-epyc-2cpu"."""
     info = info or cpu_info()
-    slug = re.sub(r"[^a-z0-9]+", "-", info["model"].lower())
-    slug = re.sub(r"-(processor|cpu)\b", "", slug).strip("-")[:40].strip("-") or "cpu"
-    return f"{slug}-{os.cpu_count()}cpu"
+    model = re.sub(r"-(processor|cpu)\b", "", slug(info["model"]))
+    return f"{model.strip('-')[:40].strip('-') or 'cpu'}-{os.cpu_count()}cpu"
 
 
 def describe_machine() -> str:

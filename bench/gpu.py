@@ -129,14 +129,10 @@ def main(argv=None) -> int:
 
 def accelerator_name() -> str:
     """The results file's machine name: the accelerator's ("nvidia-h200"), else the CPU's."""
-    import re
-
     import jax
 
     device = jax.devices()[0]
-    if device.platform == "cpu":
-        return common.machine_name()
-    return re.sub(r"[^a-z0-9]+", "-", device.device_kind.lower()).strip("-")
+    return common.machine_name() if device.platform == "cpu" else common.slug(device.device_kind)
 
 
 def accelerator_lines() -> str:
