@@ -62,16 +62,22 @@ def _env(**overrides) -> dict:
     return env
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_help_answers_without_importing_tensorflow(command):
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *command, "--help"],
+def _run_listing_imports(argv, **env) -> subprocess.CompletedProcess:
+    """`python -m argv...` from the repository root, as a user's shell runs it (with `env`
+    set besides), its stdout ending in "IMPORTED: [the heavy frameworks it imported]"."""
+    return subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv],
         cwd=REPO_ROOT,
-        env=_env(),
+        env=_env(**env),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_answers_without_importing_tensorflow(command):
+    done = _run_listing_imports([*command, "--help"])
     assert done.returncode == 0, done.stderr
     assert "usage: python -m " + command[0] in done.stdout
     assert "--verbose" in done.stdout or command == ("model.train",)
@@ -110,48 +116,38 @@ MISSING_PATHS = [  # (command and arguments, what the one error line says)
 def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, message):
     """A mistyped path: exit status 1 and one line naming it, with nothing heavy imported
     (TensorFlow alone takes seconds), so it answers in well under a second."""
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv],
-        cwd=REPO_ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_listing_imports(argv)
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip() == f"error: {message}"
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 
+PRETRAIN = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
+FINETUNE = ["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", "tests",
+            "--output", "o"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "flags, env, message",
+    "argv, env, message",
     [
-        (["--strategy", "multiworker"], {"TF_CONFIG": '"{}"'},  # quoted twice
+        ([*PRETRAIN, "--strategy", "multiworker"], {"TF_CONFIG": '"{}"'},  # quoted twice
          "TF_CONFIG is str JSON, not an object: {"),
-        (["--strategy", "cpu", "--cpu-replicas", "2"], {}, "--cpu-replicas needs --strategy mirrored"),
-        (["--strategy", "mirrored", "--cpu-replicas", "0"], {}, "--cpu-replicas must be positive"),
-        (["--strategy", "data-parallel"], {}, "--strategy data-parallel is for KERAS_BACKEND=jax"),
-        (["--strategy", "mirrored"], {"KERAS_BACKEND": "jax"},
+        ([*PRETRAIN, "--strategy", "cpu", "--cpu-replicas", "2"], {},
+         "--cpu-replicas needs --strategy mirrored"),
+        ([*PRETRAIN, "--strategy", "mirrored", "--cpu-replicas", "0"], {},
+         "--cpu-replicas must be positive"),
+        ([*PRETRAIN, "--strategy", "data-parallel"], {},
+         "--strategy data-parallel is for KERAS_BACKEND=jax"),
+        ([*PRETRAIN, "--strategy", "mirrored"], {"KERAS_BACKEND": "jax"},
          "--strategy mirrored is a tf.distribute strategy; under KERAS_BACKEND=jax"),
-        (["finetune", "--strategy", "gpu"], {"KERAS_BACKEND": "jax"},
+        ([*FINETUNE, "--strategy", "gpu"], {"KERAS_BACKEND": "jax"},
          "--strategy gpu is a tf.distribute strategy; under KERAS_BACKEND=jax"),
     ],
 )  # fmt: skip
 def test_a_strategy_the_backend_cannot_run_fails_before_any_framework_is_imported(
-    flags, env, message
+    argv, env, message
 ):
-    argv = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
-    if flags[0] == "finetune":
-        argv, flags = ["model.train", "finetune", "--task", "sst2", "--data", "README.md",
-                       "--init", "tests", "--output", "o"], flags[1:]  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST_IMPORTS, *argv, *flags],
-        cwd=REPO_ROOT,
-        env=_env(**{"KERAS_BACKEND": "tensorflow", **env}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_listing_imports(argv, **{"KERAS_BACKEND": "tensorflow", **env})
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.startswith(f"error: {message}"), done.stderr[-2000:]
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
@@ -182,19 +178,7 @@ def test_a_bad_model_config_fails_before_any_framework_is_imported(tmp_path, arg
         f'{{"task": "classifier", "encoder": {json.dumps(encoder)}}}'
     )
     (model / "model.weights.h5").write_bytes(b"")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _RUN_AND_LIST_IMPORTS,
-            *(str(model) if a == BAD_MODEL else a for a in argv),
-        ],
-        cwd=REPO_ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_listing_imports([str(model) if a == BAD_MODEL else a for a in argv])
     assert done.returncode in (1, 2), done.stderr[-2000:]  # model.convert's usage errors exit 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.endswith(
