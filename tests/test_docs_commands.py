@@ -1,6 +1,7 @@
 """Every `--flag` that the README files, docs/, the model card and the code's docstrings and
-messages write in a `python -m MODULE ...` command is one that MODULE's command line accepts (a
-flag renamed in the code and not in the docs fails here).
+messages, the GPU calls' scripts and CI write in a `python -m MODULE ...` or
+`python bench/SCRIPT.py ...` command is one that the command line accepts (a flag renamed in
+the code and not in the docs fails here).
 
 Each command's parser is the one its `main` builds: `main(["--help"])` runs with argparse's
 `parse_args` replaced by one that hands the parser back instead of parsing.
@@ -24,6 +25,9 @@ PAGES = [
     *sorted(glob.glob(f"{REPO_ROOT}/**/README.md", recursive=True)),
     *sorted(glob.glob(f"{REPO_ROOT}/docs/*.md")),
     os.path.join(REPO_ROOT, "assets", "MODEL_CARD.md"),
+    # the commands the GPU calls and CI run ($PY -m ..., $PY $REPO/bench/gpu.py ...)
+    *sorted(glob.glob(f"{REPO_ROOT}/bench/*.sh")),
+    os.path.join(REPO_ROOT, ".ci", "run"),
     # the code's own docstrings and messages (a module's docstring is its --help)
     *sorted(
         p
@@ -36,7 +40,8 @@ PAGES = [p for p in PAGES if "/." not in os.path.relpath(p, REPO_ROOT)]  # not .
 # (a closing backtick, a pipe, `&&`, `;` or the end of the line, continuation lines joined);
 # not a module named in prose ("model.feature_tagger's").
 COMMAND = re.compile(
-    r"python -m ((?:model|export|app)(?:\.\w+)*)(?=[\s`]|$)((?:[^`|;&\n]|&(?!&))*)"
+    r"(?:python3?|\$PY|\$py) (?:-m |(?:\$REPO/)?bench/)((?:model|export|app)(?:\.\w+)*|\w+\.py)(?=[\s`]|$)"
+    r"((?:[^`|;&\n]|&(?!&))*)"
 )
 FLAG = re.compile(r"^(--[a-z][a-z0-9-]*)")
 PACKAGES = {"export", "app", "model.experiments"}  # run as python -m PACKAGE: its __main__
@@ -97,6 +102,9 @@ def accepted(module: str, sub: str, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", hand_back)
     name = f"{module}.__main__" if module in PACKAGES else module
+    if module.endswith(".py"):  # a bench script: bench/ on sys.path, as when it is run
+        monkeypatch.syspath_prepend(os.path.join(REPO_ROOT, "bench"))
+        name = module.removesuffix(".py")
     with pytest.raises(_Parser) as caught:
         importlib.import_module(name).main(["--help"])
     monkeypatch.undo()
@@ -112,6 +120,8 @@ def test_the_pages_write_commands():
     found = commands()
     assert ("model.train", "pretrain") in found and ("model.evaluate", "") in found
     assert "--task" in found[("model.evaluate", "")]
+    assert "--presets" in found[("pretrain_step.py", "")]
+    assert "--json" in found[("gpu.py", "")]  # written in bench/gpu_call.sh only
 
 
 @pytest.mark.parametrize("module, sub", sorted(commands()), ids=lambda v: v or "-")
