@@ -27,7 +27,7 @@
 # (JAX's cache key includes the cache's own path and the GPU's model: every call keeps it at
 # /tmp/jc, as gpu_env.sh sets, and names the device kind the cache was made on);
 # left out, with a note, where .job would pass CAP MiB (default 59). Comes back: TABLE.md (the
-# report), run.log, results.tar.xz (every metrics.json, train_summary.json, held-out score,
+# report), run.log, results.tar.xz (every metrics.json, dev_units.json, train_summary.json, held-out score,
 # timings.json, the plot), jaxcache.tar.xz (the compilation cache after the call, where it
 # fits in 16 MiB). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
 # `python -m model.experiments TABLE --scale gpu --work WORK --data INPUT --report`.
@@ -57,10 +57,11 @@ prepare() {
   if [ -n "${DONE:-}" ]; then
     (cd "$DONE" && if [ -n "${RUNS:-}" ]; then
       for r in ${RUNS//,/ }; do
-        find "finetune/$r" "features/$r" -name metrics.json; find mlm -name "$r.json"
+        find "finetune/$r" "features/$r" -name metrics.json -o -name dev_units.json
+        find mlm -name "$r.json"
       done
     else
-      find finetune features -name metrics.json; find mlm -name '*.json'
+      find finetune features -name metrics.json -o -name dev_units.json; find mlm -name '*.json'
     fi 2>/dev/null | tar -cJf "$JOB/done.tar.xz" -T -) || return 1
     echo "done.tar.xz: $(tar -tJf "$JOB/done.tar.xz" | wc -l) finished results of $DONE"
   fi
@@ -115,7 +116,7 @@ run() {
 pack() {  # every small result file in one archive; the report beside it
   cd "$W" || return 1
   for table in ${TABLE//,/ }; do [ -f "$table.md" ] && cp "$table.md" "$OUT/"; done
-  find . -name metrics.json -o -name train_summary.json -o -name timings.json \
+  find . -name metrics.json -o -name dev_units.json -o -name train_summary.json -o -name timings.json \
     -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
     -o -path './logs/*.log' \
     > files.txt

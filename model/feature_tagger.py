@@ -21,6 +21,7 @@ every epoch, and the best epoch is kept. OUTPUT holds
                            "id2label": ...}
     tagger.weights.h5     the BiLSTM tagger's weights (the encoder stays where --model is)
     metrics.json          best dev metrics, every epoch's, wall time, command
+    dev_units.json        the best epoch's dev F1 by sentence (model/tasks/dev_units.py)
 
 `python -m model.evaluate --task conll2003 --model OUTPUT --data FILE` scores
 such a directory on any CoNLL-2003 file (`model.features.tagger.evaluate`): the same features

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from model.experiments.__main__ import main
@@ -319,41 +320,90 @@ def test_the_gpu_scale_fine_tunes_the_three_seeds_in_one_command(tmp_path):
     assert len(fine_tunings("cpu")) == 12
 
 
+def around(gap: float, error: float):
+    from model.experiments.bootstrap import Interval
+
+    return Interval(gap - error, gap + error, "test")
+
+
 def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error():
     from model.experiments.report import effect
 
-    assert effect([80, 81, 82], [70, 71, 72], 1.0, False).startswith("exceeds")
-    assert effect([70, 71, 72], [80, 81, 82], 1.0, False).startswith("is reversed beyond")
-    # ranges apart, but 1.0 apart where the sampling error is +-2.0
-    close = effect([80.0, 80.5, 81.0], [79.0, 79.5, 79.9], 1.0, False)
-    assert "within the sampling error" in close and not close.startswith("exceeds")
-    assert effect([80, 85], [82, 83], None, False).startswith("within the seed spread")
+    assert effect([80, 81, 82], [70, 71, 72], around(10, 2), False).shown
+    reversed_ = effect([70, 71, 72], [80, 81, 82], around(-10, 2), False)
+    assert reversed_.text.startswith("is reversed beyond") and not reversed_.shown
+    # ranges apart, but 1.0 apart where the sampling error allows +-2.0
+    close = effect([80.0, 80.5, 81.0], [79.0, 79.5, 79.9], around(1.0, 2.0), False)
+    assert "within the sampling error" in close.text and not close.shown
+    assert effect([80, 85], [82, 83], None, False).text.startswith("within the seed spread")
     # One seed: no spread to exceed, so never shown, however far apart (said so).
-    assert effect([80], [70], 0.1, False) == (
-        "one seed, the seed spread not measured: not shown (+10.00, beyond the sampling "
-        "error ±0.20)"
+    one = effect([80], [70], around(10, 0.2), False)
+    assert one.text == (
+        "one seed, the seed spread not measured: not shown (+10.00; sampling error: test "
+        "[+9.80, +10.20])"
     )
-    assert "within the sampling error" in effect([80, 81], [79.9], 1.0, False)
-    assert effect([10.0, 11.0], [20.0, 21.0], None, True).startswith("exceeds")  # perplexity
+    assert one.why_not == "has one seed against its floor (no spread)" and not one.shown
+    # Apart beyond the seeds, but no sampling error known: not shown, and said why.
+    unknown = effect([80, 81], [70, 71], None, False)
+    assert not unknown.shown and "sampling error is not known" in unknown.text
+    assert unknown.why_not == "has no known sampling error against its floor"
+    # A gap that prints as +0.00 is a tie, whatever the intervals say.
+    tie = effect([80.004, 80.005], [80.0, 80.001], around(0.004, 0.0001), False)
+    assert not tie.shown and tie.text.startswith("a tie at the precision printed (+0.00;")
+    # Perplexity: lower is better, its interval turned round with it.
+    assert effect([10.0, 11.0], [20.0, 21.0], around(-10, 1), True).shown
+    assert not effect([10.0, 11.0], [20.0, 21.0], around(-10, 11), True).shown
 
 
-def test_the_sampling_error_is_that_of_a_difference_on_the_dev_set(tmp_path):
+def write_seeds(work, row, task: str, scores, units=None, n=None) -> None:
+    """metrics.json (and dev_units.json, `units[i]` each seed's 0/1 accuracies) of `row`'s
+    seeds on `task`; `n` its dev_examples."""
+    from model.tasks import dev_units
+
+    for i, (seed, score) in enumerate(zip(work.scale.seeds, scores)):
+        out = work.finetune_dir(row.run, task, seed)
+        os.makedirs(out, exist_ok=True)
+        metrics = {"dev": {work.scale.tasks[task].metric: score}}
+        if n is not None:
+            metrics["dev_examples"] = {"": n}
+        with open(os.path.join(out, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+        if units is not None:
+            dev_units.write(out, {"accuracy": dev_units.mean(units[i])}, {"accuracy": score})
+
+
+def test_the_sampling_error_is_the_paired_bootstrap_or_an_unpaired_bound(tmp_path):
+    """Two rows' SST-2 accuracies on the same 872 sentences: with every seed's dev units, the
+    paired bootstrap (B right wherever A is: 8 points apart, only the 70 sentences A alone
+    gets right vary: 1.96 x sqrt((0.0803 - 0.0803^2) / 872) = 1.80 points); without, the
+    unpaired binomial bound (4.07), and with no dev_examples either, none."""
     from model.experiments.plan import Work
     from model.experiments.report import sampling_error
     from model.experiments.tables import TABLES
 
     work = Work(str(tmp_path), "data", SCALES["gpu"])
     table = TABLES["pretraining-tasks"](work)
-    row, column = table.rows[0], next(c for c in table.columns if c.arg == "sst2")
-    assert sampling_error(work, row, column) is None  # nothing run yet
-    for seed, accuracy in ((1, 0.79), (2, 0.80), (3, 0.81)):
-        out = work.finetune_dir(row.run, "sst2", seed)
-        os.makedirs(out)
-        metrics = {"dev": {"accuracy": accuracy}, "dev_examples": {"": 872}}
-        with open(os.path.join(out, "metrics.json"), "w") as f:
-            json.dump(metrics, f)
-    # p = 0.80 on 872 sentences: 100 x sqrt(2 x 0.16 / 872) = 1.92 points
-    assert sampling_error(work, row, column) == pytest.approx(1.9157, abs=1e-3)
+    bert, floor = table.rows[0], next(r for r in table.rows if r.floor)
+    column = next(c for c in table.columns if c.arg == "sst2")
+    assert sampling_error(work, bert, floor, column, [80.0], [72.0]) is None  # nothing run
+    a = np.zeros(872)
+    a[:698] = 1  # 80.05 %
+    b = a.copy()
+    b[628:698] = 0  # 72.02 %
+    write_seeds(work, bert, "sst2", [a.mean()] * 3, n=872)
+    write_seeds(work, floor, "sst2", [b.mean()] * 3, n=872)
+    scores = [100 * a.mean()] * 3, [100 * b.mean()] * 3
+    unpaired = sampling_error(work, bert, floor, column, *scores)
+    assert unpaired.how.startswith("unpaired binomial bound")
+    assert unpaired.high - unpaired.low == pytest.approx(2 * 4.07, abs=0.01)
+    write_seeds(work, bert, "sst2", [a.mean()] * 3, units=[a] * 3, n=872)
+    assert sampling_error(work, bert, floor, column, *scores).how.startswith("unpaired")
+    write_seeds(work, floor, "sst2", [b.mean()] * 3, units=[b] * 3, n=872)
+    paired = sampling_error(work, bert, floor, column, *scores)
+    assert paired.how == "paired bootstrap by 872 examples, 95 %"
+    assert paired.low == pytest.approx(8.03 - 1.80, abs=0.25)
+    assert paired.high == pytest.approx(8.03 + 1.80, abs=0.25)
+    assert sampling_error(work, bert, floor, column, *scores) == paired  # the same draws
 
 
 def test_squad_f1_in_percent_and_glue_fractions_meet_in_the_same_cells(tmp_path):
@@ -377,8 +427,25 @@ def test_squad_f1_in_percent_and_glue_fractions_meet_in_the_same_cells(tmp_path)
     assert cells["squad1"] == pytest.approx([13.49, 12.71, 11.61])
     assert cells["sst2"] == pytest.approx([81.54, 81.19, 81.0])
     squad = next(c for c in table.columns if c.arg == "squad1")
-    # p = 0.1271 on 10,570 questions: 100 x sqrt(2 x 0.1271 x 0.8729 / 10570) = 0.458 points
-    assert sampling_error(work, row, squad) == pytest.approx(0.4582, abs=1e-3)
+    # p = 0.1271 on 10,570 questions: 2 x 100 x sqrt(2 x 0.1271 x 0.8729 / 10570) = 0.916
+    bound = sampling_error(work, row, row, squad, cells["squad1"], cells["squad1"])
+    assert bound.high == pytest.approx(0.9164, abs=1e-3) and bound.low == -bound.high
+
+
+def test_a_seed_whose_score_is_not_a_number_is_left_out(tmp_path):
+    from model.experiments.experiment import results
+    from model.experiments.plan import Work
+    from model.experiments.tables import TABLES
+
+    work = Work(str(tmp_path), "data", SCALES["gpu"])
+    table = TABLES["pretraining-tasks"](work)
+    row = table.rows[0]
+    for seed, value in zip(work.scale.seeds, ("NaN", "true", "0.8")):
+        out = work.finetune_dir(row.run, "sst2", seed)
+        os.makedirs(out)
+        with open(os.path.join(out, "metrics.json"), "w") as f:
+            f.write('{"dev": {"accuracy": ' + value + "}}")
+    assert results(table, work)[row.label]["sst2"] == [80.0]
 
 
 def test_a_half_built_table_judges_nothing_against_a_floor_not_yet_measured(tmp_path):
@@ -432,7 +499,7 @@ def test_a_one_seed_row_is_not_blamed_on_the_budget(tmp_path):
             out = work.finetune_dir(rows[label].run, "mrpc", seed)
             os.makedirs(out)
             with open(os.path.join(out, "metrics.json"), "w") as f:
-                json.dump({"dev": {"f1": f1}}, f)
+                json.dump({"dev": {"f1": f1}, "dev_examples": {"": 408}}, f)
     lines = write(table, work, [], str(tmp_path / "report.md"))
     said = [line for line in lines if line.startswith("- mrpc: BERT (MLM + NSP) against")]
     assert said == [

@@ -15,6 +15,7 @@ import pytest
 
 from model import tasks
 from model.checkpoints import model_dir
+from model.tasks import dev_units
 from tests.helpers import (
     BERT_VOCAB,
     finetune_argv,
@@ -234,6 +235,11 @@ def test_evaluate_writes_glue_submission_files_for_test_and_dev(sst2_run, tmp_pa
     # fine-tuning kept its best epoch's dev predictions the same way
     kept = os.path.join(output, "SST-2.dev.tsv")
     assert open(kept, encoding="utf-8").readline() == "index\tprediction\n"
+    # and its dev units, whose mean is the accuracy it kept (model/tasks/dev_units.py)
+    with open(os.path.join(output, "metrics.json"), encoding="utf-8") as f:
+        best = json.load(f)["dev"]["accuracy"]
+    kind, units = dev_units.read(output).metrics["accuracy"]
+    assert kind == "mean" and len(units) == 12 and units[:, 0].mean() == pytest.approx(best)
     # a model of another task (its config says so) is refused on a file without labels
     other = tmp_path / "other"
     shutil.copytree(output, other)

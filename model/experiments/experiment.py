@@ -96,7 +96,8 @@ def column_commands(column, row, work: Work) -> list:
 
 def results(table: Table, work: Work) -> dict[str, dict[str, list[float]]]:
     """{row label: {column name: the values measured so far, one per seed}} (percent, or
-    perplexity for an `mlm` column)."""
+    perplexity for an `mlm` column); a seed whose score is missing or not a number is left
+    out (its cell's n says so)."""
     out = {}
     for row in table.rows:
         values = {}
@@ -106,18 +107,25 @@ def results(table: Table, work: Work) -> dict[str, dict[str, list[float]]]:
                 found = [scores["mlm_perplexity"]] if "mlm_perplexity" in scores else []
             else:
                 found = []
-                for seed in work.scale.seeds:
-                    if column.kind == "finetune":
-                        path = work.finetune_dir(
-                            row.run, column.arg, seed, row.checkpoint, row.bilstm
-                        )
-                        task = work.scale.tasks[column.arg]
-                    else:
-                        path = work.features_dir(row.run, column.arg, seed, column.combine)
-                        task = FEATURE_TAGGER
+                for path, task in seed_dirs(row, column, work):
                     score = task.dev_percent(read_json(f"{path}/metrics.json"))
                     if score is not None:
                         found.append(score)
             values[column.name] = found
         out[row.label] = values
     return out
+
+
+def seed_dirs(row, column, work: Work) -> list[tuple[str, Task]]:
+    """(output directory, task as the scale scores it) of each seed of a `finetune` or
+    `features` column of `row`."""
+    if column.kind == "finetune":
+        task = work.scale.tasks[column.arg]
+        return [
+            (work.finetune_dir(row.run, column.arg, seed, row.checkpoint, row.bilstm), task)
+            for seed in work.scale.seeds
+        ]
+    return [
+        (work.features_dir(row.run, column.arg, seed, column.combine), FEATURE_TAGGER)
+        for seed in work.scale.seeds
+    ]

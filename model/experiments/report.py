@@ -1,9 +1,10 @@
 """WORK/TABLE.md: the measured table beside the paper's, what it can show, and how it was made.
 
 Each cell is the median over the fine-tuning seeds with its range (min-max) and
-the number of seeds. An effect is shown only when it exceeds both the seed
-spread (the two rows' ranges do not overlap) and the dev set's sampling error
-(the medians further apart than two standard errors of a difference, `sampling_error`);
+the number of seeds (a seed without a score is left out). An effect is shown only when it
+exceeds both the seed spread (the two rows' ranges do not overlap) and the dev set's
+sampling error (the 95 % interval of the difference of the medians, a paired bootstrap
+over the runs' dev units, does not hold 0: `sampling_error`, `model/experiments/bootstrap.py`);
 a pre-trained row "beats its floor" (the random encoder; the random causal one for a
 left-to-right row) only on the same terms, and the paper's comparisons are judged
 only between rows that beat their floors. One pre-training seed per row: its
@@ -17,15 +18,18 @@ backend, imported only here and only then).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import platform
 import statistics
 
-from model.experiments.experiment import results
+from model.experiments import bootstrap
+from model.experiments.experiment import results, seed_dirs
 from model.experiments.plan import Work
 from model.experiments.tables import Table
 from model.recipes.runner import read_json, time_of
+from model.tasks import dev_units
 from model.training import layout
 
 
@@ -269,15 +273,14 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
                 below[(row.label, column.name)] = f"is read against {floor.label}, not measured yet"
             if not (mine and base):
                 continue
-            verdict = effect(mine, base, sampling_error(work, row, column), column.name in lower)
-            if verdict.startswith("one seed"):
-                below[(row.label, column.name)] = "has one seed against its floor (no spread)"
-            elif not verdict.startswith("exceeds"):
-                below[(row.label, column.name)] = "does not clearly beat its floor"
-            said = "beats" if verdict.startswith("exceeds") else "does NOT clearly beat"
+            noise = sampling_error(work, row, floor, column, mine, base)
+            verdict = effect(mine, base, noise, column.name in lower)
+            if not verdict.shown:
+                below[(row.label, column.name)] = verdict.why_not
+            said = "beats" if verdict.shown else "does NOT clearly beat"
             lines.append(
                 f"- {column.name}: {row.label} {said} its floor, {floor.label} "
-                f"({cell(mine)} against {cell(base)}: {verdict})."
+                f"({cell(mine)} against {cell(base)}: {verdict.text})."
             )
     for comparison in table.comparisons:
         for column in table.columns:
@@ -289,68 +292,95 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
             if weak:
                 whys = [below[(r, column.name)] for r in weak]
                 which = "; ".join(f"{r} {why}" for r, why in zip(weak, whys))
-                if whys == ["does not clearly beat its floor"] * 2:
+                if whys == [NOT_ABOVE_FLOOR] * 2:
                     which = "neither clearly beats its floor"
-                if "does not clearly beat its floor" in whys:
+                if NOT_ABOVE_FLOOR in whys:
                     which += " (budget too small)"
                 lines.append(
                     f"- {column.name}: {comparison.better} against {comparison.worse} is not "
                     f"judged: {which}."
                 )
                 continue
-            row = next(r for r in table.rows if r.label == comparison.better)
-            error = sampling_error(work, row, column)
-            verdict = effect(a, b, error, column.name in lower)
+            better, worse = (
+                next(r for r in table.rows if r.label == c)
+                for c in (comparison.better, comparison.worse)
+            )
+            noise = sampling_error(work, better, worse, column, a, b)
+            verdict = effect(a, b, noise, column.name in lower)
             lines.append(
-                f"- {column.name}: {comparison.better} over {comparison.worse} {verdict} "
+                f"- {column.name}: {comparison.better} over {comparison.worse} {verdict.text} "
                 f"(the paper: {comparison.paper_says})."
             )
     return lines
 
 
-def effect(a: list[float], b: list[float], error: float | None, lower: bool) -> str:
+NOT_ABOVE_FLOOR = "does not clearly beat its floor"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What `effect` found: its words for the report, whether the effect is shown, and if
+    not, why (for a row against its floor)."""
+
+    text: str
+    shown: bool = False
+    why_not: str = NOT_ABOVE_FLOOR
+
+
+def effect(
+    a: list[float], b: list[float], noise: bootstrap.Interval | None, lower: bool
+) -> Verdict:
     """Whether `a` is better than `b` beyond the seed spread (the ranges do not overlap) and
-    beyond the sampling error of the difference of the medians (2 standard errors of it;
-    None: not known, the seed spread alone)."""
-    if lower:
+    beyond the sampling error (`noise`: the interval of median(a) - median(b) it allows; None:
+    not known, and then nothing is shown). A gap that prints as 0.00 is a tie."""
+    if lower:  # perplexity: the difference the other way round
         a, b = [-v for v in a], [-v for v in b]
+        if noise is not None:
+            noise = dataclasses.replace(noise, low=-noise.high, high=-noise.low)
     gap = statistics.median(a) - statistics.median(b)
-    noise = f"; sampling error ±{2 * error:.2f}" if error is not None else ""
+    said = f"{gap:+.2f}; sampling error: {noise}" if noise else f"{gap:+.2f}"
     if min(len(a), len(b)) < 2:  # no spread to exceed: never shown, whatever the gap
-        if error is not None:
-            where = "beyond" if abs(gap) > 2 * error else "within"
-            noise = f", {where} the sampling error ±{2 * error:.2f}"
-        return f"one seed, the seed spread not measured: not shown ({gap:+.2f}{noise})"
-    if separated(a, b) or separated(b, a):
-        if error is not None and abs(gap) <= 2 * error:
-            return (
-                f"a gap of {gap:+.2f} beyond the seed spread but within the sampling error{noise}"
-            )
-        direction = "exceeds" if gap > 0 else "is reversed beyond"
-        return f"{direction} the seed spread and the sampling error ({gap:+.2f}{noise})"
-    return f"within the seed spread, a tie at this scale ({gap:+.2f}{noise})"
+        return Verdict(
+            f"one seed, the seed spread not measured: not shown ({said})",
+            why_not="has one seed against its floor (no spread)",
+        )
+    if not (separated(a, b) or separated(b, a)):
+        return Verdict(f"within the seed spread, a tie at this scale ({said})")
+    if round(gap, 2) == 0:
+        return Verdict(f"a tie at the precision printed ({said})")
+    if noise is None:
+        return Verdict(
+            f"a gap of {gap:+.2f} beyond the seed spread, but the dev set's sampling error is "
+            "not known (no per-example dev scores): not shown",
+            why_not="has no known sampling error against its floor",
+        )
+    if noise.holds_zero() or (noise.low > 0) != (gap > 0):
+        return Verdict(f"a gap beyond the seed spread but within the sampling error ({said})")
+    if gap < 0:
+        return Verdict(f"is reversed beyond the seed spread and the sampling error ({said})")
+    return Verdict(f"exceeds the seed spread and the sampling error ({said})", shown=True)
 
 
-def sampling_error(work: Work, row, column) -> float | None:
-    """The standard error, in points, of the difference of two rows' scores on the dev set
-    of `column`: √2 x √(p(1 - p) / n), n the dev examples (`dev_examples` of a fine-tuning
-    run's metrics.json), p its median score. The rows are scored on the same examples, so
-    this unpaired error overstates the noise of a difference: a conservative bound. None for
-    a column without it (perplexity, the feature-based tagger)."""
-    if column.kind != "finetune":
+def sampling_error(work: Work, row, other, column, a: list[float], b: list[float]):
+    """The interval of median(a) - median(b) (`row`'s seeds' scores against `other`'s) that the
+    dev set's sampling error allows (`model/experiments/bootstrap.py`): the paired bootstrap
+    when every seed of both rows wrote its dev units, else the unpaired binomial bound from
+    the dev set's size; None for a column without either (perplexity)."""
+    if column.kind not in ("finetune", "features"):
         return None
-    scores, n = [], None
-    for seed in work.scale.seeds:
-        path = work.finetune_dir(row.run, column.arg, seed, row.checkpoint, row.bilstm)
-        metrics = read_json(os.path.join(path, "metrics.json"))
-        n = n or (metrics.get("dev_examples") or {}).get("")
-        value = work.scale.tasks[column.arg].dev_percent(metrics)
-        if value is not None:
-            scores.append(value / 100.0)
-    if not (n and scores):
-        return None
-    p = min(max(statistics.median(scores), 0.0), 1.0)
-    return 100.0 * (2 * p * (1 - p) / n) ** 0.5
+    mine, theirs = seed_dirs(row, column, work), seed_dirs(other, column, work)
+    task = mine[0][1]
+    units = [[dev_units.read(path) for path, _ in dirs] for dirs in (mine, theirs)]
+    if all(u is not None for us in units for u in us):
+        paired = bootstrap.paired(*units, task.metric, task.scale)
+        if paired is not None:
+            return paired
+    sizes = [
+        (read_json(os.path.join(path, "metrics.json")).get("dev_examples") or {}).get("")
+        for path, _ in mine
+    ]
+    n = next((s for s in sizes if isinstance(s, int) and s > 0), None)
+    return bootstrap.binomial(a, b, n, task.metric != "accuracy") if n else None
 
 
 def curve_points(table: Table, work: Work, measured: dict, column) -> dict[str, list]:

@@ -12,6 +12,7 @@ tasks with their slices and epochs, and the seeds.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +33,17 @@ class Task:
     percent: bool = False
 
     def dev_percent(self, metrics: dict) -> float | None:
-        """The dev score of a fine-tuning run's metrics.json in percent; None if absent."""
+        """The dev score of a fine-tuning run's metrics.json in percent; None if absent or
+        not a number (NaN, a JSON true)."""
         value = metrics.get("dev", {}).get(self.metric)
-        if not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        return float(value) if self.percent else 100.0 * value
+        return self.scale * value if math.isfinite(value) else None
+
+    @property
+    def scale(self) -> float:
+        """What the metric is multiplied by to be in percent."""
+        return 1.0 if self.percent else 100.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -212,7 +212,7 @@ def _fit(tagger, args, train, dev, labels: list[str], info: dict) -> tuple[list,
     """(history, best epoch's record): `args.epochs` epochs, the best on dev (by F1; the
     last without a dev set) saved to `args.output` with `info` as its config.json."""
     from model.io.files import atomic_path, write_json
-    from model.tasks.ner import conll_metrics
+    from model.tasks.ner import conll_metrics, write_units
 
     (train_x, train_y), (dev_x, dev_set) = train, dev
     history, best = [], None
@@ -228,6 +228,8 @@ def _fit(tagger, args, train, dev, labels: list[str], info: dict) -> tuple[list,
             best = record
             with atomic_path(os.path.join(args.output, TAGGER_WEIGHTS)) as tmp:
                 tagger.save_weights(tmp)
+            if dev_set:  # the best epoch's dev units (the tables' sampling error)
+                write_units(args.output, dev_set, predicted, record)
             write_json(os.path.join(args.output, "config.json"), info)
     return history, best
 

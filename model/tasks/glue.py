@@ -63,6 +63,7 @@ import sys
 import numpy as np
 
 from model.io.files import limited_lines, reading
+from model.tasks import dev_units
 from model.tasks.base import (
     Encoded,
     Task,
@@ -301,6 +302,8 @@ class GlueTask(Task):
         if output_dir is not None:
             self.write_predictions(output_dir, examples, scores)
         metrics = self.metrics(y, scores) if y is not None else {"labelled": False}
+        if output_dir is not None and y is not None and self.label_names is not None:
+            dev_units.write(output_dir, self.units(y, scores.argmax(-1)), metrics)
         return {**metrics, "examples": len(examples), **reading}
 
     def _scores(self, predict, examples, tokenizer, seq_len: int, batch_size: int):
@@ -373,6 +376,11 @@ class GlueTask(Task):
         """The task's metrics of (num_examples, num_labels) logits (or anything with
         their argmax: long texts' combined probabilities) against label ids."""
         return {"accuracy": accuracy(y, logits.argmax(-1))}
+
+    def units(self, y: np.ndarray, predictions: np.ndarray) -> dict:
+        """The metrics that are sums over the examples, by example
+        (`model/tasks/dev_units.py`): each one's accuracy."""
+        return {"accuracy": dev_units.mean(np.asarray(y) == predictions)}
 
     def majority_metrics(self, train: list[PairExample], dev: list[PairExample]) -> dict | None:
         """The metrics of answering the training set's most frequent label for every dev
@@ -613,9 +621,17 @@ class _F1Task(GlueTask):
     main_metric = "f1"
 
     def metrics(self, y, logits):
-        predictions = logits.argmax(-1)
-        positive = self.label_names.index(self.positive_label)
+        predictions, positive = logits.argmax(-1), self.positive_id
         return {"f1": f1(y, predictions, positive), "accuracy": accuracy(y, predictions)}
+
+    def units(self, y, predictions):
+        gold, said = np.asarray(y) == self.positive_id, np.asarray(predictions) == self.positive_id
+        f1_units = dev_units.f1(gold & said, said & ~gold, gold & ~said)
+        return {**super().units(y, predictions), "f1": f1_units}
+
+    @property
+    def positive_id(self) -> int:
+        return self.label_names.index(self.positive_label)
 
 
 class Mrpc(_F1Task):

@@ -39,6 +39,7 @@ import sys
 import numpy as np
 
 from model.io.files import limited_lines, reading
+from model.tasks import dev_units
 from model.tasks.base import Encoded, Task, check_labelled, encode_texts, predict_in_batches
 
 IGNORE = -100  # the label of padding and non-first WordPieces; the loss skips it
@@ -411,10 +412,25 @@ class Conll2003(Task):
         if self.unlabelled(examples):
             return {"labelled": False, "sentences": len(examples)}
         metrics = conll_metrics([e.tags for e in examples], predicted)
+        if output_dir is not None:
+            write_units(output_dir, examples, predicted, metrics)
         return {**metrics, "sentences": len(examples)}
 
 
 PREDICTIONS = "predictions.txt"
+
+
+def write_units(directory: str, examples: list[Sentence], predicted, metrics: dict) -> None:
+    """DIR/dev_units.json (`model/tasks/dev_units.py`): each sentence's entities right,
+    predicted only and missed, so that the entity F1 is their sums'; drawn by document."""
+    tp, fp, fn = [], [], []
+    for e, tags in zip(examples, predicted):
+        gold, said = chunks(e.tags), chunks(tags)
+        tp.append(len(gold & said))
+        fp.append(len(said) - tp[-1])
+        fn.append(len(gold) - tp[-1])
+    documents = [e.document for e in examples]
+    dev_units.write(directory, {"f1": dev_units.f1(tp, fp, fn)}, metrics, documents)
 
 
 def write_predictions(path: str, examples: list[Sentence], predicted: list[list[str]]) -> None:

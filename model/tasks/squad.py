@@ -101,7 +101,7 @@ import unicodedata
 import numpy as np
 
 from model.io.files import load_json
-from model.tasks import squad_metric
+from model.tasks import dev_units, squad_metric
 from model.tasks.base import Encoded, Task, encode_texts, predict_in_batches
 from model.tasks.squad_negatives import (
     DEFAULT_NEGATIVE_RATIO,
@@ -1021,11 +1021,32 @@ class SquadTask(Task):
         metrics = self.score(examples, predictions)
         if output_dir is not None:
             write_predictions(output_dir, predictions, self.version_2)
+            if not self.version_2:  # v2.0's F1 is at a threshold tuned on the same questions
+                dev_units.write(output_dir, units_v1(examples, predictions.predictions), metrics)
         return metrics
 
     def score(self, examples: list[SquadExample], predictions: SquadPredictions) -> dict:
         gold = _gold(examples)
         return {**squad_metric.evaluate_v1(gold, predictions.predictions), "total": len(gold)}
+
+
+def units_v1(examples: list[SquadExample], predictions: dict[str, str]) -> dict:
+    """Each question's F1 and exact match in percent, as `squad_metric.evaluate_v1` sums them
+    (`model/tasks/dev_units.py`; an unanswered question scores 0)."""
+    scores = {"f1": [], "exact_match": []}
+    for qid, truths in _gold(examples).items():
+        answer = predictions.get(qid)
+        for name, metric in (
+            ("f1", squad_metric.f1_score),
+            ("exact_match", squad_metric.exact_match_score),
+        ):
+            best = (
+                0
+                if answer is None
+                else squad_metric.metric_max_over_ground_truths(metric, answer, truths)
+            )
+            scores[name].append(100.0 * best)
+    return {name: dev_units.mean(values) for name, values in scores.items()}
 
 
 def _gold(examples: list[SquadExample]) -> dict[str, list[str]]:

@@ -38,8 +38,11 @@ holds a self-contained model directory:
     label_map.json      {"id2label": ...}, for tasks with named labels
     metrics.json        best dev metrics, every epoch's, wall time, examples seen, command
     logs/               TensorBoard: training loss and dev metrics
-    predictions.json    SQuAD: the best epoch's dev answers, with nbest_predictions.json
-                        (and null_odds.json for v2.0); other tasks write none
+    predictions         the best epoch's dev predictions: SQuAD's predictions.json (with
+                        nbest_predictions.json, and null_odds.json for v2.0), GLUE's
+                        <TASK>.<dev file>.tsv, CoNLL-2003's predictions.txt
+    dev_units.json      the best epoch's dev metric by example (by sentence for CoNLL-2003):
+                        the tables' paired sampling error (model/tasks/dev_units.py)
 
 A run is resumable: a checkpoint (weights, optimizer, dropout state and the
 dev history so far) is written atomically under OUTPUT/checkpoints every
