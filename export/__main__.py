@@ -35,6 +35,9 @@ run's also holds its generator as a third signature, "generator" (corrupt;
      (the "generator" signature: on the same texts masked);
   5. only if it passes, publish the bundle under --out (built in a hidden
      temporary directory and renamed; a failed export writes nothing there).
+     --out is replaced whole, so it must be absent, empty, or a bundle and
+     nothing else, and never the current directory or a folder holding --model
+     (refused before anything is converted).
 
 Exit status 0 on success, 1 when the export is refused (the reason is printed).
 """
@@ -52,7 +55,7 @@ from export.bundle import DEFAULT_SEQ_LEN, check_output
 from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OPS, QUANTIZATIONS
 from model.checkpoints.model_info import check_model_dir
 from model.config import stored
-from model.io.files import check_paths, check_stageable, exit_on_sigterm
+from model.io.files import check_paths, check_stageable, exit_on_sigterm, held_by
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
@@ -495,6 +498,9 @@ def main(argv=None) -> int:
     try:
         check_paths(args.model, files=(args.data,))
         check_model_dir(args.model)
+        held = held_by(args.out, {"the current directory": os.getcwd(), "the model": args.model})
+        if held:
+            raise FileExistsError(f"{args.out}: holds {held}, which replacing it would delete")
         check_output(args.out)
         check_stageable(args.out)
     except (FileNotFoundError, FileExistsError, ValueError) as e:

@@ -38,6 +38,10 @@ MODEL = "model.tflite"
 VOCAB = "vocab.txt"
 INFO = "bundle.json"
 LABEL_MAP = "label_map.json"
+BUNDLE_FILES = {MODEL, VOCAB, INFO, LABEL_MAP}  # all a bundle directory holds
+# Longer windows than any position table this project makes (a hand-edited 10^9 made the
+# runtime plan windows of a billion WordPieces: seconds and gigabytes for three words).
+MAX_SEQ_LENGTH = 2**15
 
 # The exportable tasks of model.checkpoints.model_info.TASKS (an "electra_pretraining" run
 # exports as a "replaced_token_detection" bundle; the others have no LiteRT contract).
@@ -133,9 +137,10 @@ def read_info(directory: str) -> dict:
             isinstance(value, bool) != (kinds is bool) or not isinstance(value, kinds)
         ):
             raise ValueError(f"{path}: {key!r} must be {FIELD_WORDS[kinds]}, not {value!r}")
-    if info["max_seq_length"] < 3:
+    if not 3 <= info["max_seq_length"] <= MAX_SEQ_LENGTH:
         raise ValueError(
-            f"{path}: 'max_seq_length' must be at least 3, not {info['max_seq_length']}"
+            f"{path}: 'max_seq_length' must be from 3 to {MAX_SEQ_LENGTH}, "
+            f"not {info['max_seq_length']}"
         )
     for name in (MODEL, VOCAB):
         if not os.path.isfile(os.path.join(directory, name)):
@@ -278,14 +283,22 @@ def staging(directory: str):
 
 
 def check_output(directory: str) -> None:
-    """FileExistsError unless `directory` can take a bundle: absent, empty, or a bundle (which
-    is replaced). Commands call it before converting, and `staging` again before it replaces."""
+    """FileExistsError unless `directory` can take a bundle: absent, empty, or a bundle and
+    nothing else (it is replaced whole: a folder that also holds other files is not one to
+    delete). Commands call it before converting, and `staging` again before it replaces."""
     if not os.path.exists(directory):
         return
     if not os.path.isdir(directory):
         raise FileExistsError(f"{directory}: exists and is not a directory")
-    if os.listdir(directory) and not is_bundle(directory):
+    names = os.listdir(directory)
+    if names and not is_bundle(directory):
         raise FileExistsError(f"{directory}: exists and is not a bundle; refusing to replace it")
+    others = sorted(set(names) - BUNDLE_FILES)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise FileExistsError(
+            f"{directory}: holds files a bundle does not ({shown}); refusing to replace it"
+        )
 
 
 def describe(info: dict, task: str, seq_len: int, quantization: str | None, top_k: int) -> dict:

@@ -59,7 +59,7 @@ import sys
 
 from model.checkpoints.formats import FORMATS, TASKS, read, usage_for, usage_of, write
 from model.checkpoints.model_info import check_model_dir
-from model.io.files import check_stageable, exit_on_sigterm
+from model.io.files import check_stageable, exit_on_sigterm, held_by
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -122,18 +122,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _held_by(dst: str, paths: dict) -> str | None:
-    """The name of the first of `paths` that lies inside `dst` (the folder an output replaces
-    whole), or None; `dst` itself as the source is fine (it is read before it is replaced)."""
-    outer = os.path.realpath(dst)
-    for name, path in paths.items():
-        inner = os.path.realpath(path)
-        inside = os.path.commonpath([outer, inner]) == outer
-        if inside and (inner != outer or name != "the source"):
-            return name
-    return None
-
-
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -147,7 +135,7 @@ def main(argv=None) -> int:
         parser.error("--sequence-length is a keras-hub preset's (--to keras-hub): no other has one")
     if os.path.exists(dst) and (os.path.isfile(dst) or os.listdir(dst)) and not args.overwrite:
         parser.error(f"{dst} exists and is not empty; pass --overwrite to replace it")
-    held = _held_by(dst, {"the current directory": os.getcwd(), "the source": src})
+    held = held_by(dst, {"the current directory": os.getcwd(), "the source": src}, "the source")
     if held:
         parser.error(f"{dst} holds {held}, which replacing it would delete; write elsewhere")
     try:

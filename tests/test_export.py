@@ -526,7 +526,8 @@ def test_tflite_model_errors_name_the_tensor(sst2_bundle, tmp_path):
     [
         ("max_seq_length", "64", "'max_seq_length' must be a whole number, not '64'"),
         ("max_seq_length", True, "'max_seq_length' must be a whole number, not True"),
-        ("max_seq_length", 1, "'max_seq_length' must be at least 3, not 1"),
+        ("max_seq_length", 1, "'max_seq_length' must be from 3 to 32768, not 1"),
+        ("max_seq_length", 10**9, "'max_seq_length' must be from 3 to 32768, not 1000000000"),
         ("lowercase", "yes", "'lowercase' must be true or false, not 'yes'"),
         ("null_threshold", "high", "'null_threshold' must be a number, not 'high'"),
         ("top_k", 2.5, "'top_k' must be a whole number, not 2.5"),
@@ -588,8 +589,8 @@ def _damage(directory, how: str) -> str:
         info["task"] = "token_classifier"
         message = f"{info_path}: a token_classifier bundle has outputs {{'logits': 'rank 3'}}"
     elif how == "a longer max_seq_length":
-        info["max_seq_length"] = 100000
-        message = f"{info_path}: 'max_seq_length' 100000 is more than the model's 512 positions"
+        info["max_seq_length"] = 4096
+        message = f"{info_path}: 'max_seq_length' 4096 is more than the model's 512 positions"
     elif how == "label_map.json disagrees":
         (Path(directory) / "label_map.json").write_text('{"id2label": {"0": "x"}}')
         message = f"{os.path.join(directory, 'label_map.json')}: id2label {{'0': 'x'}} is not"
@@ -688,3 +689,34 @@ def test_bundle_staging_is_atomic(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
     with pytest.raises(FileNotFoundError, match="bundle file not found"):
         bundle.read_info(str(tmp_path / "other"))
+
+
+def test_export_never_deletes_what_is_not_only_a_bundle(tmp_path, monkeypatch, capsys):
+    """A folder with a bundle.json among other files is not replaced (it once was, whole);
+    nor is the current directory or a folder holding --model, refused before TensorFlow."""
+    from export import bundle
+    from export.__main__ import main
+
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "bundle.json").write_text("{}")
+    (victim / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"holds files a bundle does not \(notes.txt, sub\)"):
+        bundle.check_output(str(victim))
+    for name in ("model.tflite", "vocab.txt", "label_map.json"):  # a bundle's own: replaced
+        (tmp_path / "old").mkdir(exist_ok=True)
+        (tmp_path / "old" / name).write_text("")
+    (tmp_path / "old" / "bundle.json").write_text("{}")
+    bundle.check_output(str(tmp_path / "old"))
+    project = tmp_path / "project"
+    (project / "model").mkdir(parents=True)
+    (project / "bundle.json").write_text("{}")
+    monkeypatch.chdir(project)
+    assert main(["--model", "model", "--out", "."]) == 1
+    assert "error: .: holds the current directory, which replacing it" in capsys.readouterr().err
+    assert main(["--model", "model", "--out", str(project)]) == 1
+    assert "holds the current directory" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", "project/model", "--out", "project/model"]) == 1
+    assert "project/model: holds the model, which" in capsys.readouterr().err
+    assert (victim / "notes.txt").read_text() == "mine" and (project / "model").is_dir()

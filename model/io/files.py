@@ -146,6 +146,18 @@ def replace_dir(tmp: str, directory: str) -> None:
     os.rename(tmp, directory)
 
 
+def held_by(output: str, paths: dict, may_be: str | None = None) -> str | None:
+    """The name of the first of `paths` ({name: path}) that lies inside `output`, a folder an
+    output replaces whole (its old contents deleted), or None; the path named `may_be` may be
+    `output` itself (a source read before it is replaced), not inside it."""
+    outer = os.path.realpath(output)
+    for name, path in paths.items():
+        inner = os.path.realpath(path)
+        if os.path.commonpath([outer, inner]) == outer and (inner != outer or name != may_be):
+            return name
+    return None
+
+
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8"):
     """`open()` for writing that only publishes the file when the block succeeds."""
@@ -254,19 +266,33 @@ def load_json(path: str):
                 return json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deeply to read") from None
+
+
+MAX_OBJECT_BYTES = 64 * 2**20  # a config, bundle.json or run summary: kilobytes
 
 
 def read_json_object(path: str, what: str = "config", hint: str = "") -> dict:
-    """The JSON object in `path`; every error names the file (`hint` says what it should be)."""
+    """The JSON object in `path`, a regular file of at most MAX_OBJECT_BYTES (a link to
+    /dev/zero would otherwise be read until memory runs out); every error names the file
+    (`hint` says what it should be)."""
     try:
-        with open(path, encoding="utf-8-sig") as f:  # a byte-order mark is not JSON
-            data = json.load(f)
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            raise ValueError(f"{path}: not a regular file, where a {what} file is expected")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_OBJECT_BYTES + 1)
+        if len(raw) > MAX_OBJECT_BYTES:
+            raise ValueError(f"{path}: over {MAX_OBJECT_BYTES} bytes, not a {what} file")
+        data = json.loads(raw.decode("utf-8-sig"))  # a byte-order mark is not JSON
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: {what} file not found{hint}") from None
     except UnicodeDecodeError as e:
         raise not_utf8(path, e) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not a JSON {what} ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a JSON {what} (nested too deeply)") from None
     except OSError as e:  # a folder, a file it may not read
         raise ValueError(f"{path}: cannot read the {what} file ({e.strerror})") from None
     if not isinstance(data, dict):
