@@ -10,6 +10,7 @@ export) reads its sizes from here. A config is written next to the weights as
 from __future__ import annotations
 
 import dataclasses
+import math
 
 # Activation names. Hugging Face's `"gelu"` is the exact erf form; Google's
 # original `modeling.py` called its tanh approximation `"gelu"` too, which is
@@ -263,7 +264,8 @@ def stored(encoder: dict, name: str):
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (JSON's Infinity and NaN are not sizes or rates)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 PRESETS = {

@@ -225,3 +225,29 @@ def test_a_vocabulary_is_passed_on_without_its_byte_order_mark(tmp_path):
     from model.text.wordpiece import vocabulary_sha256
 
     assert vocabulary_sha256(str(marked)) == vocabulary_sha256(str(tmp_path / "run" / "vocab.txt"))
+
+
+@pytest.mark.parametrize(
+    "field, value", [("num_layers", 10**6), ("hidden_dim", 10**9), ("vocabulary_size", 2 * 10**7)]
+)
+def test_a_config_far_bigger_than_its_weights_is_refused_before_building(tmp_path, field, value):
+    """config.json's sizes against the numbers model.weights.h5 holds, before the model is
+    built (a hidden size of 10^9 was built first: TensorFlow's out-of-memory error, naming
+    nothing; 2 x 10^7 words took 32 s and 14 GB to be refused)."""
+    import os
+
+    from model.checkpoints import model_dir
+    from tests.helpers import make_init
+
+    directory = make_init(tmp_path)
+    model_dir.load(directory)  # as written: fine
+    path = os.path.join(directory, "config.json")
+    with open(path, encoding="utf-8") as f:
+        info = json.load(f)
+    info["encoder"][field] = value
+    if field == "hidden_dim":
+        info["encoder"]["num_heads"] = 1
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(info, f)
+    with pytest.raises(ValueError, match=r"model.weights.h5: holds [\d,]+ numbers, and the model"):
+        model_dir.load(directory)

@@ -208,11 +208,21 @@ def test_google_config_missing_key_is_named():
         (None, FileNotFoundError, "config file not found"),
         ("{not json", ValueError, "not a JSON config"),
         ("[1, 2]", ValueError, "must be a JSON object"),
+        ("[" * 100_000 + "]" * 100_000, ValueError, r"not a JSON config \(nested too deeply\)"),
+        ("/dev/zero", ValueError, "not a regular file, where a config file is expected"),
+        (" " * 400_000 + "{}", ValueError, "over 300000 bytes, not a config file"),
     ],
 )
-def test_bad_config_files(tmp_path, content, error, message):
+def test_bad_config_files(tmp_path, content, error, message, monkeypatch):
+    """Each refused, naming the file, without reading an endless file (a link to /dev/zero
+    was read until memory ran out) or more than the limit of a big one."""
+    from model.io import files
+
+    monkeypatch.setattr(files, "MAX_OBJECT_BYTES", 300_000)
     path = tmp_path / "config.json"
-    if content is not None:
+    if content == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    elif content is not None:
         path.write_text(content)
     with pytest.raises(error, match=message):
         BertConfig.from_json(str(path))
@@ -240,6 +250,31 @@ def test_bad_values_name_the_file(tmp_path):
     google = BertConfig.preset("tiny", activation=GELU_APPROXIMATE).to_google_dict()
     with pytest.raises(ValueError, match=r"^bert_config.json: BertConfig.hidden_dim"):
         BertConfig.from_dict(google | {"hidden_size": 131}, "bert_config.json")
+
+
+@pytest.mark.parametrize(
+    "head, message",
+    [
+        ({"num_labels": -1}, "num_labels must be an integer of at least 1, not -1"),
+        ({"num_labels": 2, "id2label": [1, 2]}, 'id2label must be an object {"0": label'),
+        ({"num_labels": 2, "id2label": {"0": "a", "2": "b"}}, "id2label must be an object"),
+        ({"num_labels": 2, "dropout": 5}, r"dropout must be a number in \[0, 1\), not 5"),
+        ({"num_labels": 2, "bilstm_units": 0}, "bilstm_units must be an integer of at least 1"),
+        ({"num_labels": 2, "max_seq_length": 1e9}, "max_seq_length must be an integer"),
+        ({"encoder": {"layer_norm_epsilon": float("inf")}}, "layer_norm_epsilon must be a posi"),
+    ],
+)
+def test_bad_head_fields_name_the_file(tmp_path, head, message):
+    """A classifier's config.json with a bad head field: refused naming the file, before
+    Keras (it failed there with "'list' object has no attribute 'items'" or Keras' own
+    message about `rate`; an infinite epsilon was taken)."""
+    from model.checkpoints import model_dir
+
+    encoder = BertConfig.preset("tiny").to_dict() | head.pop("encoder", {})
+    info = {"task": "classifier", "encoder": encoder, "num_labels": 2, **head}
+    (tmp_path / "config.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match=f"config.json: .*{message}"):
+        model_dir.read_info(str(tmp_path))
 
 
 def test_check_model_dir_reads_ours_and_leaves_the_rest(tmp_path):

@@ -34,6 +34,7 @@ only warns about some of these and leaves the variable randomly initialised).
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 
@@ -216,10 +217,11 @@ def save(model: keras.Model, directory: str, vocab_path: str, extra: dict | None
 def load(directory: str) -> keras.Model:
     """The model of a directory, every weight checked by name and shape first."""
     info = read_info(directory)
-    model = build_model(info)
     weights = os.path.join(directory, WEIGHTS)
     if not os.path.isfile(weights):
         raise FileNotFoundError(f"{weights}: weights not found")
+    check_size(info, weights)
+    model = build_model(info)
     check_weights_file(model, weights)
     model.load_weights(weights)
     vocab = os.path.join(directory, VOCAB)
@@ -229,6 +231,25 @@ def load(directory: str) -> keras.Model:
 
 
 # === Strict weight check ===
+
+
+def check_size(info: dict, path: str) -> None:
+    """Refuses, before anything is built, a config.json whose model needs more numbers than
+    the weights file `path` holds: a lower bound of the encoder's (embeddings, attention and
+    feed-forward kernels) and a classifier's kernel. A hidden size of 10^9 or 10^6 blocks
+    would otherwise be built whole (minutes, all the memory) to be refused after."""
+    config = BertConfig.from_dict(info["encoder"])
+    hidden, width = config.hidden_dim, config.embedding_dim or config.hidden_dim
+    least = config.vocabulary_size * width + config.max_sequence_length * min(width, hidden)
+    least += config.num_layers * (4 * hidden * hidden + 2 * hidden * config.intermediate_dim)
+    if info.get("task") in ("classifier", "token_classifier") and not info.get("bilstm_units"):
+        least += _num_labels(info) * hidden
+    stored = sum(math.prod(shape) for _, shape in weights_layout(path).values())
+    if least > stored:
+        raise ValueError(
+            f"{path}: holds {stored:,} numbers, and the model config.json describes needs at "
+            f"least {least:,}: the weights are not this config's"
+        )
 
 
 def weights_layout(path: str) -> dict[str, tuple[str, tuple]]:

@@ -64,7 +64,33 @@ def _checked(directory: str, info: dict) -> dict:
         BertConfig.from_dict(with_records_casing(info)["encoder"], f"{path}: encoder")
     if info.get("task", "encoder") not in TASKS:
         raise ValueError(f"{path}: unknown task {info['task']!r}; expected one of {TASKS}")
+    _check_head(path, info)
     return with_records_casing({"task": "encoder", **info})  # no task: an encoder
+
+
+def _check_head(path: str, info: dict) -> None:
+    """The head's fields of a config.json, where present, named with the file when wrong (they
+    failed deep in Keras before: "'list' object has no attribute 'items'")."""
+
+    def whole(value, least: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+    for key, least in (("num_labels", 1), ("num_choices", 2), ("bilstm_units", 1)):
+        if info.get(key) is not None and not whole(info[key], least):
+            raise ValueError(
+                f"{path}: {key} must be an integer of at least {least}, not {info[key]!r}"
+            )
+    if "max_seq_length" in info and not whole(info["max_seq_length"], 2):
+        raise ValueError(f"{path}: max_seq_length must be an integer of at least 2")
+    dropout = info.get("dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"{path}: dropout must be a number in [0, 1), not {dropout!r}")
+    id2label = info.get("id2label")
+    if id2label is not None and not (
+        isinstance(id2label, dict)
+        and sorted(id2label, key=str) == sorted(map(str, range(len(id2label))))
+    ):
+        raise ValueError(f'{path}: id2label must be an object {{"0": label, "1": ...}}')
 
 
 def _refuse_other_formats(directory: str, info: dict) -> None:
