@@ -114,6 +114,11 @@ def share_problem(url: str = SHARE_SERVER, timeout: float = 3.0) -> str | None:
     return None
 
 
+# No view takes a file, so Gradio's upload route (open to any visitor of a --share link or
+# --host 0.0.0.0, unbounded by default) takes next to nothing.
+MAX_UPLOAD_BYTES = 1024
+
+
 def start(slots: dict, args: argparse.Namespace):
     """Builds the app over `slots`, queues and launches it without blocking; the Blocks
     (its `local_url` answers). `args` as `parse_args` returns them."""
@@ -142,6 +147,7 @@ def start(slots: dict, args: argparse.Namespace):
         ssr_mode=False,
         show_error=False,
         footer_links=["api"],
+        max_file_size=MAX_UPLOAD_BYTES,
     )
     if share and not demo.share_url:
         log.info(

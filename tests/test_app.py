@@ -512,6 +512,12 @@ def test_every_view_is_a_named_endpoint():
         client = client_for(url)
         named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
         assert sorted(named) == sorted(ENDPOINTS)
+        # No view takes a file: Gradio's upload route refuses anything but a token one.
+        import httpx
+
+        upload = f"{url.rstrip('/')}/gradio_api/upload"
+        refused = httpx.post(upload, files={"files": ("big.bin", b"x" * 50_000)})
+        assert refused.status_code == 413, (refused.status_code, refused.text[:200])
 
         status, filled, bars, raw = client.predict(
             "The cat sat on the [MASK].", 3, api_name="/fill_mask"
