@@ -314,6 +314,12 @@ class EdgeModel:
                     f"the model's outputs {sorted(out)} have no masked-LM "
                     f"predictions (topk_ids/topk_probs or mlm)"
                 )
+            size = len(self.tokenizer.vocabulary)
+            if chunk_ids.size and int(chunk_ids.max()) >= size:
+                raise ValueError(
+                    f"the model predicts WordPiece id {int(chunk_ids.max())}, beyond the "
+                    f"{size} lines of its vocab.txt: the bundle's vocab.txt is not its model's"
+                )
             ids.extend(chunk_ids)
             probs.extend(chunk_probs)
         return ids, probs

@@ -369,6 +369,16 @@ def test_fill_mask_errors(tok, tmp_path):
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n", encoding="utf-8")
     with pytest.raises(ValueError, match="no \\[MASK\\] token"):
         EdgeModel(None, WordPieceTokenizer(str(path)), m.info).fill_mask("a [MASK]")
+    # A model whose vocabulary is bigger than the bundle's vocab.txt (a bare IndexError before).
+    beyond = len(tok.vocabulary)
+
+    def too_far(x):
+        shape = (*x["mask_positions"].shape, 2)
+        return {"topk_ids": np.full(shape, beyond, np.int32), "topk_probs": np.ones(shape) / 2}
+
+    past = EdgeModel(stub(too_far), tok, {"task": "pretraining", "max_seq_length": 32})
+    with pytest.raises(ValueError, match=f"predicts WordPiece id {beyond}, beyond the {beyond}"):
+        past.fill_mask("a [MASK]")
 
 
 def span_logits(tok, start_word: str, end_word: str, null: float = -10.0):
