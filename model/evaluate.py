@@ -55,6 +55,10 @@ DIR/predictions.txt, conlleval's input. With it, --data may be an unlabelled
 test file: only the file is written (the metrics say "labelled": false);
 without it such a file is refused.
 
+On a labelled file (GLUE's classification tasks, CoNLL-2003, SQuAD v1.1) it also writes
+DIR/dev_units.json, the metric by example (model/tasks/dev_units.py: what the experiments'
+report resamples), replacing one already there with a note.
+
 SQuAD: --predictions-dir DIR writes predictions.json, nbest_predictions.json
 (and null_odds.json for v2.0) there; --skip-invalid leaves out malformed
 questions (counted as `skipped`) instead of stopping at the first. squad2

@@ -257,7 +257,8 @@ def test_bad_values_name_the_file(tmp_path):
     [
         ({"num_labels": -1}, "num_labels must be an integer of at least 1, not -1"),
         ({"num_labels": 2, "id2label": [1, 2]}, 'id2label must be an object {"0": label'),
-        ({"num_labels": 2, "id2label": {"0": "a", "2": "b"}}, "id2label must be an object"),
+        ({"num_labels": 2, "id2label": {"zero": "a"}}, "id2label must be an object"),
+        ({"num_labels": None}, "num_labels must be an integer of at least 1, not None"),
         ({"num_labels": 2, "dropout": 5}, r"dropout must be a number in \[0, 1\), not 5"),
         ({"num_labels": 2, "bilstm_units": 0}, "bilstm_units must be an integer of at least 1"),
         ({"num_labels": 2, "max_seq_length": 1e9}, "max_seq_length must be an integer"),

@@ -127,8 +127,10 @@ def test_a_metric_its_units_do_not_sum_to_is_not_written(tmp_path, capsys):
     path = dev_units.write(str(tmp_path), units, {"accuracy": 0.75, "f1": 0.9})
     assert "f1's dev units sum to 0.666" in capsys.readouterr().err
     assert set(dev_units.read(str(tmp_path)).metrics) == {"accuracy"} and path
-    assert dev_units.write(str(tmp_path / "none"), units, {"accuracy": 0.5}) is None
-    assert not (tmp_path / "none").exists()
+    # None kept (a NaN figure is none): the file says so, replacing an earlier epoch's.
+    assert dev_units.write(str(tmp_path), units, {"accuracy": float("nan")}) is None
+    assert "note: replacing" in capsys.readouterr().err
+    assert dev_units.read(str(tmp_path)).metrics == {}
     with pytest.raises(ValueError, match="different numbers of units"):
         dev_units.write(str(tmp_path), units, {"accuracy": 0.75}, groups=[0, 0, 1])
 

@@ -76,7 +76,9 @@ def _check_head(path: str, info: dict) -> None:
         return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
     for key, least in (("num_labels", 1), ("num_choices", 2), ("bilstm_units", 1)):
-        if info.get(key) is not None and not whole(info[key], least):
+        # num_choices and bilstm_units may be null (any number of choices; no BiLSTM)
+        given = key in info and (key == "num_labels" or info[key] is not None)
+        if given and not whole(info[key], least):
             raise ValueError(
                 f"{path}: {key} must be an integer of at least {least}, not {info[key]!r}"
             )
@@ -87,8 +89,7 @@ def _check_head(path: str, info: dict) -> None:
         raise ValueError(f"{path}: dropout must be a number in [0, 1), not {dropout!r}")
     id2label = info.get("id2label")
     if id2label is not None and not (
-        isinstance(id2label, dict)
-        and sorted(id2label, key=str) == sorted(map(str, range(len(id2label))))
+        isinstance(id2label, dict) and all(str(k).isdigit() for k in id2label)
     ):
         raise ValueError(f'{path}: id2label must be an object {{"0": label, "1": ...}}')
 

@@ -10,6 +10,7 @@ directory on a CoNLL-2003 file for `python -m model.evaluate`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,6 +18,8 @@ import sys
 import time
 
 import numpy as np
+
+from model.tasks import dev_units
 
 TAGGER_WEIGHTS = "tagger.weights.h5"
 
@@ -158,6 +161,8 @@ def train(args) -> int:
     task = get("conll2003")
     train_file, dev_file, train_set, dev_set = _read(task, args)
     check_writable_dir(args.output)
+    with contextlib.suppress(FileNotFoundError):  # an earlier run's, if this one has no dev set
+        os.remove(os.path.join(args.output, dev_units.FILE))
     encoder, vocab_path = load_encoder(args.model)
     layers = parse_layers(args.layers, encoder.config.num_layers)
     tokenizer = tokenizer_class()(vocab_path, lowercase=encoder.config.lowercase)

@@ -17,16 +17,19 @@ sentences share names and topics and so are not independent draws.
                          "metrics": {"f1": {"kind": "f1", "tp": [...], "fp": [...],
                                             "fn": [...]}, ...}}
 
-Fine-tuning (and the feature-based tagger) writes it beside the best epoch's predictions;
+A task's `evaluate` writes it where it writes its predictions (fine-tuning: OUTPUT, for the
+best epoch; `model.evaluate --predictions-dir`), as does the feature-based tagger;
 `write` first checks that the sums give the task's own figure, and leaves out, with a
-warning, a metric that does not. Spearman and Matthews correlations are not sums: CoLA and
-STS-B write accuracy only, SQuAD v2.0 nothing.
+warning, a metric that does not. Spearman and Matthews correlations are not sums: CoLA
+writes accuracy only; STS-B, SQuAD v2.0 (its F1 at a threshold tuned on the same questions)
+and SWAG write none. MNLI's two dev sets write theirs under matched/ and mismatched/.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 
@@ -73,8 +76,9 @@ def columns(metric: dict) -> np.ndarray:
 
 def write(directory: str, metrics: dict, reported: dict, groups=None) -> str | None:
     """DIR/dev_units.json of `metrics` ({name: `mean(...)` or `f1(...)`}), each kept only if
-    its sums give `reported[name]` (the task's own figure); returns the path, or None when no
-    metric is kept."""
+    its sums give `reported[name]` (the task's own figure, a finite number); the file is
+    written even with none kept, so that it never stays from an earlier epoch or run.
+    Returns its path, or None when no metric is kept."""
     from model.io.files import write_json
 
     kept = {}
@@ -82,9 +86,8 @@ def write(directory: str, metrics: dict, reported: dict, groups=None) -> str | N
         stats = columns(metric)
         value = float(score(metric["kind"], stats.sum(0), len(stats)))
         expected = reported.get(name)
-        if not isinstance(expected, (int, float)) or abs(value - expected) > 1e-7 * max(
-            1.0, abs(expected)
-        ):
+        finite = isinstance(expected, (int, float)) and math.isfinite(expected)
+        if not finite or abs(value - expected) > 1e-7 * max(1.0, abs(expected)):
             print(
                 f"warning: {name}'s dev units sum to {value!r}, not the task's {expected!r}; "
                 f"not written to {FILE}",
@@ -92,23 +95,22 @@ def write(directory: str, metrics: dict, reported: dict, groups=None) -> str | N
             )
             continue
         kept[name] = metric
-    if not kept:
-        return None
-    sizes = {len(columns(m)) for m in kept.values()} | (
-        {len(groups)} if groups is not None else set()
-    )
-    if len(sizes) != 1:
+    sizes = {len(columns(m)) for m in kept.values()}
+    sizes |= {len(groups)} if groups is not None and kept else set()
+    if len(sizes) > 1:
         raise ValueError(f"{FILE}: metrics (and groups) over different numbers of units {sizes}")
     path = os.path.join(directory, FILE)
+    if os.path.exists(path):
+        print(f"note: replacing {path}", file=sys.stderr)
     os.makedirs(directory, exist_ok=True)
     record = {
         "format": FORMAT,
-        "units": sizes.pop(),
-        "groups": None if groups is None else [int(g) for g in groups],
+        "units": sizes.pop() if sizes else 0,
+        "groups": None if groups is None or not kept else [int(g) for g in groups],
         "metrics": kept,
     }
     write_json(path, record)
-    return path
+    return path if kept else None
 
 
 def read(directory: str) -> DevUnits | None:

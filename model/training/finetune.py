@@ -41,8 +41,9 @@ holds a self-contained model directory:
     predictions         the best epoch's dev predictions: SQuAD's predictions.json (with
                         nbest_predictions.json, and null_odds.json for v2.0), GLUE's
                         <TASK>.<dev file>.tsv, CoNLL-2003's predictions.txt
-    dev_units.json      the best epoch's dev metric by example (by sentence for CoNLL-2003):
-                        the tables' paired sampling error (model/tasks/dev_units.py)
+    dev_units.json      the best epoch's dev metric by example (by sentence for CoNLL-2003;
+                        under matched/ and mismatched/ for MNLI; none for STS-B, SQuAD
+                        v2.0, SWAG): the tables' paired sampling error (model/tasks/dev_units.py)
 
 A run is resumable: a checkpoint (weights, optimizer, dropout state and the
 dev history so far) is written atomically under OUTPUT/checkpoints every
