@@ -81,10 +81,10 @@ def _same_run(theirs: dict, ours: dict) -> bool:
 def _reads_differ(theirs: dict, ours: dict) -> list[str]:
     """The "reads" both runs record that differ: ["--batch-size 4 (this command: 2)", ...]."""
     a, b = theirs.get("reads", {}), ours.get("reads", {})
-    return [_differs(key, a[key], b[key]) for key in a if key in b and a[key] != b[key]]
+    return [difference(key, a[key], b[key]) for key in a if key in b and a[key] != b[key]]
 
 
-def _differs(key: str, theirs, ours) -> str:
+def difference(key: str, theirs, ours) -> str:
     """One difference as the error shows it: "--batch-size 4 (this command: 2)"."""
 
     def shown(value):
@@ -96,7 +96,7 @@ def _differs(key: str, theirs, ours) -> str:
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:
     """The error for checkpoints of another run than this command's."""
     if theirs.get("trains") != ours.get("trains"):
-        differs = _differs("trains", theirs.get("trains"), ours.get("trains"))
+        differs = difference("trains", theirs.get("trains"), ours.get("trains"))
     else:
         found = []
 
@@ -106,7 +106,7 @@ def _other_run(directory: str, theirs: dict, ours: dict) -> str:
                 if isinstance(x, dict) and isinstance(y, dict):
                     compare(x, y, f"{where}{key}.")
                 elif x != y:
-                    found.append(_differs(where + key, x, y))
+                    found.append(difference(where + key, x, y))
 
         compare(theirs.get("model", {}), ours.get("model", {}))
         if found:

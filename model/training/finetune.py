@@ -215,9 +215,9 @@ PATHS = ("--data", "--init", "--output")  # compared as written less "./" and a 
 
 
 def _commands_differ(theirs: str, ours: str) -> list[str]:
-    """What differs between two `command_line`s, each as `_differs` words it ("--epochs 3
+    """What differs between two `command_line`s, each as `difference` words it ("--epochs 3
     (this command: 2)"), leaving out NOT_TRAINED; [] for the same run."""
-    from model.training.checkpointing import _differs
+    from model.training.checkpointing import difference
 
     def flags(command: str) -> dict:
         words, found = shlex.split(command), {}
@@ -233,7 +233,7 @@ def _commands_differ(theirs: str, ours: str) -> list[str]:
 
     a, b = flags(theirs), flags(ours)
     return [
-        _differs(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+        difference(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
     ]
 
 
