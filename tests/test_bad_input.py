@@ -101,6 +101,13 @@ BAD_UTF8 = b"\xff\xfe\x80 bad"
             b"sentence\tlabel\n" + b"a good film\t1\n" * 1000 + b"x" + BAD_UTF8 + b"\t1\n",
             r"train.tsv:1002: not UTF-8 text \(byte 2 of the line",
         ),
+        # Old Mac line ends (\r alone): the line a text reader counts, not the file's first.
+        (
+            "sst2",
+            "train.tsv",
+            b"sentence\tlabel\r" + b"a good film\t1\r" * 5 + BAD_UTF8 + b"\t1\r",
+            r"train.tsv:7: not UTF-8 text \(byte 1 of the line",
+        ),
         # Windows' "Unicode" text: said so, not a byte of it.
         (
             "sst2",

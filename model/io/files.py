@@ -204,14 +204,17 @@ def not_utf8(path: str, error: UnicodeDecodeError, what: str = "") -> ValueError
         if utf16 is not None:
             return utf16
         raw.seek(0)
-        for number, line in enumerate(raw, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return ValueError(
-                    f"{path}:{number}: {what}not UTF-8 text (byte {e.start + 1} of the line: "
-                    f"{e.reason})"
-                )
+        number = 0
+        for block in raw:  # lines as a text reader counts them: \r alone ends one too
+            for line in block.splitlines():
+                number += 1
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return ValueError(
+                        f"{path}:{number}: {what}not UTF-8 text (byte {e.start + 1} of the "
+                        f"line: {e.reason})"
+                    )
     return ValueError(f"{path}: {what}not UTF-8 text ({error.reason})")
 
 
