@@ -63,6 +63,14 @@ def main(argv=None) -> int:
     p.add_argument("--cache-check", nargs="*", default=["mini", "base"])
     p.add_argument("--json", default=None, help="also write each row here (JSON lines)")
     p.add_argument(
+        "--profile",
+        choices=("missed", "all", "none"),
+        default="missed",
+        help="split a row's step into the batches alone, the steps alone and the rest (two "
+        "more compiled programs): for the dropout-0 rows that miss their goal (default), every "
+        "row (--quick's), or none",
+    )
+    p.add_argument(
         "--sections",
         nargs="+",
         choices=("pretrain", "finetune"),
@@ -73,7 +81,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.presets, args.dropouts = ["tiny", "electra-mini"], [0.0, 0.1]
         args.batch_size, args.seq_len, args.steps_per_call = 8, 32, 4
-        args.cache_check = ["tiny"]
+        args.cache_check, args.profile = ["tiny"], "all"
     import jax
     import keras
 
@@ -91,13 +99,17 @@ def main(argv=None) -> int:
         (v for k, v in PEAK_BF16_TFLOPS.items() if k in device.device_kind), None
     )
     print(f"device: {device.device_kind} ({device.platform}); peak bf16 {peak} TFLOP/s", flush=True)
-    rows, results = [], []
+    rows, results, splits = [], [], []
     for preset in args.presets if "pretrain" in args.sections else []:
         for dropout in args.dropouts:
             row = measure(
                 args, preset, dropout, peak, cache=preset in args.cache_check and dropout == 0.0
             )
-            results.append(record(args, row))
+            results.append(record(args, row))  # kept, whatever the split's time
+            if profiled(args, row):
+                split = where_time_goes(args, preset, dropout, row)
+                record(args, {"preset": preset, "dropout": dropout, **split})
+                splits.append(row | split)
             rows.append(
                 [
                     preset,
@@ -120,6 +132,7 @@ def main(argv=None) -> int:
         + "\n\n"
         + "\n".join(goal_lines(results))
         + "\n\n"
+        + split_section(splits)
         + (finetune_section(args) if "finetune" in args.sections else "")
     )
     title = "One accelerator: the device path's pre-training throughput"
@@ -262,6 +275,39 @@ def measure_finetune(args, task, preset, seq_len, batch, seeds) -> dict:
     }
 
 
+def profiled(args, row: dict) -> bool:
+    """Whether `row` gets `where_time_goes`: --profile all, or a dropout-0 row under its goal."""
+    if args.profile != "missed":
+        return args.profile == "all"
+    kind = next((k for p, k in GOALS if p == row["preset"]), None)
+    if row["dropout"] != 0.0 or kind is None:
+        return False
+    value = row["mfu_percent" if kind == "mfu" else "tokens_per_second"]
+    return value is not None and value < GOALS[(row["preset"], kind)]
+
+
+def split_section(splits: list[dict]) -> str:
+    if not splits:
+        return ""
+    rows = [
+        [
+            r["preset"],
+            r["dropout"],
+            f"{r['ms_per_step']:.2f}",
+            f"{r['input_ms_per_step']:.2f}",
+            f"{r['steps_ms_per_step']:.2f}",
+            f"{r['rest_ms_per_step']:+.2f}",
+        ]
+        for r in splits
+    ]
+    header = ["preset", "dropout", "ms/step", "batches alone", "steps alone", "the rest"]
+    return (
+        "Where a step's time goes (`--profile`; each part its own compiled program of the "
+        "same steps a call; the rest: launching, the host, and what of the two does not "
+        "overlap):\n\n" + common.table(header, rows) + "\n\n"
+    )
+
+
 def goal_lines(results) -> list[str]:
     lines = []
     for (preset, kind), target in GOALS.items():
@@ -318,6 +364,58 @@ def measure(args, preset, dropout, peak, cache: bool) -> dict:
         block(rerun(model_state(again)))
         row["cached_compile_seconds"] = time.perf_counter() - began - per_call
     return row
+
+
+def where_time_goes(args, preset, dropout, row) -> dict:
+    """A step's time split (issue 34: where a goal is missed, say where the time goes): the
+    batches alone (rows cut and masked on the device, K to a call, as the training program
+    makes them) and the training steps alone on one fixed batch (K to a call), each its own
+    compiled program, and what is left of the measured step (launching calls, the host, and
+    whatever of the two does not overlap; below 0 where they do)."""
+    import jax
+    import jax.numpy as jnp
+
+    from model.pretraining.device_data import make_batch
+    from model.pretraining.vocabulary_tables import VocabularyTables
+
+    model, _, _, objective = build(args, preset, dropout)
+    transform = objective.device_batches(VocabularyTables.from_vocabulary(bench_vocabulary()))
+    k, b = args.steps_per_call, args.batch_size
+    data = {
+        "corpus": corpus(args, objective).on_device(),
+        "key": jax.random.PRNGKey(0),
+        "rates": {n: jnp.asarray(v) for n, v in objective.masking_rates().items()},
+    }
+
+    def batch(data, step):
+        return make_batch(data["corpus"], transform, data["key"], step, b, data["rates"])
+
+    def batches(data):
+        def one(i, total):  # every array of the batch summed: nothing left out as unused
+            leaves = jax.tree_util.tree_leaves(batch(data, i))
+            return total + sum(jnp.sum(x.astype(jnp.float32)) for x in leaves)
+
+        return jax.lax.fori_loop(0, k, one, jnp.float32(0))
+
+    def steps(state, fixed):
+        logs, state = model.train_step(state, fixed)
+        return jax.lax.fori_loop(1, k, lambda i, c: model.train_step(c[1], fixed), (logs, state))
+
+    making, stepping = jax.jit(batches), jax.jit(steps, donate_argnums=0)
+    fixed = jax.jit(batch)(data, 0)
+    _, inputs = time_calls(lambda: jax.block_until_ready(making(data)), args.repeats)
+    state = [model_state(model)]
+
+    def call():
+        state[0] = block(stepping(state[0], fixed))
+
+    _, computing = time_calls(call, args.repeats, args.warmup)
+    split = {
+        "input_ms_per_step": inputs.median / k * 1e3,
+        "steps_ms_per_step": computing.median / k * 1e3,
+    }
+    split["rest_ms_per_step"] = row["ms_per_step"] - sum(split.values())
+    return split
 
 
 def build(args, preset, dropout):
