@@ -213,6 +213,33 @@ def test_an_accelerators_lines_head_a_new_results_file_only(tmp_path):
     assert text.index("- CPU: ") < text.index("- accelerator: ") < text.index("## One")
 
 
+def test_gpu_splits_the_rows_that_miss_their_goal():
+    """--profile missed (the default): a dropout-0 row under its goal gets the split (base
+    at the H200's 29.1 % MFU did), one at or over it, at dropout 0.1 or without a goal not;
+    --profile all, every row; a split table names its parts."""
+    import argparse
+
+    import gpu
+
+    missed = argparse.Namespace(profile="missed")
+    base = {"preset": "base", "dropout": 0.0, "mfu_percent": 29.1, "tokens_per_second": 5e5}
+    assert gpu.profiled(missed, base)
+    assert not gpu.profiled(missed, base | {"mfu_percent": 35.0})
+    assert not gpu.profiled(missed, base | {"dropout": 0.1})
+    assert not gpu.profiled(missed, base | {"mfu_percent": None})  # no peak known: no goal
+    minilm = {"preset": "minilm-l6", "dropout": 0.0, "mfu_percent": 14.7}
+    assert gpu.profiled(missed, minilm | {"tokens_per_second": 1.2e6})
+    assert not gpu.profiled(missed, minilm | {"tokens_per_second": 1_852_119})
+    small = {"preset": "small", "dropout": 0.0, "mfu_percent": 1.0, "tokens_per_second": 1.0}
+    assert not gpu.profiled(missed, small)
+    assert gpu.profiled(argparse.Namespace(profile="all"), small)
+    assert not gpu.profiled(argparse.Namespace(profile="none"), base)
+    split = {"input_ms_per_step": 1.5, "steps_ms_per_step": 55.0, "rest_ms_per_step": 5.8}
+    table = gpu.split_section([base | {"ms_per_step": 62.3} | split])
+    assert "| base | 0.0 | 62.30 | 1.50 | 55.00 | +5.80 |" in table
+    assert gpu.split_section([]) == ""
+
+
 # === Command line ===
 
 
