@@ -339,10 +339,11 @@ def test_an_effect_is_shown_only_beyond_the_seed_spread_and_the_sampling_error()
     # One seed: no spread to exceed, so never shown, however far apart (said so).
     one = effect([80], [70], around(10, 0.2), False)
     assert one.text == (
-        "one seed, the seed spread not measured: not shown (+10.00; sampling error: test "
-        "[+9.80, +10.20])"
+        "one fine-tuning seed, so no seed spread to exceed: not shown (+10.00, beyond the "
+        "sampling error: the difference's interval [+9.80, +10.20] (test))"
     )
-    assert one.why_not == "has one seed against its floor (no spread)" and not one.shown
+    assert "within the sampling error" in effect([80], [79.9], around(0.1, 0.5), False).text
+    assert one.why_not.startswith("has one fine-tuning seed") and not one.shown
     # Apart beyond the seeds, but no sampling error known: not shown, and said why.
     unknown = effect([80, 81], [70, 71], None, False)
     assert not unknown.shown and "sampling error is not known" in unknown.text
@@ -503,9 +504,32 @@ def test_a_one_seed_row_is_not_blamed_on_the_budget(tmp_path):
     lines = write(table, work, [], str(tmp_path / "report.md"))
     said = [line for line in lines if line.startswith("- mrpc: BERT (MLM + NSP) against")]
     assert said == [
-        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: No NSP has one seed against "
-        "its floor (no spread)."
+        "- mrpc: BERT (MLM + NSP) against No NSP is not judged: No NSP has one fine-tuning "
+        "seed (no seed spread to judge it against its floor)."
     ]
+    from model.experiments.report import HOW_TO_READ
+
+    assert HOW_TO_READ in lines and "say nothing about the papers" not in "\n".join(lines)
+
+
+def test_a_smoke_report_says_its_numbers_say_nothing(tmp_path):
+    from model.experiments.plan import Work
+    from model.experiments.report import write
+    from model.experiments.tables import pretraining_tasks
+
+    work = Work(str(tmp_path / "work"), str(tmp_path / "data"), SCALES["smoke"])
+    table = pretraining_tasks(work)
+    row = table.rows[0]
+    out = work.finetune_dir(row.run, "conll2003", 1)
+    os.makedirs(out)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump({"dev": {"f1": 0.04}}, f)
+    lines = write(table, work, [], str(tmp_path / "report.md"))
+    shown = lines.index("## What this scale can show")
+    assert (
+        lines[shown + 2] == SCALES["smoke"].note
+        and "say nothing about the papers" in lines[shown + 2]
+    )
 
 
 def test_report_and_prepare_refuse_what_they_cannot_use(tmp_path, capsys, monkeypatch):

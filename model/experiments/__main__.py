@@ -7,8 +7,9 @@ TABLE: pretraining-tasks (BERT Table 5), model-size (Table 6), training-steps
 (Figure 5), feature-based (Table 7), masking (Table 8), beyond-bert (RoBERTa,
 SpanBERT and ELECTRA against BERT at equal pre-training time).
 
-Scales: smoke (tiny models, a few steps: every table end to end in a minute or
-two, run by the test suite), cpu (a 2-core CPU, a few hours a table: `mini`
+Scales: smoke (tiny models, a few steps: a table end to end in a few minutes on
+2 cores, under two with --in-process; it checks the commands, its numbers say
+nothing; run by the test suite), cpu (a 2-core CPU, a few hours a table: `mini`
 models, ~21 min of pre-training each, fine-tuning slices, 3 seeds), gpu (one
 GPU, TensorFlow-free: a minute of pre-training a model, whole training sets; a
 call of 8 minutes runs a part of a table), paper (the papers' sizes and steps; --dry-run here).

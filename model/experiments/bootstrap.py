@@ -45,7 +45,7 @@ class Interval:
         return self.low <= 0.0 <= self.high
 
     def __str__(self) -> str:
-        return f"{self.how} [{self.low:+.2f}, {self.high:+.2f}]"
+        return f"the difference's interval [{self.low:+.2f}, {self.high:+.2f}] ({self.how})"
 
 
 def paired(

@@ -32,6 +32,17 @@ from model.recipes.runner import read_json, time_of
 from model.tasks import dev_units
 from model.training import layout
 
+HOW_TO_READ = (
+    "How to read the lines below: an effect is *shown* only when the two rows' seed ranges do "
+    "not overlap and the dev set's sampling error cannot explain it. The sampling error is a "
+    "95 % interval of the difference itself (the row's median minus the other's): a paired "
+    "bootstrap redraws the dev examples (CoNLL-2003's documents whole) and scores both rows on "
+    "the same draws; an interval that does not hold 0 is beyond the sampling error. Runs that "
+    "wrote no per-example scores get the unpaired binomial bound instead. A row that does not "
+    "beat its floor (the random encoder) on these terms makes no claim; see "
+    'docs/experiments.md, "How a report judges an effect".'
+)
+
 
 def cell(values: list[float], lower_is_better: bool = False) -> str:
     if not values:
@@ -140,6 +151,8 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         cells += [str(row.paper.get(c, "—")) for c in table.paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## What this scale can show", ""]
+    lines += [work.scale.note, ""] if work.scale.note else []
+    lines += [HOW_TO_READ, ""]
     lines += budgets(table, work)
     lines += baselines(table, work, measured)
     lines += judgements(table, work, measured, lower)
@@ -340,9 +353,12 @@ def effect(
     gap = statistics.median(a) - statistics.median(b)
     said = f"{gap:+.2f}; sampling error: {noise}" if noise else f"{gap:+.2f}"
     if min(len(a), len(b)) < 2:  # no spread to exceed: never shown, whatever the gap
+        if noise is not None:
+            where = "within" if noise.holds_zero() else "beyond"
+            said = f"{gap:+.2f}, {where} the sampling error: {noise}"
         return Verdict(
-            f"one seed, the seed spread not measured: not shown ({said})",
-            why_not="has one seed against its floor (no spread)",
+            f"one fine-tuning seed, so no seed spread to exceed: not shown ({said})",
+            why_not="has one fine-tuning seed (no seed spread to judge it against its floor)",
         )
     if not (separated(a, b) or separated(b, a)):
         return Verdict(f"within the seed spread, a tie at this scale ({said})")

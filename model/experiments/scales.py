@@ -107,6 +107,7 @@ class Scale:
     seeds_together: bool = False
     executable: bool = True
     accelerator: bool = False
+    note: str = ""  # what a report of this scale can and cannot say, in a sentence or two
 
     def budget_text(self) -> str:
         if self.budget_seconds:
@@ -188,6 +189,12 @@ SCALES = {
         eval_steps=2,
         # The paper's 2 x 768-unit BiLSTM is most of a smoke table's time, on 16-wide features.
         tagger_flags=("--lstm-units", "16"),
+        note=(
+            "The smoke scale checks that every command of the table runs (a 16-wide model, "
+            "4 pre-training steps, one fine-tuning step on 32 CoNLL-2003 sentences, one seed; "
+            "its held-out text is its training text): its numbers say nothing about the "
+            "papers, and the paper's columns beside them are not comparisons."
+        ),
     ),
     # A 2-core CPU, a few hours a table: `mini` models, ~21 minutes of pre-training each.
     "cpu": Scale(
