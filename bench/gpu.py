@@ -105,11 +105,7 @@ def main(argv=None) -> int:
             row = measure(
                 args, preset, dropout, peak, cache=preset in args.cache_check and dropout == 0.0
             )
-            results.append(record(args, row))  # kept, whatever the split's time
-            if profiled(args, row):
-                split = where_time_goes(args, preset, dropout, row)
-                record(args, {"preset": preset, "dropout": dropout, **split})
-                splits.append(row | split)
+            results.append(record(args, row))
             rows.append(
                 [
                     preset,
@@ -132,11 +128,17 @@ def main(argv=None) -> int:
         + "\n\n"
         + "\n".join(goal_lines(results))
         + "\n\n"
-        + split_section(splits)
         + (finetune_section(args) if "finetune" in args.sections else "")
     )
     title = "One accelerator: the device path's pre-training throughput"
     common.publish(args, title, body, accelerator_lines())
+    # Last, each in its own programs: a call cut short here has published everything above.
+    for row in [r for r in results if profiled(args, r)]:
+        split = where_time_goes(args, row["preset"], row["dropout"], row)
+        record(args, {"preset": row["preset"], "dropout": row["dropout"], **split})
+        splits.append(row | split)
+    if splits:
+        common.publish(args, "Where the device path's step time goes", split_section(splits))
     return 0
 
 
