@@ -304,9 +304,10 @@ def split_section(splits: list[dict]) -> str:
     ]
     header = ["preset", "dropout", "ms/step", "batches alone", "steps alone", "the rest"]
     return (
-        "Where a step's time goes (`--profile`; each part its own compiled program of the "
-        "same steps a call; the rest: launching, the host, and what of the two does not "
-        "overlap):\n\n" + common.table(header, rows) + "\n\n"
+        "Where a step's time goes (`--profile`; each part its own compiled program of K steps "
+        "a call, estimates: XLA may hoist work on the fixed batch out of the steps' loop, and "
+        "fuse the batches' making into their sum; the rest: launching, the host, and what of "
+        "the two does not overlap):\n\n" + common.table(header, rows) + "\n\n"
     )
 
 

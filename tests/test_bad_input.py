@@ -108,6 +108,13 @@ BAD_UTF8 = b"\xff\xfe\x80 bad"
             b"sentence\tlabel\r" + b"a good film\t1\r" * 5 + BAD_UTF8 + b"\t1\r",
             r"train.tsv:7: not UTF-8 text \(byte 1 of the line",
         ),
+        # A carriage return inside a text is no line end where lines end at \n.
+        (
+            "sst2",
+            "train.tsv",
+            b"sentence\tlabel\na good\rfilm\t1\nx" + BAD_UTF8 + b"\t1\n",
+            r"train.tsv:3: not UTF-8 text \(byte 2 of the line",
+        ),
         # Windows' "Unicode" text: said so, not a byte of it.
         (
             "sst2",

@@ -36,9 +36,10 @@ HOW_TO_READ = (
     "How to read the lines below: an effect is *shown* only when the two rows' seed ranges do "
     "not overlap and the dev set's sampling error cannot explain it. The sampling error is a "
     "95 % interval of the difference itself (the row's median minus the other's): a paired "
-    "bootstrap redraws the dev examples (CoNLL-2003's documents whole) and scores both rows on "
-    "the same draws; an interval that does not hold 0 is beyond the sampling error. Runs that "
-    "wrote no per-example scores get the unpaired binomial bound instead. A row that does not "
+    "bootstrap redraws the dev examples (CoNLL-2003's documents whole, where a dev file has 30 "
+    "or more) and scores both rows on the same draws; an interval that does not hold 0 is "
+    "beyond the sampling error. Runs that wrote no per-example scores, or were scored on "
+    "different dev sets, get the unpaired binomial bound instead. A row that does not "
     "beat its floor (the random encoder) on these terms makes no claim; see "
     'docs/experiments.md, "How a report judges an effect".'
 )

@@ -190,7 +190,7 @@ SCALES = {
         # The paper's 2 x 768-unit BiLSTM is most of a smoke table's time, on 16-wide features.
         tagger_flags=("--lstm-units", "16"),
         note=(
-            "The smoke scale checks that every command of the table runs (a 16-wide model, "
+            "The smoke scale checks that every command of the table runs (models 16 or 32 wide, "
             "4 pre-training steps, one fine-tuning step on 32 CoNLL-2003 sentences, one seed; "
             "its held-out text is its training text): its numbers say nothing about the "
             "papers, and the paper's columns beside them are not comparisons."
@@ -213,7 +213,7 @@ SCALES = {
     ),
     # One H100 or H200, TensorFlow-free (KERAS_BACKEND=jax): `mini` models, one minute of
     # pre-training each on the device path (dropout 0, bf16), the tasks' full training sets
-    # but SQuAD's, 3 seeds. The budget arithmetic: docs/experiments.md#the-gpu-scale.
+    # but SQuAD's, 3 seeds. The budget arithmetic: docs/experiments.md, "The `gpu` scale".
     "gpu": Scale(
         name="gpu",
         corpora=("pretrain/enwiki-2015/AA/*.gz", "pretrain/gutenberg/books/*.txt.gz"),

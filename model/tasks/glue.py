@@ -62,7 +62,7 @@ import sys
 
 import numpy as np
 
-from model.io.files import limited_lines, reading
+from model.io.files import limited_lines, line_end, reading
 from model.tasks import dev_units
 from model.tasks.base import (
     Encoded,
@@ -94,7 +94,7 @@ def _rows(path: str):
         # utf-8-sig: MRPC's files start with a byte-order mark. Rows end at "\n" (as the
         # reference's tf.gfile reads them; a carriage return inside a text is a space), or
         # at "\r" in a file of old Mac line ends (an Excel-for-Mac export).
-        with open(path, encoding="utf-8-sig", newline=_line_end(path)) as f:
+        with open(path, encoding="utf-8-sig", newline=line_end(path)) as f:
             lines = (line.rstrip("\r\n").replace("\r", " ") for line in limited_lines(f, path))
             reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
             try:
@@ -103,14 +103,6 @@ def _rows(path: str):
                         yield reader.line_num, row
             except csv.Error as e:
                 raise ValueError(f"{path}:{reader.line_num}: {e}") from None
-
-
-def _line_end(path: str) -> str:
-    """What ends a row of `path`: "\n", or "\r" where its first 64 KiB have no "\n" but do
-    have a "\r" (old Mac line ends)."""
-    with open(path, "rb") as f:
-        head = f.read(2**16)
-    return "\r" if b"\r" in head and b"\n" not in head else "\n"
 
 
 class GlueTask(Task):
