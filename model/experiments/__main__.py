@@ -8,7 +8,7 @@ TABLE: pretraining-tasks (BERT Table 5), model-size (Table 6), training-steps
 SpanBERT and ELECTRA against BERT at equal pre-training time).
 
 Scales: smoke (tiny models, a few steps: a table end to end in a few minutes on
-2 cores, under two with --in-process; it checks the commands, its numbers say
+2 cores, about two with --in-process; it checks the commands, its numbers say
 nothing; run by the test suite), cpu (a 2-core CPU, a few hours a table: `mini`
 models, ~21 min of pre-training each, fine-tuning slices, 3 seeds), gpu (one
 GPU, TensorFlow-free: a minute of pre-training a model, whole training sets; a
