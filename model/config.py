@@ -102,13 +102,13 @@ class BertConfig:
                 f"BertConfig.hidden_dim ({self.hidden_dim}) must be divisible by "
                 f"num_heads ({self.num_heads})"
             )
-        if not _is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
+        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"BertConfig.dropout must be in [0, 1), got {self.dropout!r}")
         # A zero or negative epsilon divides by zero on a constant row; a
         # negative stddev fails only later, deep inside an initializer.
         for name in ("layer_norm_epsilon", "initializer_range"):
             value = getattr(self, name)
-            if not _is_number(value) or not value > 0:
+            if not is_number(value) or not value > 0:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
         if self.embedding_dim is not None and (
             not isinstance(self.embedding_dim, int)
@@ -263,7 +263,7 @@ def stored(encoder: dict, name: str):
     return encoder.get(name, getattr(BertConfig, name))
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     """A finite int or float (JSON's Infinity and NaN are not sizes or rates)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

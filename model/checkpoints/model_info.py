@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from model.checkpoints.detect import detect_format, other_format
-from model.config import BertConfig
+from model.config import BertConfig, is_number
 from model.io.files import read_json_object
 
 CONFIG = "config.json"
@@ -85,7 +85,7 @@ def _check_head(path: str, info: dict) -> None:
     if "max_seq_length" in info and not whole(info["max_seq_length"], 2):
         raise ValueError(f"{path}: max_seq_length must be an integer of at least 2")
     dropout = info.get("dropout", 0.0)
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+    if not is_number(dropout) or not 0 <= dropout < 1:  # as BertConfig's own dropout
         raise ValueError(f"{path}: dropout must be a number in [0, 1), not {dropout!r}")
     id2label = info.get("id2label")
     if id2label is not None and not (

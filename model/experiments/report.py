@@ -275,6 +275,7 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
     comparison is judged only between rows that beat their floors."""
     lines = []
     floors = [r for r in table.rows if r.floor]
+    rows = {r.label: r for r in table.rows}
     below = {}  # (row, column) -> why it is not judged: not clearly above its floor, or the
     # floor not measured yet (a table built in parts)
     for column in table.columns:
@@ -315,10 +316,7 @@ def judgements(table: Table, work: Work, measured: dict, lower: set) -> list[str
                     f"judged: {which}."
                 )
                 continue
-            better, worse = (
-                next(r for r in table.rows if r.label == c)
-                for c in (comparison.better, comparison.worse)
-            )
+            better, worse = rows[comparison.better], rows[comparison.worse]
             noise = sampling_error(work, better, worse, column, a, b)
             verdict = effect(a, b, noise, column.name in lower)
             lines.append(

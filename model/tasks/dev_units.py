@@ -81,7 +81,7 @@ def write(directory: str, metrics: dict, reported: dict, groups=None) -> str | N
     Returns its path, or None when no metric is kept."""
     from model.io.files import write_json
 
-    kept = {}
+    kept, sizes = {}, set()
     for name, metric in metrics.items():
         stats = columns(metric)
         value = float(score(metric["kind"], stats.sum(0), len(stats)))
@@ -95,7 +95,7 @@ def write(directory: str, metrics: dict, reported: dict, groups=None) -> str | N
             )
             continue
         kept[name] = metric
-    sizes = {len(columns(m)) for m in kept.values()}
+        sizes.add(len(stats))
     sizes |= {len(groups)} if groups is not None and kept else set()
     if len(sizes) > 1:
         raise ValueError(f"{FILE}: metrics (and groups) over different numbers of units {sizes}")
