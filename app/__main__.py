@@ -8,7 +8,8 @@
 Binds to 127.0.0.1 unless --host says otherwise. Needs no network: Gradio's analytics and the
 Hugging Face Hub are switched off before Gradio is imported, and with --share and no network the
 app says why there is no public link and serves locally. Views whose model is missing say so and
-how to make it. Limits are flags: --max-input-chars (per text box), --concurrency (jobs running
+how to make it (to visitors of a public link or of a non-loopback --host: only that the server's
+log says why, with no server path). Limits are flags: --max-input-chars (per text box), --concurrency (jobs running
 at once, all views together), --max-queue (requests waiting). Prints "Running on <url>" when it
 answers.
 """
@@ -114,6 +115,18 @@ def share_problem(url: str = SHARE_SERVER, timeout: float = 3.0) -> str | None:
     return None
 
 
+def loopback(host: str) -> bool:
+    """Whether --host serves this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 # No view takes a file, so Gradio's upload route (open to any visitor of a --share link or
 # --host 0.0.0.0, unbounded by default) takes next to nothing.
 MAX_UPLOAD_BYTES = 1024
@@ -128,14 +141,16 @@ def start(slots: dict, args: argparse.Namespace):
     from app import ui
     from app.predict import Limits
 
-    demo = ui.build(slots, Limits(max_chars=args.max_input_chars))
-    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue, api_open=False)
     share = args.share
     if share:
         problem = share_problem()
         if problem:
             log.info("--share: no public link: %s. Serving locally only.", problem)
             share = False
+    for slot in slots.values():  # visitors from elsewhere see no server paths or errors
+        slot.public = share or not loopback(args.host)
+    demo = ui.build(slots, Limits(max_chars=args.max_input_chars))
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue, api_open=False)
     demo.launch(
         server_name=args.host,
         server_port=args.port,
@@ -205,7 +220,7 @@ def main(argv=None) -> int:
     slots = models.load_all(args.models, args.backend, args.threads)
     for key, slot in slots.items():
         took = f" ({slot.load_seconds:.2f} s)" if slot.ready else ""
-        log.info("%-10s %s%s", key, slot.describe(), took)
+        log.info("%-10s %s%s", key, slot.describe(public=False), took)
     for line in models.hidden_views(slots, args.models):
         log.info("%s", line)
     try:

@@ -142,6 +142,9 @@ class Slot:
     path: str | None = None
     info: dict = field(default_factory=dict)
     problem: str | None = None  # user-facing: why there is no model, how to get one
+    # Served beyond this machine (a --share link, a --host other than loopback): the page
+    # names no server path and no server error; `problem` and the paths stay in the log.
+    public: bool = False
     load_seconds: float = 0.0
     layers_heads: tuple | None = None  # attention view: (num_layers, num_heads)
     # A LiteRT interpreter must not run two calls at once: requests for one model take turns
@@ -152,9 +155,13 @@ class Slot:
     def ready(self) -> bool:
         return self.model is not None
 
-    def describe(self) -> str:
-        """One Markdown line for the top of the view."""
+    def describe(self, public: bool | None = None) -> str:
+        """One Markdown line for the top of the view (`public`: as visitors from elsewhere see
+        it; None: as this slot is served)."""
+        public = self.public if public is None else public
         if not self.ready:
+            if public:
+                return "**No model for this view.** The server's log says why."
             return f"**No model for this view.** {self.problem}"
         info = self.info
         parts = [info.get("task", "?")]
@@ -169,7 +176,8 @@ class Slot:
         elif info.get("quantization"):
             parts.append(QUANTIZATION_WORDS.get(info["quantization"], info["quantization"]))
         parts.append(f"reads {self.model.max_seq_length} WordPieces at a time")
-        line = f"Model: `{self.path}` ({', '.join(parts)})"
+        name = os.path.basename(os.path.normpath(self.path)) if public else self.path
+        line = f"Model: `{name}` ({', '.join(parts)})"
         card = info.get("card")  # what it does and where it fails, from its model card
         return f"{line}  \n{card}" if card else line
 

@@ -471,6 +471,32 @@ def test_missing_models_leave_every_view_with_a_message(tmp_path):
     assert "No model for this view" in out["status"] and "python -m export" in out["status"]
 
 
+def test_visitors_from_elsewhere_see_no_server_paths_or_errors(tmp_path):
+    from app.__main__ import loopback
+
+    assert loopback("127.0.0.1") and loopback("localhost") and loopback("::1")
+    assert not loopback("0.0.0.0") and not loopback("192.168.1.5") and not loopback("myhost")
+    broken = tmp_path / "models" / "sst2"
+    write_bundle(broken, "classifier", "sst2")  # a bundle.json without its model.tflite
+    slots = models.load_all(str(tmp_path / "models"))
+    assert str(tmp_path) in slots["sentiment"].describe()  # the local page says where and why
+    with served(slots, "--host", "0.0.0.0") as demo:
+        import httpx
+
+        url = f"http://127.0.0.1:{demo.server_port}"
+        page = httpx.get(f"{url}/config").text  # what a browser builds the page from
+        assert "No model for this view" in page and str(tmp_path) not in page
+        assert "python -m export" not in page
+        client = client_for(url)
+        for endpoint, args in [("/sentiment", ("good",)), ("/entities", ("x",))]:
+            status = client.predict(*args, api_name=endpoint)[0]
+            assert status == "⚠️ **No model for this view.** The server's log says why."
+    # A ready model is named by its folder only.
+    slot = stand_in_slots()["sentiment"]
+    slot.path = str(tmp_path / "deep" / "sst2")
+    assert "`sst2`" in slot.describe(public=True) and str(tmp_path) not in slot.describe(True)
+
+
 # === The app served on a loopback port ===
 
 
