@@ -45,6 +45,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import common
 import numpy as np
@@ -452,11 +453,30 @@ def parse_args(argv):
     return common.parse(parser, argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    common.tensorflow_threads(args.threads)  # before any TensorFlow op
-    import ceiling as ceiling_bench
+@dataclass
+class Setup:
+    """What every runtime's row is measured on: the model, the inputs, the reference output."""
 
+    args: argparse.Namespace
+    work: str
+    model_dir: str
+    hf_dir: str
+    config: object  # model.config.BertConfig
+    batch: int
+    seq_len: int
+    latency_repeats: int
+    x_batch: dict
+    x_one: dict
+    reference: np.ndarray  # sequence_output of Keras without XLA at batch `batch`
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def setup(args: argparse.Namespace) -> Setup:
+    """The model (a tiny random one with --quick), its Hugging Face folder (written with
+    model.convert when there is none), the packed paragraphs and the reference output."""
     from model.checkpoints import formats as convert
     from model.checkpoints import model_dir as model_dirs
     from model.config import BertConfig
@@ -464,14 +484,8 @@ def main(argv=None) -> int:
 
     batch = args.batch or (4 if args.quick else 32)
     seq_len = args.seq_len or (32 if args.quick else 128)
-    latency_repeats = args.latency_repeats or (5 if args.quick else 50)
-    quantizations = args.litert or (["float32", "int8"] if args.quick else list(QUANTIZATIONS))
     work = os.path.join(args.work, "quick") if args.quick else args.work
     os.makedirs(work, exist_ok=True)
-
-    def log(message):
-        print(message, file=sys.stderr, flush=True)
-
     model_dir = args.model or (
         common.tiny_model_dir(os.path.join(work, "tiny-encoder"), common.VOCAB)
         if args.quick
@@ -490,140 +504,164 @@ def main(argv=None) -> int:
             convert.write(
                 model_dirs.load(model_dir), "hf", hf_dir, os.path.join(model_dir, "vocab.txt")
             )
-
     config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
     tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"), lowercase=config.lowercase)
     texts = common.long_paragraphs(tokenizer, batch, seq_len, args.data)
     x_batch = common.pack_texts(tokenizer, texts, seq_len)
-    x_one = {k: v[:1] for k, v in x_batch.items()}
     assert x_batch["padding_mask"].all(), "benchmark rows must have no padding"
+    return Setup(
+        args=args,
+        work=work,
+        model_dir=model_dir,
+        hf_dir=hf_dir,
+        config=config,
+        batch=batch,
+        seq_len=seq_len,
+        latency_repeats=args.latency_repeats or (5 if args.quick else 50),
+        x_batch=x_batch,
+        x_one={k: v[:1] for k, v in x_batch.items()},
+        reference=keras_runtime(model_dir, jit=False)(x_batch),
+    )
+
+
+def measure(s: Setup, name: str, label: str, build, note: str = "") -> dict:
+    """One runtime's row: agreement with the reference, batch-1 latency, batch throughput;
+    its error instead when it fails (one failing runtime must not hide the others)."""
+    log(f"{name}: building")
+    try:
+        predict = build()
+        out = np.asarray(predict(s.x_batch))
+        row = {
+            "name": name,
+            "label": label,
+            "note": note,
+            "cosine": cosine(out, s.reference),
+            "min_cosine": min_token_cosine(out, s.reference),
+        }
+        warmup = max(s.args.warmup, 1)
+        log(f"{name}: timing batch 1 x {s.seq_len}")
+        row["batch1"] = common.time_repeats(lambda: predict(s.x_one), s.latency_repeats, warmup)
+        log(f"{name}: timing batch {s.batch} x {s.seq_len}")
+        row["batchB"] = common.time_repeats(lambda: predict(s.x_batch), s.args.repeats, warmup)
+    except Exception as e:
+        first_line = str(e).splitlines()[0][:300] if str(e) else ""
+        row = {"name": name, "label": label, "error": f"{type(e).__name__}: {first_line}"}
+        log(f"{name}: failed: {row['error']}")
+    return row
+
+
+def keras_rows(s: Setup) -> list[dict]:
+    rows = []
+    if "keras-xla" in s.args.runtimes:
+        build = lambda: keras_runtime(s.model_dir, True)  # noqa: E731
+        rows.append(measure(s, "keras-xla", "project Keras, TF backend, XLA", build))
+    if "keras" in s.args.runtimes:
+        build = lambda: keras_runtime(s.model_dir, False)  # noqa: E731
+        rows.append(measure(s, "keras", "project Keras, TF backend, no XLA", build))
+    return rows
+
+
+def litert_rows(s: Setup) -> list[dict]:
+    """A row per quantization and output kind: the export's own bundle, sequence_output only."""
+    if "litert" not in s.args.runtimes:
+        return []
+    from export.__main__ import load
+
+    args, quick = s.args, s.args.quick
+    loaded = load(s.model_dir)
+    lines = common.wikipedia_lines(2**20, args.data, min_chars=20)
+    data_file = text_file(
+        lines[s.batch + 200 : s.batch + 200 + VERIFY_EXAMPLES + CALIBRATION_EXAMPLES],
+        os.path.join(s.work, "texts.txt"),
+    )
+    quantizations = args.litert or (["float32", "int8"] if quick else list(QUANTIZATIONS))
+    kinds = {"bundle": [""], "sequence": ["-seq"], "both": ["", "-seq"]}[args.litert_outputs]
+    rows = []
+    for q in quantizations:
+        for kind in kinds:
+            name = f"litert-{q}{kind}"
+            what = "bundle (+ attention probs)" if not kind else "sequence_output only"
+            built = {}
+
+            def build(name=name):
+                path, built["info"] = litert_file(
+                    name, s.model_dir, s.work, data_file, s.seq_len, args.threads, loaded, log
+                )
+                return litert_runtime(path, args.threads, s.seq_len)
+
+            row = measure(s, name, f"project LiteRT {q}, {what}", build)
+            if "info" in built:
+                b = built["info"]
+                row["note"] = f"{b['size_bytes'] / 1e6:.1f} MB" + (
+                    "; refused by export verification" if b.get("refused") else ""
+                )
+            rows.append(row)
+    return rows
+
+
+def other_rows(s: Setup) -> list[dict]:
+    """PyTorch and ONNX Runtime on the Hugging Face folder; a row saying why when one of them
+    is not installed."""
+    wanted = [n for n in ("torch", "onnx", "onnx-int8") if n in s.args.runtimes]
+    if not wanted:
+        return []
+    model = None
+    if common.installed("torch") and common.installed("transformers"):
+        try:
+            model = torch_model(s.hf_dir, s.args.threads)
+        except Exception as e:
+            log(f"cannot load {s.hf_dir} with transformers: {e}")
+    if model is None:
+        missing = "torch/transformers not installed or the model did not load"
+        return [{"name": name, "label": "", "error": missing} for name in wanted]
+    rows = []
+    if "torch" in wanted:
+        label = "HF transformers BertModel, PyTorch fp32"
+        rows.append(measure(s, "torch", label, lambda: torch_runtime(model)))
+    onnx = [n for n in wanted if n != "torch"]
+    if onnx and not common.installed("onnxruntime"):
+        return rows + [{"name": n, "label": "", "error": "onnxruntime not installed"} for n in onnx]
+    files = {}
+
+    def onnx_build(name):
+        if not files:  # a batch of several rows: torch.export specialises sizes of 1
+            files["onnx"], files["onnx-int8"] = onnx_files(model, s.hf_dir, s.work, s.x_batch, log)
+        return onnx_runtime(files[name], s.args.threads)
+
+    labels = {
+        "onnx": "ONNX Runtime fp32 (torch.onnx.export)",
+        "onnx-int8": "ONNX Runtime dynamic int8 (quantize_dynamic)",
+    }
+    for name in onnx:
+        rows.append(measure(s, name, labels[name], lambda name=name: onnx_build(name)))
+    return rows
+
+
+def ceiling_gflops(args: argparse.Namespace) -> tuple[float, str]:
+    """The fp32 ceiling the utilisation is a share of, and where it comes from."""
+    if args.ceiling_gflops:
+        return args.ceiling_gflops, "given (--ceiling-gflops)"
+    import ceiling as ceiling_bench
+
+    size = 256 if args.quick else 4096
+    measured = ceiling_bench.measure("float32", size, max(args.repeats, 1), args.warmup)[0]
+    return measured, f"measured here, fp32 {size}^3 (bench/ceiling.py)"
+
+
+def report(s: Setup, rows: list[dict], ceiling: float, ceiling_note: str) -> str:
+    config, batch, seq_len = s.config, s.batch, s.seq_len
     flops_1 = common.encoder_flops(config, 1, seq_len)
     flops_b = common.encoder_flops(config, batch, seq_len)
-    if args.ceiling_gflops:
-        ceiling, ceiling_note = args.ceiling_gflops, "given (--ceiling-gflops)"
-    else:
-        size = 256 if args.quick else 4096
-        ceiling = ceiling_bench.measure("float32", size, max(args.repeats, 1), args.warmup)[0]
-        ceiling_note = f"measured here, fp32 {size}^3 (bench/ceiling.py)"
-
-    # The reference output: Keras without XLA.
-    reference = keras_runtime(model_dir, jit=False)(x_batch)
-    rows = []
-
-    def run(name: str, label: str, build, note: str = ""):
-        log(f"{name}: building")
-        try:
-            predict = build()
-            out = np.asarray(predict(x_batch))
-            row = {
-                "name": name,
-                "label": label,
-                "note": note,
-                "cosine": cosine(out, reference),
-                "min_cosine": min_token_cosine(out, reference),
-            }
-            log(f"{name}: timing batch 1 x {seq_len}")
-            row["batch1"] = common.time_repeats(
-                lambda: predict(x_one), latency_repeats, max(args.warmup, 1)
-            )
-            log(f"{name}: timing batch {batch} x {seq_len}")
-            row["batchB"] = common.time_repeats(
-                lambda: predict(x_batch), args.repeats, max(args.warmup, 1)
-            )
-        except Exception as e:  # one failing runtime must not hide the others
-            row = {
-                "name": name,
-                "label": label,
-                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
-            }
-            log(f"{name}: failed: {row['error']}")
-        rows.append(row)
-
-    if "keras-xla" in args.runtimes:
-        run("keras-xla", "project Keras, TF backend, XLA", lambda: keras_runtime(model_dir, True))
-    if "keras" in args.runtimes:
-        run("keras", "project Keras, TF backend, no XLA", lambda: keras_runtime(model_dir, False))
-    if "litert" in args.runtimes:
-        from export.__main__ import load
-
-        loaded = load(model_dir)
-        lines = common.wikipedia_lines(2**20, args.data, min_chars=20)
-        data_file = text_file(
-            lines[batch + 200 : batch + 200 + VERIFY_EXAMPLES + CALIBRATION_EXAMPLES],
-            os.path.join(work, "texts.txt"),
-        )
-        kinds = {"bundle": [""], "sequence": ["-seq"], "both": ["", "-seq"]}[args.litert_outputs]
-        for q in quantizations:
-            for kind in kinds:
-                name = f"litert-{q}{kind}"
-                what = "bundle (+ attention probs)" if not kind else "sequence_output only"
-                built = {}
-
-                def build(name=name):
-                    path, built["info"] = litert_file(
-                        name, model_dir, work, data_file, seq_len, args.threads, loaded, log
-                    )
-                    return litert_runtime(path, args.threads, seq_len)
-
-                run(name, f"project LiteRT {q}, {what}", build)
-                if "info" in built:
-                    b = built["info"]
-                    rows[-1]["note"] = f"{b['size_bytes'] / 1e6:.1f} MB" + (
-                        "; refused by export verification" if b.get("refused") else ""
-                    )
-    torch_model_ = None
-    if {"torch", "onnx", "onnx-int8"} & set(args.runtimes):
-        if common.installed("torch") and common.installed("transformers"):
-            try:
-                torch_model_ = torch_model(hf_dir, args.threads)
-            except Exception as e:
-                log(f"cannot load {hf_dir} with transformers: {e}")
-        missing = "torch/transformers not installed or the model did not load"
-        for name in ("torch", "onnx", "onnx-int8"):
-            if name in args.runtimes and torch_model_ is None:
-                rows.append({"name": name, "label": "", "error": missing})
-    if torch_model_ is not None:
-        if "torch" in args.runtimes:
-            run(
-                "torch",
-                "HF transformers BertModel, PyTorch fp32",
-                lambda: torch_runtime(torch_model_),
-            )
-        wanted = [n for n in ("onnx", "onnx-int8") if n in args.runtimes]
-        if wanted and not common.installed("onnxruntime"):
-            rows.extend(
-                {"name": n, "label": "", "error": "onnxruntime not installed"} for n in wanted
-            )
-        elif wanted:
-            files = {}
-
-            def onnx_build(name):
-                if not files:
-                    # a batch of several rows: torch.export specialises sizes of 1
-                    files["onnx"], files["onnx-int8"] = onnx_files(
-                        torch_model_, hf_dir, work, x_batch, log
-                    )
-                return onnx_runtime(files[name], args.threads)
-
-            if "onnx" in wanted:
-                run("onnx", "ONNX Runtime fp32 (torch.onnx.export)", lambda: onnx_build("onnx"))
-            if "onnx-int8" in wanted:
-                run(
-                    "onnx-int8",
-                    "ONNX Runtime dynamic int8 (quantize_dynamic)",
-                    lambda: onnx_build("onnx-int8"),
-                )
-
     text = [
-        f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
-        f"feed-forward {config.intermediate_dim}); Hugging Face folder {hf_dir}. Inputs: "
+        f"Model {s.model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
+        f"feed-forward {config.intermediate_dim}); Hugging Face folder {s.hf_dir}. Inputs: "
         f"{batch} English Wikipedia paragraphs packed to {seq_len} tokens, no padding. "
         f"fp32 ceiling {common.fmt(ceiling)} GFLOP/s ({ceiling_note}).",
         "",
         render(rows, flops_b, ceiling, batch, seq_len),
         "",
-        f"Batch 1: p50/p90 of {latency_repeats} calls; batch {batch}: median of "
-        f"{args.repeats} calls (min-max); after {max(args.warmup, 1)} warm-up call(s). "
+        f"Batch 1: p50/p90 of {s.latency_repeats} calls; batch {batch}: median of "
+        f"{s.args.repeats} calls (min-max); after {max(s.args.warmup, 1)} warm-up call(s). "
         f"FLOPs per sequence: num_layers * (2*T*(4*H*H + 2*H*I) + 2*2*T*T*H) = "
         f"{flops_1 / 1e9:.3f} GFLOP at T={seq_len} (matmuls only). Cosine: sequence_output "
         f"at batch {batch} vs Keras without XLA, flattened / lowest per token. Speed-ups "
@@ -633,14 +671,21 @@ def main(argv=None) -> int:
     text += goals(rows, flops_b, ceiling, f"{batch}x{seq_len}")
     for r in rows:
         if r.get("name", "").startswith("litert") and "error" not in r:
-            marker = os.path.join(work, r["name"], "bench.json")
-            with open(marker, encoding="utf-8") as f:
-                b = json.load(f)
-            if b.get("refused"):
-                text.append(f"- {r['name']}: export verification refused it: {b['refused'][:300]}")
-    common.publish(
-        args, f"Encoder inference ({os.path.basename(os.path.abspath(model_dir))})", "\n".join(text)
-    )
+            with open(os.path.join(s.work, r["name"], "bench.json"), encoding="utf-8") as f:
+                refused = json.load(f).get("refused")
+            if refused:
+                text.append(f"- {r['name']}: export verification refused it: {refused[:300]}")
+    return "\n".join(text)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common.tensorflow_threads(args.threads)  # before any TensorFlow op
+    s = setup(args)
+    ceiling, ceiling_note = ceiling_gflops(args)
+    rows = keras_rows(s) + litert_rows(s) + other_rows(s)
+    name = os.path.basename(os.path.abspath(s.model_dir))
+    common.publish(args, f"Encoder inference ({name})", report(s, rows, ceiling, ceiling_note))
     return 0
 
 

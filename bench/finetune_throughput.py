@@ -77,7 +77,7 @@ def train_step(task, encoder_source, precision: str, jit: bool, total_steps: int
     return step
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/finetune_throughput.py",
         description=__doc__,
@@ -96,7 +96,40 @@ def main(argv=None) -> int:
         "--steps", type=int, default=None, help="batches per timed repeat (default 4; --quick 1)"
     )
     parser.add_argument("--data", default=common.DATA_DIR)
-    args = common.parse(parser, argv)
+    return common.parse(parser, argv)
+
+
+def time_variant(args, task, encoder, variant: str, data: list, steps: int) -> list:
+    """The table cells after task, seq_len, variant and batch: mean batch length,
+    examples/s (median, range) and ms per step of `variant` on the batches `data`."""
+    timed = args.repeats * steps
+    lengths = sorted({int(b[0]["token_ids"].shape[-1]) for b in data})
+    precision = "mixed_bfloat16" if variant.startswith("bf16") else "float32"
+    total = timed + len(lengths) + args.warmup
+    step = train_step(task, encoder, precision, variant.endswith("+jit"), total)
+    for length in lengths:  # compile every shape the timed steps will see
+        step(next(b for b in data if b[0]["token_ids"].shape[-1] == length))
+    for _ in range(args.warmup):
+        step(data[0])
+    blocks = [data[i * steps : (i + 1) * steps] for i in range(args.repeats)]
+    index = iter(range(args.repeats))
+    timing = common.time_repeats(
+        lambda: [step(b) for b in blocks[next(index)]], args.repeats, warmup=0
+    )
+    # examples per repeat (the last batch of an epoch may be short)
+    counts = [sum(int(b[0]["token_ids"].shape[0]) for b in block) for block in blocks]
+    rates = sorted(c / s for c, s in zip(counts, timing.seconds))
+    mean_length = sum(int(b[0]["token_ids"].shape[-1]) for b in data[:timed]) / timed
+    return [
+        f"{mean_length:.0f}",
+        f"{statistics.median(rates):.1f}",
+        f"{rates[0]:.1f}-{rates[-1]:.1f}",
+        f"{1000 * timing.median / steps:.0f}",
+    ]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     tf = common.tensorflow_threads(args.threads)
     tf.get_logger().setLevel("ERROR")  # retracing per batch length is expected here
     import keras
@@ -114,13 +147,12 @@ def main(argv=None) -> int:
         else common.MINILM_DIR
     )
     source, vocab, _ = read(init)
-    encoder_source = source if isinstance(source, BertEncoder) else source.encoder
+    encoder = source if isinstance(source, BertEncoder) else source.encoder
     tokenizer = WordPieceTokenizer(
-        vocab or os.path.join(init, "vocab.txt"), lowercase=encoder_source.config.lowercase
+        vocab or os.path.join(init, "vocab.txt"), lowercase=encoder.config.lowercase
     )
     batch_size = args.batch or (4 if args.quick else 32)
     steps = args.steps or (1 if args.quick else 4)
-
     rows = []
     for name in args.tasks:
         task = tasks.get(name)
@@ -131,72 +163,30 @@ def main(argv=None) -> int:
         wanted = batch_size * (timed + 8)  # room for one warm-up batch per length
         encoded = task.encode(examples[:wanted], tokenizer, seq_len, training=True)
         data = batches(task, encoded, batch_size, seq_len, timed + 1)
-        lengths = sorted({int(b[0]["token_ids"].shape[-1]) for b in data})
         for variant in args.variants:
             print(f"{name}: {variant}", file=sys.stderr, flush=True)
+            row = [name, seq_len, variant, batch_size]
             try:
-                precision = "mixed_bfloat16" if variant.startswith("bf16") else "float32"
-                step = train_step(
-                    task,
-                    encoder_source,
-                    precision,
-                    variant.endswith("+jit"),
-                    timed + len(lengths) + args.warmup,
-                )
-                for length in lengths:  # compile every shape the timed steps will see
-                    step(next(b for b in data if b[0]["token_ids"].shape[-1] == length))
-                for _ in range(args.warmup):
-                    step(data[0])
-                blocks = [data[i * steps : (i + 1) * steps] for i in range(args.repeats)]
-                index = iter(range(args.repeats))
-                timing = common.time_repeats(
-                    lambda: [step(b) for b in blocks[next(index)]], args.repeats, warmup=0
-                )
-                # examples per repeat (the last batch of an epoch may be short)
-                counts = [sum(int(b[0]["token_ids"].shape[0]) for b in block) for block in blocks]
-                rates = sorted(c / s for c, s in zip(counts, timing.seconds))
-                mean_length = sum(int(b[0]["token_ids"].shape[-1]) for b in data[:timed]) / timed
-                rows.append(
-                    [
-                        name,
-                        seq_len,
-                        variant,
-                        batch_size,
-                        f"{mean_length:.0f}",
-                        f"{statistics.median(rates):.1f}",
-                        f"{rates[0]:.1f}-{rates[-1]:.1f}",
-                        f"{1000 * timing.median / steps:.0f}",
-                    ]
-                )
+                rows.append(row + time_variant(args, task, encoder, variant, data, steps))
             except Exception as e:
-                rows.append(
-                    [
-                        name,
-                        seq_len,
-                        variant,
-                        batch_size,
-                        f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                    ]
-                )
+                first_line = str(e).splitlines()[0][:300]
+                rows.append(row + [f"failed: {type(e).__name__}: {first_line}"])
             finally:
                 keras.mixed_precision.set_global_policy("float32")
-
+    header = [
+        "task",
+        "seq_len",
+        "variant",
+        "batch",
+        "mean batch length (trimmed)",
+        "examples/s",
+        "examples/s range",
+        "ms per step",
+    ]
     body = (
         f"From {init}. {steps} batch(es) per repeat, median of {args.repeats} repeats, "
         f"after one warm-up step per distinct batch length and {args.warmup} more.\n\n"
-        + common.table(
-            [
-                "task",
-                "seq_len",
-                "variant",
-                "batch",
-                "mean batch length (trimmed)",
-                "examples/s",
-                "examples/s range",
-                "ms per step",
-            ],
-            rows,
-        )
+        + common.table(header, rows)
     )
     common.publish(args, "Fine-tuning throughput", body)
     return 0

@@ -197,7 +197,7 @@ def measure(step, steps: int, repeats: int, warmup: int) -> common.Timing:
     return common.summarize(s / steps for s in block.seconds)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/pretrain_step.py",
         description=__doc__,
@@ -235,141 +235,161 @@ def main(argv=None) -> int:
     parser.add_argument("--ceiling-bf16-gflops", type=float, default=None)
     parser.add_argument("--data", default=common.DATA_DIR)
     args = common.parse(parser, argv, warmup=3)
-    common.tensorflow_threads(args.threads)
+    args.presets = args.presets or (["tiny"] if args.quick else ["mini", "base"])
+    args.batch = args.batch or [4 if args.quick else PRESET_BATCH.get(p, 8) for p in args.presets]
+    if len(args.batch) != len(args.presets):
+        parser.error("give one --batch per preset")
+    args.seq_len = args.seq_len or (32 if args.quick else 128)
+    args.masked = args.masked or (5 if args.quick else 20)
+    args.steps = args.steps or (1 if args.quick else 3)
+    return args
+
+
+def ceilings_gflops(args) -> dict[str, float]:
+    """{"float32": GFLOP/s, "bfloat16": GFLOP/s}: given by the flags, else measured here."""
     import ceiling as ceiling_bench
 
+    size = 256 if args.quick else 4096
+    given = {"float32": args.ceiling_gflops, "bfloat16": args.ceiling_bf16_gflops}
+    return {
+        dtype: value or ceiling_bench.measure(dtype, size, max(args.repeats, 1), args.warmup)[0]
+        for dtype, value in given.items()
+    }
+
+
+def measure_variants(args, preset: str, config, arrays) -> dict:
+    """{variant: its Timing, or why it failed} for one preset and batch."""
+    torch_ok = common.installed("torch") and common.installed("transformers")
+    total_steps = args.warmup + args.repeats * args.steps + 1
+    results = {}
+    for variant in args.variants:
+        print(f"{preset}: {variant}", file=sys.stderr, flush=True)
+        try:
+            if variant.startswith("torch"):
+                if not torch_ok:
+                    raise RuntimeError("torch/transformers not installed")
+                step = torch_step(config, arrays, args.threads, bf16=variant == "torch-bf16")
+            else:
+                precision = "mixed_bfloat16" if variant.startswith("bf16") else "float32"
+                step = project_step(
+                    config, precision, variant.endswith("+jit"), arrays, total_steps
+                )
+            results[variant] = measure(step, args.steps, args.repeats, args.warmup)
+        except Exception as e:
+            results[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        finally:
+            if not variant.startswith("torch"):
+                reset_policy()
+    return results
+
+
+def tokens_per_second(results: dict, variant: str, tokens: int) -> float | None:
+    t = results.get(variant)
+    return tokens / t.median if isinstance(t, common.Timing) else None
+
+
+def variants_table(results: dict, tokens: int, flops: float, ceilings: dict) -> str:
+    hf_rate = tokens_per_second(results, "torch-fp32", tokens)
+    rows = []
+    for variant, t in results.items():
+        if not isinstance(t, common.Timing):
+            rows.append([variant, f"failed: {t}"])
+            continue
+        own = ceilings["bfloat16" if "bf16" in variant else "float32"]
+        achieved = flops / t.median / 1e9
+        rows.append(
+            [
+                variant,
+                common.ms_cell(t),
+                common.fmt(tokens / t.median),
+                f"{common.fmt(tokens / t.max)}-{common.fmt(tokens / t.min)}",
+                common.fmt(achieved),
+                f"{100 * achieved / ceilings['float32']:.0f} %",
+                f"{100 * achieved / own:.0f} %",
+                f"{tokens / t.median / hf_rate:.2f}x" if hf_rate else "-",
+            ]
+        )
+    header = [
+        "variant",
+        "ms per step (min-max)",
+        "tokens/s",
+        "tokens/s range",
+        "model GFLOP/s",
+        "of fp32 ceiling",
+        "of own ceiling",
+        "vs torch-fp32",
+    ]
+    return common.table(header, rows)
+
+
+def goal_lines(preset: str, results: dict, tokens: int, flops: float, ceilings: dict) -> list:
+    """The preset's goals: best tokens/s vs torch, fp32 utilisation (base), bf16 vs fp32."""
+
+    def best(variants):
+        return max(tokens_per_second(results, v, tokens) or 0 for v in variants) or None
+
+    best_fp32, best_bf16 = best(("fp32", "fp32+jit")), best(("bf16", "bf16+jit"))
+    lines = [
+        common.goal_line(
+            f"`{preset}`: the project's best tokens/s vs HF torch fp32",
+            common.ratio(
+                best(("fp32", "fp32+jit", "bf16", "bf16+jit")),
+                tokens_per_second(results, "torch-fp32", tokens),
+            ),
+            {"mini": 3.0, "base": 2.5}.get(preset, 3.0),
+            "x",
+        )
+    ]
+    if preset in ("base", "tiny"):
+        mfu = 100 * best_fp32 / tokens * flops / 1e9 / ceilings["float32"] if best_fp32 else None
+        lines.append(common.goal_line(f"`{preset}`: fp32 model FLOP utilisation", mfu, 70, "%"))
+    lines.append(
+        common.goal_line(
+            f"`{preset}`: best mixed_bfloat16 vs best fp32",
+            common.ratio(best_bf16, best_fp32),
+            1.5,
+            "x",
+        )
+    )
+    return lines
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common.tensorflow_threads(args.threads)
     from model.config import BertConfig
     from model.text.wordpiece import WordPieceTokenizer
 
-    presets = args.presets or (["tiny"] if args.quick else ["mini", "base"])
-    batches = args.batch or [4 if args.quick else PRESET_BATCH.get(p, 8) for p in presets]
-    if len(batches) != len(presets):
-        parser.error("give one --batch per preset")
-    seq_len = args.seq_len or (32 if args.quick else 128)
-    masked = args.masked or (5 if args.quick else 20)
-    steps = args.steps or (1 if args.quick else 3)
-    size = 256 if args.quick else 4096
-    ceilings = {}
-    for dtype, given in (("float32", args.ceiling_gflops), ("bfloat16", args.ceiling_bf16_gflops)):
-        ceilings[dtype] = (
-            given or ceiling_bench.measure(dtype, size, max(args.repeats, 1), args.warmup)[0]
-        )
+    ceilings = ceilings_gflops(args)
     tokenizer = WordPieceTokenizer(args.vocab)
-    torch_ok = common.installed("torch") and common.installed("transformers")
-    total_steps = args.warmup + args.repeats * steps + 1
-
-    sections, goal_lines = [], []
-    for preset, batch in zip(presets, batches):
+    seq_len, masked = args.seq_len, args.masked
+    sections, goals = [], []
+    for preset, batch in zip(args.presets, args.batch):
         config = BertConfig.preset(preset, vocabulary_size=tokenizer.vocabulary_size)
         arrays = pretraining_batch(tokenizer, batch, seq_len, masked, args.data)
         flops = common.training_flops(
             common.pretraining_forward_flops(config, batch, seq_len, masked)
         )
-        results = {}
-        for variant in args.variants:
-            print(f"{preset}: {variant}", file=sys.stderr, flush=True)
-            try:
-                if variant.startswith("torch"):
-                    if not torch_ok:
-                        raise RuntimeError("torch/transformers not installed")
-                    step = torch_step(config, arrays, args.threads, bf16=variant == "torch-bf16")
-                else:
-                    precision = "mixed_bfloat16" if variant.startswith("bf16") else "float32"
-                    step = project_step(
-                        config, precision, variant.endswith("+jit"), arrays, total_steps
-                    )
-                results[variant] = measure(step, steps, args.repeats, args.warmup)
-            except Exception as e:
-                results[variant] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            finally:
-                if not variant.startswith("torch"):
-                    reset_policy()
+        results = measure_variants(args, preset, config, arrays)
         tokens = batch * seq_len
-        hf = results.get("torch-fp32")
-        hf_rate = tokens / hf.median if isinstance(hf, common.Timing) else None
-        rows = []
-        for variant, t in results.items():
-            if not isinstance(t, common.Timing):
-                rows.append([variant, f"failed: {t}"])
-                continue
-            own = ceilings["bfloat16" if "bf16" in variant else "float32"]
-            achieved = flops / t.median / 1e9
-            rows.append(
-                [
-                    variant,
-                    common.ms_cell(t),
-                    common.fmt(tokens / t.median),
-                    f"{common.fmt(tokens / t.max)}-{common.fmt(tokens / t.min)}",
-                    common.fmt(achieved),
-                    f"{100 * achieved / ceilings['float32']:.0f} %",
-                    f"{100 * achieved / own:.0f} %",
-                    f"{tokens / t.median / hf_rate:.2f}x" if hf_rate else "-",
-                ]
-            )
         sections.append(
             f"### `{preset}` ({config.num_layers} layers, hidden {config.hidden_dim}), batch "
             f"{batch} x {seq_len} tokens, {masked} masked positions: "
             f"{flops / 1e9:.1f} model GFLOP per step\n\n"
-            + common.table(
-                [
-                    "variant",
-                    "ms per step (min-max)",
-                    "tokens/s",
-                    "tokens/s range",
-                    "model GFLOP/s",
-                    "of fp32 ceiling",
-                    "of own ceiling",
-                    "vs torch-fp32",
-                ],
-                rows,
-            )
+            + variants_table(results, tokens, flops, ceilings)
         )
-
-        def rate(v):
-            t = results.get(v)
-            return tokens / t.median if isinstance(t, common.Timing) else None
-
-        best_project = (
-            max((rate(v) or 0 for v in ("fp32", "fp32+jit", "bf16", "bf16+jit")), default=0) or None
-        )
-        target = {"mini": 3.0, "base": 2.5}.get(preset, 3.0)
-        goal_lines.append(
-            common.goal_line(
-                f"`{preset}`: the project's best tokens/s vs HF torch fp32",
-                common.ratio(best_project, hf_rate),
-                target,
-                "x",
-            )
-        )
-        best_fp32 = max((rate(v) or 0 for v in ("fp32", "fp32+jit")), default=0) or None
-        if preset in ("base", "tiny"):
-            mfu = (
-                100 * best_fp32 / tokens * flops / 1e9 / ceilings["float32"] if best_fp32 else None
-            )
-            goal_lines.append(
-                common.goal_line(f"`{preset}`: fp32 model FLOP utilisation", mfu, 70, "%")
-            )
-        best_bf16 = max((rate(v) or 0 for v in ("bf16", "bf16+jit")), default=0) or None
-        goal_lines.append(
-            common.goal_line(
-                f"`{preset}`: best mixed_bfloat16 vs best fp32",
-                common.ratio(best_bf16, best_fp32),
-                1.5,
-                "x",
-            )
-        )
-
+        goals += goal_lines(preset, results, tokens, flops, ceilings)
     body = (
         f"Ceilings: fp32 {common.fmt(ceilings['float32'])} GFLOP/s, bf16 "
         f"{common.fmt(ceilings['bfloat16'])} GFLOP/s"
         + (" (given)" if args.ceiling_gflops else " (measured here)")
-        + f". {steps} step(s) per repeat, median of {args.repeats} repeats after "
+        + f". {args.steps} step(s) per repeat, median of {args.repeats} repeats after "
         f"{args.warmup} warm-up steps; tokens = batch x seq_len (no padding in these "
         f"batches). Model FLOPs: 3 x (encoder + MLM head at the masked positions + NSP "
         f"head) matmuls (see the module docstring).\n\n"
         + "\n\n".join(sections)
         + "\n\n"
-        + "\n".join(goal_lines)
+        + "\n".join(goals)
     )
     common.publish(args, "Pre-training step (MLM + NSP, AdamW)", body)
     return 0

@@ -87,7 +87,7 @@ def plot(path: str, title: str, xlabel: str, series: dict[str, list[tuple]]) -> 
     return path
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/scaling.py",
         description=__doc__,
@@ -113,34 +113,23 @@ def main(argv=None) -> int:
     parser.add_argument("--no-train", action="store_true", help="inference only")
     parser.add_argument("--no-train-jit", action="store_true", help="train without XLA")
     parser.add_argument("--data", default=common.DATA_DIR)
-    args = common.parse(parser, argv)
-    common.tensorflow_threads(args.threads)
+    return common.parse(parser, argv)
+
+
+def measure(args, model_dir: str, points: list[tuple[str, int, int]]) -> list[dict]:
+    """A row per (sweep, batch, tokens): inference and training-step times (or the error),
+    and the FLOPs each does."""
     import pretrain_step
 
     from model.checkpoints import model_dir as model_dirs
     from model.config import BertConfig
     from model.text.wordpiece import WordPieceTokenizer
 
-    quick = args.quick
-    model_dir = args.model or (
-        common.tiny_model_dir(
-            os.path.join(common.quick_dir("scaling"), "tiny-encoder"), common.VOCAB
-        )
-        if quick
-        else common.MINILM_DIR
-    )
-    seq_lens = args.seq_lens or ([16, 32] if quick else [64, 128, 256, 512])
-    batches = args.batches or ([1, 2] if quick else [1, 4, 16, 64])
-    batch_for_seq = args.batch_for_seq or (2 if quick else 8)
-    seq_for_batch = args.seq_for_batch or (32 if quick else 128)
     config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
     tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"), lowercase=config.lowercase)
     encoder = model_dirs.load(model_dir)
     encoder.compile(jit_compile=True)
-
-    points = [("seq", batch_for_seq, t) for t in seq_lens] + [
-        ("batch", b, seq_for_batch) for b in batches
-    ]
+    warmup = max(args.warmup, 1)
     results = []
     for sweep, batch, tokens in points:
         print(f"{sweep} sweep: batch {batch} x {tokens}", file=sys.stderr, flush=True)
@@ -149,9 +138,8 @@ def main(argv=None) -> int:
         features = {k: v for k, v in x.items() if k != "mask_positions"}
         row = {"sweep": sweep, "batch": batch, "tokens": tokens}
         try:
-            row["infer"] = common.time_repeats(
-                lambda: encoder.predict_on_batch(features), args.repeats, max(args.warmup, 1)
-            )
+            call = lambda: encoder.predict_on_batch(features)  # noqa: E731
+            row["infer"] = common.time_repeats(call, args.repeats, warmup)
         except Exception as e:
             row["infer_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         if not args.no_train:
@@ -159,7 +147,7 @@ def main(argv=None) -> int:
                 step = pretrain_step.project_step(
                     config, "float32", not args.no_train_jit, (x, y, sw), 10_000
                 )
-                row["train"] = common.time_repeats(step, args.repeats, max(args.warmup, 1))
+                row["train"] = common.time_repeats(step, args.repeats, warmup)
             except Exception as e:
                 row["train_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             finally:
@@ -171,12 +159,17 @@ def main(argv=None) -> int:
             common.pretraining_forward_flops(config, batch, tokens, masked)
         )
         results.append(row)
+    return results
 
-    def rate(row, kind):
-        t = row.get(kind)
-        return row[f"{kind}_flops"] / t.median / 1e9 if t else None
 
-    table_rows = []
+def rate(row: dict, kind: str) -> float | None:
+    """GFLOP/s of `kind` ("infer" or "train") at a measured point; None where it failed."""
+    t = row.get(kind)
+    return row[f"{kind}_flops"] / t.median / 1e9 if t else None
+
+
+def results_table(results: list[dict], config) -> str:
+    rows = []
     for r in results:
         cells = [r["sweep"], r["batch"], r["tokens"]]
         for kind in ("infer", "train"):
@@ -191,72 +184,96 @@ def main(argv=None) -> int:
                 else [r.get(f"{kind}_error", "-"), "-", "-"]
             )
         cells.append(f"{100 * attention_share(config, r['tokens']):.0f} %")
-        table_rows.append(cells)
+        rows.append(cells)
+    header = [
+        "sweep",
+        "batch",
+        "seq_len",
+        "inference ms (min-max)",
+        "inference GFLOP/s",
+        "inference µs/token",
+        "train ms (min-max)",
+        "train GFLOP/s",
+        "train µs/token",
+        "attention share of layer FLOPs",
+    ]
+    return common.table(header, rows)
+
+
+def sweep_lines(args, model_dir: str, results: list[dict], sweep: str, axis: str, label: str):
+    """Where one sweep's curves bend (the knee, time per token at both ends) and its plot."""
+    rows = [r for r in results if r["sweep"] == sweep]
+    lines = []
+    for kind, kind_label in (("infer", "inference"), ("train", "training")):
+        bend = knee([(r[axis], rate(r, kind)) for r in rows])
+        if bend is None:
+            continue
+        per_token = [
+            (r[axis], r[kind].median / (r["batch"] * r["tokens"]) * 1e6)
+            for r in rows
+            if r.get(kind)
+        ]
+        lines.append(
+            f"- {kind_label} vs {label}: GFLOP/s reaches 90 % of its best at "
+            f"{axis} {bend}; time per token {per_token[0][1]:.1f} µs at "
+            f"{per_token[0][0]} -> {per_token[-1][1]:.1f} µs at {per_token[-1][0]}"
+        )
+    if args.no_write:
+        return lines + ["- plot: not written (--no-write)"]
+    series = {
+        kind_label: [
+            (r[axis], r[kind].median * 1e3 if r.get(kind) else None, rate(r, kind)) for r in rows
+        ]
+        for kind, kind_label in (("infer", "inference"), ("train", "training step"))
+    }
+    path = plot(
+        f"{os.path.splitext(args.results)[0]}-scaling-{sweep}.png",
+        f"{os.path.basename(model_dir)}: time and throughput vs {label}",
+        label,
+        series,
+    )
+    if path is None:
+        return lines + ["- plot: not written (matplotlib not installed)"]
+    return lines + [f"- plot: {os.path.relpath(path, os.path.dirname(args.results))}"]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common.tensorflow_threads(args.threads)
+    from model.checkpoints import model_dir as model_dirs
+    from model.config import BertConfig
+
+    quick = args.quick
+    model_dir = args.model or (
+        common.tiny_model_dir(
+            os.path.join(common.quick_dir("scaling"), "tiny-encoder"), common.VOCAB
+        )
+        if quick
+        else common.MINILM_DIR
+    )
+    seq_lens = args.seq_lens or ([16, 32] if quick else [64, 128, 256, 512])
+    batches = args.batches or ([1, 2] if quick else [1, 4, 16, 64])
+    batch_for_seq = args.batch_for_seq or (2 if quick else 8)
+    seq_for_batch = args.seq_for_batch or (32 if quick else 128)
+    points = [("seq", batch_for_seq, t) for t in seq_lens]
+    points += [("batch", b, seq_for_batch) for b in batches]
+    results = measure(args, model_dir, points)
+    config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
     text = [
         f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}); "
         f"inference: Keras encoder, XLA; training: pre-training step, AdamW, "
         f"{'no XLA' if args.no_train_jit else 'XLA'}, float32. Median of {args.repeats} "
         f"calls (min-max).",
         "",
-        common.table(
-            [
-                "sweep",
-                "batch",
-                "seq_len",
-                "inference ms (min-max)",
-                "inference GFLOP/s",
-                "inference µs/token",
-                "train ms (min-max)",
-                "train GFLOP/s",
-                "train µs/token",
-                "attention share of layer FLOPs",
-            ],
-            table_rows,
-        ),
+        results_table(results, config),
         "",
     ]
-    base = os.path.splitext(args.results)[0]
-    for sweep, axis, label in (
-        ("seq", "tokens", f"sequence length (batch {batch_for_seq})"),
-        ("batch", "batch", f"batch size ({seq_for_batch} tokens)"),
-    ):
-        rows = [r for r in results if r["sweep"] == sweep]
-        series = {
-            kind_label: [
-                (r[axis], r[kind].median * 1e3 if r.get(kind) else None, rate(r, kind))
-                for r in rows
-            ]
-            for kind, kind_label in (("infer", "inference"), ("train", "training step"))
-        }
-        for kind, kind_label in (("infer", "inference"), ("train", "training")):
-            bend = knee([(r[axis], rate(r, kind)) for r in rows])
-            if bend is not None:
-                per_token = [
-                    (r[axis], r[kind].median / (r["batch"] * r["tokens"]) * 1e6)
-                    for r in rows
-                    if r.get(kind)
-                ]
-                text.append(
-                    f"- {kind_label} vs {label}: GFLOP/s reaches 90 % of its best at "
-                    f"{axis} {bend}; time per token {per_token[0][1]:.1f} µs at "
-                    f"{per_token[0][0]} -> {per_token[-1][1]:.1f} µs at "
-                    f"{per_token[-1][0]}"
-                )
-        path = None
-        if not args.no_write:
-            path = plot(
-                f"{base}-scaling-{sweep}.png",
-                f"{os.path.basename(model_dir)}: time and throughput vs {label}",
-                label,
-                series,
-            )
-        text.append(
-            f"- plot: {os.path.relpath(path, os.path.dirname(args.results))}"
-            if path
-            else "- plot: not written ("
-            + ("--no-write" if args.no_write else "matplotlib not installed")
-            + ")"
-        )
+    text += sweep_lines(
+        args, model_dir, results, "seq", "tokens", f"sequence length (batch {batch_for_seq})"
+    )
+    text += sweep_lines(
+        args, model_dir, results, "batch", "batch", f"batch size ({seq_for_batch} tokens)"
+    )
     text.append(
         "- attention's share of a layer's matmul FLOPs: "
         + ", ".join(

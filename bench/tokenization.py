@@ -141,7 +141,7 @@ def count_tokens(out: dict) -> int:
     return sum(len(row) for row in out["ids"])
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/tokenization.py",
         description=__doc__,
@@ -158,45 +158,24 @@ def main(argv=None) -> int:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--tokenizers", nargs="+", choices=TOKENIZERS, default=list(TOKENIZERS))
     parser.add_argument("--data", default=common.DATA_DIR)
-    args = common.parse(parser, argv, warmup=1)
-    # Before `tokenizers` starts its (global, lazily built) thread pool.
-    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    if "project-tf" in args.tokenizers or "project-tf-ids" in args.tokenizers:
-        common.tensorflow_threads(args.threads)
+    return common.parse(parser, argv, warmup=1)
 
-    megabytes = args.megabytes or (0.2 if args.quick else 20)
-    texts = common.wikipedia_lines(int(megabytes * 1e6), args.data)
-    size = sum(len(t.encode("utf-8")) for t in texts)
-    warm, total = [], 0
-    for t in texts:
-        warm.append(t)
-        total += len(t.encode("utf-8"))
-        if total >= min(WARMUP_BYTES, size // 4):
-            break
+
+def plans(args) -> dict:
+    """{tokenizer: (setup, run, label), or None when its library is not installed}."""
     lowercase = not args.cased
-
-    plans = {}
-    if "project-tf" in args.tokenizers:
-        plans["project-tf"] = (
-            project_setup("tf", args.vocab, lowercase),
-            project_run(args.seq_len),
-            "tensorflow-text, encode + pack",
-        )
-    if "project-tf-ids" in args.tokenizers:
-        plans["project-tf-ids"] = (
-            project_setup("tf", args.vocab, lowercase),
-            project_run(args.seq_len, ids_only=True),
-            "tensorflow-text, ids only",
-        )
-    if "project-py" in args.tokenizers:
-        plans["project-py"] = (
-            project_setup("py", args.vocab, lowercase),
-            project_run(args.seq_len),
-            "pure Python (edge), encode + pack",
-        )
+    out = {}
+    project = {
+        "project-tf": ("tf", False, "tensorflow-text, encode + pack"),
+        "project-tf-ids": ("tf", True, "tensorflow-text, ids only"),
+        "project-py": ("py", False, "pure Python (edge), encode + pack"),
+    }
+    for name, (kind, ids_only, label) in project.items():
+        if name in args.tokenizers:
+            setup = project_setup(kind, args.vocab, lowercase)
+            out[name] = (setup, project_run(args.seq_len, ids_only=ids_only), label)
     if "hf-tokenizers" in args.tokenizers:
-        plans["hf-tokenizers"] = (
+        out["hf-tokenizers"] = (
             (
                 hf_tokenizers_setup(args.vocab, lowercase, args.seq_len),
                 hf_tokenizers_run,
@@ -206,7 +185,7 @@ def main(argv=None) -> int:
             else None
         )
     if "transformers" in args.tokenizers:
-        plans["transformers"] = (
+        out["transformers"] = (
             (
                 transformers_setup(args.vocab, lowercase),
                 transformers_run(args.seq_len),
@@ -215,9 +194,25 @@ def main(argv=None) -> int:
             if common.installed("transformers")
             else None
         )
+    return out
 
+
+def warm_up_texts(texts: list[str], size: int) -> list[str]:
+    """The first lines, up to WARMUP_BYTES or a quarter of the text."""
+    warm, total = [], 0
+    for t in texts:
+        warm.append(t)
+        total += len(t.encode("utf-8"))
+        if total >= min(WARMUP_BYTES, size // 4):
+            break
+    return warm
+
+
+def measure(args, planned: dict, texts: list[str], warm: list[str]) -> dict:
+    """{tokenizer: {"label", "timing", "out"} or {"error"}}."""
+    size = sum(len(t.encode("utf-8")) for t in texts)
     results = {}
-    for name, plan in plans.items():
+    for name, plan in planned.items():
         if plan is None:
             results[name] = {"error": "not installed"}
             continue
@@ -235,13 +230,12 @@ def main(argv=None) -> int:
             results[name] = {"label": label, "timing": timing, "out": holder["out"]}
         except Exception as e:
             results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    return results
 
-    reference = results.get("hf-tokenizers", {}).get("out")
-    hf_time = (
-        results["hf-tokenizers"]["timing"].median
-        if "timing" in results.get("hf-tokenizers", {})
-        else None
-    )
+
+def results_table(results: dict, texts: list[str], size: int) -> str:
+    hf = results.get("hf-tokenizers", {})
+    reference, hf_time = hf.get("out"), hf["timing"].median if "timing" in hf else None
     rows = []
     for name, r in results.items():
         if "error" in r:
@@ -261,50 +255,67 @@ def main(argv=None) -> int:
                 f"{100 * same:.3f} %" if same is not None else "-",
             ]
         )
+    header = [
+        "tokenizer",
+        "what",
+        "seconds (min-max)",
+        "MB/s",
+        "tokens/s",
+        "lines/s",
+        "speed vs hf-tokenizers",
+        "rows identical to hf-tokenizers",
+    ]
+    return common.table(header, rows)
+
+
+def goals(results: dict) -> list[str]:
+    """The project tokenizer's speed and agreement against HF tokenizers; the edge one's
+    agreement."""
+    hf = results.get("hf-tokenizers", {})
+    reference, hf_time = hf.get("out"), hf["timing"].median if "timing" in hf else None
+    project = results.get("project-tf", {})
+    speed = common.ratio(hf_time, project["timing"].median) if "timing" in project else None
+    same = agreement(project["out"], reference) if "out" in project else None
+    lines = [
+        common.goal_line("project tokenizer (project-tf) speed vs HF tokenizers", speed, 10, "x"),
+        common.goal_line(
+            "project tokenizer rows identical to HF tokenizers",
+            100 * same if same is not None else None,
+            99.9,
+            "%",
+        ),
+    ]
+    edge = results.get("project-py", {})
+    python_same = agreement(edge["out"], reference) if "out" in edge else None
+    if python_same is not None:
+        lines.append(
+            f"- project-py (edge) rows identical to HF tokenizers: {100 * python_same:.3f} %"
+        )
+    return lines
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # Before `tokenizers` starts its (global, lazily built) thread pool.
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    if "project-tf" in args.tokenizers or "project-tf-ids" in args.tokenizers:
+        common.tensorflow_threads(args.threads)
+    megabytes = args.megabytes or (0.2 if args.quick else 20)
+    texts = common.wikipedia_lines(int(megabytes * 1e6), args.data)
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    warm = warm_up_texts(texts, size)
+    results = measure(args, plans(args), texts, warm)
     body = [
         f"{len(texts):,} paragraphs, {size / 1e6:.1f} MB of English Wikipedia "
         f"(enwiki-2015/AA), vocabulary {args.vocab}, seq_len {args.seq_len}; median of "
         f"{args.repeats} repeats after {args.warmup} warm-up run(s) on the first "
         f"{sum(len(t.encode('utf-8')) for t in warm) / 1e6:.1f} MB.",
         "",
-        common.table(
-            [
-                "tokenizer",
-                "what",
-                "seconds (min-max)",
-                "MB/s",
-                "tokens/s",
-                "lines/s",
-                "speed vs hf-tokenizers",
-                "rows identical to hf-tokenizers",
-            ],
-            rows,
-        ),
+        results_table(results, texts, size),
         "",
+        *goals(results),
     ]
-    project = results.get("project-tf", {})
-    speed = common.ratio(hf_time, project["timing"].median) if "timing" in project else None
-    body.append(
-        common.goal_line("project tokenizer (project-tf) speed vs HF tokenizers", speed, 10, "x")
-    )
-    same = agreement(project.get("out", {}), reference) if "out" in project else None
-    body.append(
-        common.goal_line(
-            "project tokenizer rows identical to HF tokenizers",
-            100 * same if same is not None else None,
-            99.9,
-            "%",
-        )
-    )
-    python_same = (
-        agreement(results["project-py"]["out"], reference)
-        if "out" in results.get("project-py", {})
-        else None
-    )
-    if python_same is not None:
-        body.append(
-            f"- project-py (edge) rows identical to HF tokenizers: {100 * python_same:.3f} %"
-        )
     common.publish(args, "Tokenization to model inputs", "\n".join(body))
     if all("error" in r for r in results.values()):
         print("error: every tokenizer failed (see the table)", file=sys.stderr)
