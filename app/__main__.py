@@ -156,6 +156,7 @@ def start(slots: dict, args: argparse.Namespace):
         server_port=args.port,
         share=share,
         css=ui.CSS,
+        js=ui.JS,
         theme=ui.theme(),
         prevent_thread_lock=True,
         quiet=True,

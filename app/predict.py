@@ -560,7 +560,10 @@ def _percent(p) -> str:
 
 # === Named entities ===
 
-ENTITY_COLORS = {"PER": "#f59e0b", "ORG": "#3b82f6", "LOC": "#10b981", "MISC": "#a855f7"}
+# Span colours (Tailwind's 700 shades): the type's white label on them has a contrast of at
+# least 4.5:1 (WCAG AA); the type is written beside each span, never shown by colour alone.
+ENTITY_COLORS = {"PER": "#b45309", "ORG": "#1d4ed8", "LOC": "#047857", "MISC": "#7e22ce"}
+ANSWER_COLOR = "#15803d"
 
 
 @view_output("entities")
@@ -609,10 +612,10 @@ def entities(slot, text, limits: Limits = Limits()) -> dict:
 # Labels of the highlighted tokens: "replaced" is the discriminator's call; after the generator
 # corrupted the text, each call is checked against what it really did.
 REPLACED_COLORS = {
-    "replaced": "#ef4444",
-    "caught": "#22c55e",
-    "missed": "#f59e0b",
-    "false alarm": "#a855f7",
+    "replaced": "#b91c1c",
+    "caught": "#15803d",
+    "missed": "#b45309",
+    "false alarm": "#7e22ce",
 }
 # The generator's share of WordPieces: pre-training's 15 %, and the range the view offers.
 CORRUPT_RATE, MIN_RATE, MAX_RATE = 0.15, 0.05, 0.5

@@ -100,14 +100,17 @@ CSS = (
 .attn th.col span { writing-mode: vertical-rl; transform: rotate(180deg); }
 .attn th.row { text-align: right; }
 .attn th.special { font-weight: 700; }
-.attn th.seg1 { color: #b45309; }
+.attn th.seg1 { color: #92400e; }
 .attn tr.sel th.row { background: #fde68a; }
 .attn tr.sel td { border-top-color: #f59e0b; border-bottom-color: #f59e0b; }
 .heads-grid { display: flex; flex-wrap: wrap; gap: 8px; }
 .heads-grid figure { margin: 0; cursor: pointer; text-align: center; font-size: 12px; }
 .heads-grid img { width: 96px; height: 96px; image-rendering: pixelated;
                   border: 2px solid transparent; }
-.heads-grid figure.sel img { border-color: #f59e0b; }
+.heads-grid figure.sel img { border-color: #b45309; }
+/* A keyboard user sees where the focus is (Gradio's own ring is faint or, on sliders, none). */
+:focus-visible, input[type="range"]:focus-visible { outline: 3px solid #1d4ed8;
+                                                   outline-offset: 2px; }
 """
     + _SHADES
 )
@@ -123,20 +126,57 @@ _CLICK_HEAD = (
 )
 
 
+# Pixels below which the two attention maps stop sharing a row (their captions need it).
+MAP_MIN_WIDTH = 320
+
+# A box of several lines takes Enter as a new line; Shift+Enter runs the view.
+SUBMIT_HINT = "Shift+Enter runs it"
+
+# Run on page load, and again whenever Gradio draws more of the page (another tab):
+# - status messages become live regions, so that screen readers announce them (Gradio's
+#   Markdown is none);
+# - the Seed box starts empty, as its label says ("a new one each time"): Gradio's Number
+#   shows and sends 0 for a value of None; emptied, it sends None.
+JS = """() => {
+  const mark = () => {
+    document.querySelectorAll('[id$="-status"]:not([aria-live])').forEach((e) => {
+      e.setAttribute('role', 'status');
+      e.setAttribute('aria-live', 'polite');
+    });
+    const seed = document.querySelector('#replaced_tokens-seed input:not([data-emptied])');
+    if (seed) {
+      seed.dataset.emptied = '1';
+      if (seed.value === '0') {
+        seed.value = '';
+        seed.dispatchEvent(new Event('input', {bubbles: true}));
+      }
+    }
+  };
+  mark();
+  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true});
+}"""
+
 # All events share one queue, so `queue(default_concurrency_limit=N)` (--concurrency) bounds the
 # jobs running at once across the views, not per event.
 SHARED = {"concurrency_id": "models"}
 
 
 def theme():
-    """Gradio's default theme with the machine's own fonts: its web fonts (Source Sans Pro,
-    IBM Plex Mono) come from Google's servers, and offline the browser pieced the title
-    together from two fonts ("ʙERT", a small B; the A of "ANSWER" too)."""
+    """Gradio's default theme with the machine's own fonts (its web fonts, Source Sans Pro and
+    IBM Plex Mono, come from Google's servers, and offline the browser pieced the title
+    together from two fonts: "ʙERT", a small B; the A of "ANSWER" too) and darker accents."""
     import gradio as gr
 
     return gr.themes.Default(
         font=("ui-sans-serif", "system-ui", "sans-serif"),
         font_mono=("ui-monospace", "Consolas", "monospace"),
+    ).set(
+        # Text at least 4.5:1 against its background (WCAG AA): white on orange 700 rather
+        # than 500 (3.6:1), the selected tab and small grey text darker than Gradio's.
+        button_primary_background_fill="*primary_700",
+        button_primary_background_fill_hover="*primary_800",
+        color_accent="*primary_700",
+        body_text_color_subdued="*neutral_600",
     )
 
 
@@ -197,6 +237,7 @@ def _fill_mask_view(gr, slot, limits):
         "The cat sat on the [MASK].",
         label="Text with one or more [MASK]",
         lines=2,
+        info=SUBMIT_HINT,
         elem_id="fill_mask-text",
     )
     # A bundle stores only its top_k predictions per mask.
@@ -284,9 +325,12 @@ def _attention_controls(gr, slot) -> tuple:
     """The sentence boxes, the button and the layer/head/token choosers."""
     layers, heads = slot.layers_heads or (1, 1)
     with gr.Row():
-        text = gr.Textbox(label="Sentence", lines=2, elem_id="attention-text")
+        text = gr.Textbox(label="Sentence", lines=2, info=SUBMIT_HINT, elem_id="attention-text")
         pair = gr.Textbox(
-            label="Second sentence (optional; shown after [SEP])", lines=2, elem_id="attention-pair"
+            label="Second sentence (optional; shown after [SEP])",
+            lines=2,
+            info=SUBMIT_HINT,
+            elem_id="attention-pair",
         )
     button = gr.Button("Show attention", variant="primary", elem_id="attention-run")
     with gr.Row():
@@ -319,19 +363,21 @@ def _attention_maps(gr) -> tuple:
         show_legend=False,
         elem_id="attention-attends",
     )
-    with gr.Row():
-        head_map = gr.HTML(
-            label="head map",
-            show_label=False,
-            elem_id="attention-head-map",
-            js_on_load=_CLICK_TOKEN,
-        )
-        average_map = gr.HTML(
-            label="average map",
-            show_label=False,
-            elem_id="attention-average-map",
-            js_on_load=_CLICK_TOKEN,
-        )
+    with gr.Row():  # side by side; one above the other on a narrow screen
+        with gr.Column(min_width=MAP_MIN_WIDTH):
+            head_map = gr.HTML(
+                label="head map",
+                show_label=False,
+                elem_id="attention-head-map",
+                js_on_load=_CLICK_TOKEN,
+            )
+        with gr.Column(min_width=MAP_MIN_WIDTH):
+            average_map = gr.HTML(
+                label="average map",
+                show_label=False,
+                elem_id="attention-average-map",
+                js_on_load=_CLICK_TOKEN,
+            )
     gr.Markdown("All heads of the layer (click one to show it above):")
     grid = gr.HTML(
         label="all heads", show_label=False, elem_id="attention-grid", js_on_load=_CLICK_HEAD
@@ -351,6 +397,7 @@ def _sentiment_view(gr, slot, limits):
     text = gr.Textbox(
         label="Text",
         lines=3,
+        info=SUBMIT_HINT,
         placeholder="A sentence or a whole review: a long text is read in windows.",
         elem_id="sentiment-text",
     )
@@ -376,7 +423,7 @@ def _sentiment_view(gr, slot, limits):
 def _answer_view(gr, slot, limits):
     _header(gr, slot)
     question = gr.Textbox(label="Question", elem_id="answer-question")
-    context = gr.Textbox(label="Context", lines=6, elem_id="answer-context")
+    context = gr.Textbox(label="Context", lines=6, info=SUBMIT_HINT, elem_id="answer-context")
     with gr.Row():
         n_best = gr.Slider(
             1,
@@ -389,7 +436,7 @@ def _answer_view(gr, slot, limits):
     status = gr.Markdown(label="status", show_label=False, elem_id="answer-status")
     spans = gr.HighlightedText(
         label="The answer in its context",
-        color_map={"answer": "#22c55e"},
+        color_map={"answer": predict.ANSWER_COLOR},
         elem_id="answer-context-view",
     )
     nbest = gr.Dataframe(
@@ -406,7 +453,7 @@ def _answer_view(gr, slot, limits):
         return _outputs(predict.answer(slot, question, context, n_best, limits), "answer")
 
     gr.on(
-        [button.click, question.submit],
+        [button.click, question.submit, context.submit],
         run,
         [question, context, n_best],
         [status, spans, nbest, raw],
@@ -417,13 +464,13 @@ def _answer_view(gr, slot, limits):
 
 def _entities_view(gr, slot, limits):
     _header(gr, slot)
-    text = gr.Textbox(label="Text", lines=3, elem_id="entities-text")
+    text = gr.Textbox(label="Text", lines=3, info=SUBMIT_HINT, elem_id="entities-text")
     button = gr.Button("Find entities", variant="primary", elem_id="entities-run")
     status = gr.Markdown(label="status", show_label=False, elem_id="entities-status")
     spans = gr.HighlightedText(
         label="Entities",
         color_map=predict.ENTITY_COLORS,
-        show_legend=True,
+        show_legend=False,  # each span's type beside it, not in a legend of colours alone
         elem_id="entities-spans",
     )
     table = gr.Dataframe(
@@ -463,6 +510,7 @@ def _replaced_tokens_view(gr, slot, limits):
     text = gr.Textbox(
         label="Sentence (edit a word, or let the generator replace some)",
         lines=2,
+        info=SUBMIT_HINT,
         elem_id="replaced_tokens-text",
     )
     button = gr.Button("Find replaced tokens", variant="primary", elem_id="replaced_tokens-run")
@@ -488,7 +536,7 @@ def _replaced_tokens_view(gr, slot, limits):
     spans = gr.HighlightedText(
         label="Tokens the discriminator calls replaced",
         color_map=predict.REPLACED_COLORS,
-        show_legend=True,
+        show_legend=False,
         elem_id="replaced_tokens-spans",
     )
     table = gr.Dataframe(

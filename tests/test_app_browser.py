@@ -17,6 +17,7 @@ go to the test's tmp dir, and also to $APP_SCREENSHOTS when set.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -44,6 +45,25 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 30_000
+# The contrast ratio (WCAG 2) of an element's text colour against the first opaque background
+# at or above it.
+CONTRAST_JS = """(element) => {
+  const rgba = (c) => c.match(/[\\d.]+/g).map(Number);
+  const luminance = (c) => {
+    const [r, g, b] = rgba(c).slice(0, 3).map((v) => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  let e = element, background = 'rgb(255, 255, 255)';
+  for (; e; e = e.parentElement) {
+    const c = getComputedStyle(e).backgroundColor, v = rgba(c);
+    if (v.length < 4 || v[3] > 0.5) { background = c; break; }
+  }
+  const a = luminance(getComputedStyle(element).color), b = luminance(background);
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
 # The first render loads Gradio's whole front end: on two cores shared with other jobs it has
 # taken over 30 s (a CI run beside three model evaluations), so it gets longer.
 FIRST_RENDER_MS = 120_000
@@ -145,6 +165,7 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     )
     run("fill_mask", {"text": "The cat sat on the [MASK]."})
     expect(status("fill_mask")).to_contain_text("Filled 1 [MASK]")
+    expect(status("fill_mask")).to_have_attribute("aria-live", "polite")  # announced
     expect(page.locator("#fill_mask-bars .mask-card")).to_have_count(1)
     assert page.locator("#fill_mask-bars .bar-row").count() == 5
     expect(page.locator("#fill_mask-filled")).to_contain_text("The cat sat on the")
@@ -176,9 +197,21 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     expect(status("attention")).to_contain_text("“on” (WordPiece 4 of the input)")
     shot("attention")
 
-    # Sentiment, and an empty input.
-    run("sentiment", {"text": "A good, warm and funny film."})
+    # On a narrow screen the two maps stack (their captions readable), and nothing makes the
+    # page scroll sideways.
+    page.set_viewport_size({"width": 400, "height": 900})
+    above = page.locator("#attention-head-map").bounding_box()
+    below = page.locator("#attention-average-map").bounding_box()
+    assert below["y"] >= above["y"] + above["height"] - 1, (above, below)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # Sentiment (Shift+Enter in the box runs it, as its hint says), and an empty input.
+    page.get_by_role("tab", name=VIEW["sentiment"].title, exact=True).click()
+    page.locator("#sentiment-text textarea").fill("A good, warm and funny film.")
+    page.locator("#sentiment-text textarea").press("Shift+Enter")
     expect(status("sentiment")).to_contain_text("%")
+    expect(status("sentiment")).to_have_attribute("aria-live", "polite")
     expect(page.locator("#sentiment-label")).to_contain_text("positive")
     expect(page.locator("#sentiment-label")).to_contain_text("negative")
     shot("sentiment")
@@ -187,9 +220,13 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     run("sentiment", {"text": "   "})
     expect(status("sentiment")).to_contain_text("The text is empty")
 
-    # Question answering: the answer highlighted in its context, the n-best list.
+    # Question answering: the answer highlighted in its context, the n-best list; Shift+Enter
+    # in the context runs it.
     context = "The cat sat on the mat while the dog slept in the garden."
-    run("answer", {"question": "Where did the cat sit?", "context": context})
+    page.get_by_role("tab", name=VIEW["answer"].title, exact=True).click()
+    page.locator("#answer-question input, #answer-question textarea").first.fill("Where?")
+    page.locator("#answer-context textarea").fill(context)
+    page.locator("#answer-context textarea").press("Shift+Enter")
     expect(status("answer")).to_contain_text("% likely")
     expect(page.locator("#answer-nbest")).to_contain_text("probability")
     answer = status("answer").locator("strong").first.inner_text()
@@ -202,7 +239,23 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     expect(status("entities")).to_contain_text("in 6 words")
     expect(page.locator("#entities-spans")).to_contain_text("Washington")
     expect(page.locator("#entities-table")).to_contain_text("confidence")
+    # Each entity's type is written beside it, not shown by its colour alone.
+    types = page.locator("#entities-table tbody tr td:nth-child(2)").all_inner_texts()
+    for kind in {t.strip() for t in types if t.strip()}:
+        expect(page.locator("#entities-spans")).to_contain_text(kind)
     shot("entities")
+
+    # Keyboard users see the focus; text on the app's colours is at least 4.5:1 (WCAG AA).
+    page.get_by_role("tab", name=VIEW["fill_mask"].title, exact=True).click()
+    page.locator("#fill_mask-run").focus()
+    page.keyboard.press("Shift+Tab")  # to the slider, whose focus Gradio does not show
+    assert page.evaluate("document.activeElement.type") == "range"
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineWidth") == "3px"
+    for element in (
+        page.locator("#fill_mask-run"),
+        page.get_by_role("tab", name=VIEW["fill_mask"].title, exact=True),
+    ):
+        assert element.evaluate(CONTRAST_JS) >= 4.5, element
 
     assert not page.locator("text=Traceback").count()
     assert not outside, f"the page fetched from outside the app: {outside}"
@@ -248,6 +301,20 @@ def test_replaced_tokens_view_in_chromium(browser, electra_url, tmp_path):
     expect(page.locator("#replaced_tokens-table")).to_contain_text("P(replaced)")
     expect(page.locator("#replaced_tokens-table")).to_contain_text("dog")
     expect(page.locator("#replaced_tokens-spans")).to_contain_text("dog ran fast")
+
+    # The Seed box starts empty, as its label says: a new seed each time.
+    seed = page.locator("#replaced_tokens-seed input")
+    expect(seed).to_have_value("")
+    seeds = []
+    for _ in range(2):
+        box.fill(ELECTRA_TEXT)
+        page.locator("#replaced_tokens-corrupt").click()
+        if seeds:
+            expect(status).not_to_contain_text(seeds[-1])
+        expect(status).to_contain_text("The generator replaced")
+        seeds.append(re.search(r"seed \d+\)", status.inner_text()).group(0))
+    assert seeds[0] != seeds[1] and "seed 0)" not in seeds, seeds
+    box.fill(ELECTRA_TEXT)
 
     # The generator corrupts the sentence (seed 3): the box shows the runtime's corrupted text,
     # and the discriminator's calls on it are checked against what the generator did.
