@@ -5,7 +5,8 @@
 A GPU machine rented by the minute has JAX and nothing of TensorFlow; an import that
 fails there costs minutes. This environment is built from model/requirements-jax.txt
 alone (`pip install --no-deps`): numpy, CPU jax, keras, keras-hub and their pinned
-dependencies. In it, at smoke scale: pre-training on the device path for every objective,
+dependencies; with Python 3.12 (CI's choice where the machine has one) its jax is the GPU
+image's, 0.11.2. In it, at smoke scale: pre-training on the device path for every objective,
 fine-tuning SST-2 from that run, and evaluating the fine-tuned model and the masked LM; and
 every table of `model.experiments` at the smoke scale from its prepared input (`--prepare`,
 made here), records included, its pre-trainings on the host pipeline.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -128,6 +130,25 @@ def test_every_objective_pretrains_without_tensorflow(runs, objective):
         rows = [line.split(",") for line in f.read().splitlines()]
     assert rows[0] == ["tag", "step", "value"]
     assert [step for tag, step, _ in rows[1:] if tag == "train/loss"] == ["5", "10"]
+
+
+def test_steps_in_one_call_and_donated_state_are_single_steps_with_this_jax(jax_python, records):
+    """tests/test_device_data.py's check of jax itself (jax 0.7.2's CPU build computed other
+    steps once Keras's fit had donated its state), in this environment: with Python 3.12 it
+    has the GPU image's jax (model/requirements-jax.txt)."""
+    from tests.test_device_data import _DONATION_SCRIPT
+
+    done = subprocess.run(
+        [jax_python, "-c", _DONATION_SCRIPT, records["pairs"]],
+        cwd=REPO_ROOT,
+        env={**subprocess_env(), "KERAS_BACKEND": "jax"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    diffs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert diffs["fit"] < 1e-6 and diffs["device"] < 1e-6, diffs
 
 
 def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
