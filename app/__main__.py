@@ -8,10 +8,10 @@
 Binds to 127.0.0.1 unless --host says otherwise. Needs no network: Gradio's analytics and the
 Hugging Face Hub are switched off before Gradio is imported, and with --share and no network the
 app says why there is no public link and serves locally. Views whose model is missing say so and
-how to make it (to visitors of a public link or of a non-loopback --host: only that the server's
-log says why, with no server path). Limits are flags: --max-input-chars (per text box), --concurrency (jobs running
-at once, all views together), --max-queue (requests waiting). Prints "Running on <url>" when it
-answers.
+how to make it (to visitors of a public link or of a non-loopback --host only that the server's
+log says why: they see no server path). Limits are flags: --max-input-chars (per text box),
+--concurrency (jobs running at once, all views together), --max-queue (requests waiting).
+Prints "Running on <url>" when it answers.
 """
 
 from __future__ import annotations

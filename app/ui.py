@@ -132,19 +132,22 @@ MAP_MIN_WIDTH = 320
 # A box of several lines takes Enter as a new line; Shift+Enter runs the view.
 SUBMIT_HINT = "Shift+Enter runs it"
 
-# Run on page load, and again whenever Gradio draws more of the page (another tab):
-# - status messages become live regions, so that screen readers announce them (Gradio's
-#   Markdown is none);
+# Run on page load, and again whenever Gradio draws more of the page (a tab's first visit):
+# - each status message becomes a live region, so that screen readers announce it (Gradio's
+#   Markdown is none): its text element, which Gradio keeps from one answer to the next, not
+#   the block around it, which also holds Gradio's running timer;
 # - the Seed box starts empty, as its label says ("a new one each time"): Gradio's Number
-#   shows and sends 0 for a value of None; emptied, it sends None.
+#   shows and sends 0 for a value of None; emptied, it sends None. Done once, when the box
+#   first shows a value, so a 0 the user types stays.
 JS = """() => {
   const mark = () => {
-    document.querySelectorAll('[id$="-status"]:not([aria-live])').forEach((e) => {
+    const texts = '[id$="-status"] [data-testid="markdown"]:not([aria-live])';
+    document.querySelectorAll(texts).forEach((e) => {
       e.setAttribute('role', 'status');
       e.setAttribute('aria-live', 'polite');
     });
     const seed = document.querySelector('#replaced_tokens-seed input:not([data-emptied])');
-    if (seed) {
+    if (seed && seed.value !== '') {
       seed.dataset.emptied = '1';
       if (seed.value === '0') {
         seed.value = '';

@@ -553,10 +553,10 @@ def measure(s: Setup, name: str, label: str, build, note: str = "") -> dict:
 def keras_rows(s: Setup) -> list[dict]:
     rows = []
     if "keras-xla" in s.args.runtimes:
-        build = lambda: keras_runtime(s.model_dir, True)  # noqa: E731
+        build = lambda: keras_runtime(s.model_dir, True)
         rows.append(measure(s, "keras-xla", "project Keras, TF backend, XLA", build))
     if "keras" in s.args.runtimes:
-        build = lambda: keras_runtime(s.model_dir, False)  # noqa: E731
+        build = lambda: keras_runtime(s.model_dir, False)
         rows.append(measure(s, "keras", "project Keras, TF backend, no XLA", build))
     return rows
 
@@ -681,8 +681,8 @@ def report(s: Setup, rows: list[dict], ceiling: float, ceiling_note: str) -> str
 def main(argv=None) -> int:
     args = parse_args(argv)
     common.tensorflow_threads(args.threads)  # before any TensorFlow op
+    ceiling, ceiling_note = ceiling_gflops(args)  # first: on an idle machine, as before
     s = setup(args)
-    ceiling, ceiling_note = ceiling_gflops(args)
     rows = keras_rows(s) + litert_rows(s) + other_rows(s)
     name = os.path.basename(os.path.abspath(s.model_dir))
     common.publish(args, f"Encoder inference ({name})", report(s, rows, ceiling, ceiling_note))

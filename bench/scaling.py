@@ -138,7 +138,7 @@ def measure(args, model_dir: str, points: list[tuple[str, int, int]]) -> list[di
         features = {k: v for k, v in x.items() if k != "mask_positions"}
         row = {"sweep": sweep, "batch": batch, "tokens": tokens}
         try:
-            call = lambda: encoder.predict_on_batch(features)  # noqa: E731
+            call = lambda: encoder.predict_on_batch(features)
             row["infer"] = common.time_repeats(call, args.repeats, warmup)
         except Exception as e:
             row["infer_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"

@@ -233,9 +233,15 @@ def measure(args, planned: dict, texts: list[str], warm: list[str]) -> dict:
     return results
 
 
-def results_table(results: dict, texts: list[str], size: int) -> str:
+def hf_reference(results: dict) -> tuple:
+    """HF tokenizers' output and median seconds, what the others are compared with (None,
+    None when it did not run)."""
     hf = results.get("hf-tokenizers", {})
-    reference, hf_time = hf.get("out"), hf["timing"].median if "timing" in hf else None
+    return hf.get("out"), hf["timing"].median if "timing" in hf else None
+
+
+def results_table(results: dict, texts: list[str], size: int) -> str:
+    reference, hf_time = hf_reference(results)
     rows = []
     for name, r in results.items():
         if "error" in r:
@@ -271,8 +277,7 @@ def results_table(results: dict, texts: list[str], size: int) -> str:
 def goals(results: dict) -> list[str]:
     """The project tokenizer's speed and agreement against HF tokenizers; the edge one's
     agreement."""
-    hf = results.get("hf-tokenizers", {})
-    reference, hf_time = hf.get("out"), hf["timing"].median if "timing" in hf else None
+    reference, hf_time = hf_reference(results)
     project = results.get("project-tf", {})
     speed = common.ratio(hf_time, project["timing"].median) if "timing" in project else None
     same = agreement(project["out"], reference) if "out" in project else None

@@ -518,7 +518,7 @@ device = make(); device.steps_per_execution = K
 device_loop.attach(device, corpus, obj.device_batches(tables), obj.masking_rates(), 1, 4, K)
 device.fit(device_loop.calls(), epochs=1, steps_per_epoch=K * CALLS, verbose=0)
 diff = lambda m: max(float(np.max(np.abs(a - b))) for a, b in zip(weights(m), expected))
-print(json.dumps({"fit": diff(fitted), "device": diff(device)}))
+print(json.dumps({"fit": diff(fitted), "device": diff(device), "jax": jax.__version__}))
 """
 )
 

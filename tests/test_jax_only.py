@@ -147,7 +147,7 @@ def test_steps_in_one_call_and_donated_state_are_single_steps_with_this_jax(jax_
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    diffs = json.loads(done.stdout.strip().splitlines()[-1])
+    diffs = json.loads(done.stdout.strip().splitlines()[-1])  # which jax: in the message
     assert diffs["fit"] < 1e-6 and diffs["device"] < 1e-6, diffs
 
 
