@@ -115,7 +115,7 @@ def parts(config, batch: int, seq_len: int, seed: int = 0):
     }
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/encoder_breakdown.py",
         description=__doc__,
@@ -132,47 +132,24 @@ def main(argv=None) -> int:
         default=None,
         help="fp32 ceiling (default: measured here with ceiling.py's matmul)",
     )
-    args = common.parse(parser, argv, warmup=2)
-    common.tensorflow_threads(args.threads)
-    import tensorflow as tf
+    return common.parse(parser, argv, warmup=2)
 
-    from model.checkpoints import model_dir as model_dirs
-    from model.config import BertConfig
-    from model.text.tokenizer import WordPieceTokenizer
 
-    model_dir = args.model or (
-        common.tiny_model_dir(
-            os.path.join(common.quick_dir("breakdown"), "tiny-encoder"), common.VOCAB
-        )
-        if args.quick
-        else common.MINILM_DIR
-    )
-    batch, seq_len = (4, 32) if args.quick else (args.batch, args.seq_len)
-    config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
-    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"))
-    texts = common.long_paragraphs(tokenizer, batch, seq_len)
-    x = {k: tf.constant(v) for k, v in common.pack_texts(tokenizer, texts, seq_len).items()}
-    encoder = model_dirs.load(model_dir)
+def ceiling_gflops(args) -> float:
+    """The fp32 ceiling: given, else one square matmul timed here."""
+    if args.ceiling_gflops is not None:
+        return args.ceiling_gflops
+    import ceiling as ceiling_script
 
-    @tf.function(jit_compile=True)
-    def full():
-        return tf.reduce_sum(encoder(x, training=False)["sequence_output"])
+    size = 1024 if args.quick else 4096
+    t = common.time_repeats(ceiling_script.matmul_fn("float32", size), args.repeats, warmup=1)
+    return common.matmul_flops(size, size, size) / t.median / 1e9
 
-    ceiling = args.ceiling_gflops
-    if ceiling is None:
-        import ceiling as ceiling_script
 
-        run = ceiling_script.matmul_fn("float32", 1024 if args.quick else 4096)
-        t = common.time_repeats(run, args.repeats, warmup=1)
-        ceiling = common.matmul_flops(*(3 * [1024 if args.quick else 4096])) / t.median / 1e9
-
-    timed = {"full encoder": (full, common.encoder_flops(config, batch, seq_len))}
-    timed.update(parts(config, batch, seq_len))
-    results = {}
-    for name, (fn, flops) in timed.items():
-        print(f"{name}", file=sys.stderr, flush=True)
-        results[name] = (common.time_repeats(fn, args.repeats, warmup=args.warmup), flops)
-
+def breakdown_table(results: dict, ceiling: float) -> str:
+    """A row per part (its share of the full encoder's time and of the ceiling), and before
+    the last (GELU tanh, an alternative to the exact GELU timed among the parts) the parts'
+    sum."""
     full_s = results["full encoder"][0].median
     summed = sum(
         t.median for name, (t, _) in results.items() if name not in ("full encoder", "GELU (tanh)")
@@ -198,6 +175,44 @@ def main(argv=None) -> int:
             "-",
         ],
     )
+    header = ["part", "ms (min-max)", "of full encoder", "GFLOP/s", "of fp32 ceiling"]
+    return common.table(header, rows)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common.tensorflow_threads(args.threads)
+    import tensorflow as tf
+
+    from model.checkpoints import model_dir as model_dirs
+    from model.config import BertConfig
+    from model.text.tokenizer import WordPieceTokenizer
+
+    model_dir = args.model or (
+        common.tiny_model_dir(
+            os.path.join(common.quick_dir("breakdown"), "tiny-encoder"), common.VOCAB
+        )
+        if args.quick
+        else common.MINILM_DIR
+    )
+    batch, seq_len = (4, 32) if args.quick else (args.batch, args.seq_len)
+    config = BertConfig.from_dict(model_dirs.read_info(model_dir)["encoder"])
+    tokenizer = WordPieceTokenizer(os.path.join(model_dir, "vocab.txt"))
+    texts = common.long_paragraphs(tokenizer, batch, seq_len)
+    x = {k: tf.constant(v) for k, v in common.pack_texts(tokenizer, texts, seq_len).items()}
+    encoder = model_dirs.load(model_dir)
+
+    @tf.function(jit_compile=True)
+    def full():
+        return tf.reduce_sum(encoder(x, training=False)["sequence_output"])
+
+    ceiling = ceiling_gflops(args)
+    timed = {"full encoder": (full, common.encoder_flops(config, batch, seq_len))}
+    timed.update(parts(config, batch, seq_len))
+    results = {}
+    for name, (fn, flops) in timed.items():
+        print(f"{name}", file=sys.stderr, flush=True)
+        results[name] = (common.time_repeats(fn, args.repeats, warmup=args.warmup), flops)
     body = "\n".join(
         [
             f"Model {model_dir} ({config.num_layers} layers, hidden {config.hidden_dim}, "
@@ -206,9 +221,7 @@ def main(argv=None) -> int:
             f"shapes, chained over the layers. Median of {args.repeats} calls after "
             f"{args.warmup} warm-up(s); fp32 ceiling {ceiling:.1f} GFLOP/s.",
             "",
-            common.table(
-                ["part", "ms (min-max)", "of full encoder", "GFLOP/s", "of fp32 ceiling"], rows
-            ),
+            breakdown_table(results, ceiling),
             "",
         ]
     )

@@ -135,10 +135,32 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         "variance is not measured.",
         "",
     ]
+    lines += results_table(table, work, measured)
+    lines += ["", "## What this scale can show", ""]
+    lines += [work.scale.note, ""] if work.scale.note else []
+    lines += [HOW_TO_READ, ""]
+    lines += budgets(table, work)
+    lines += baselines(table, work, measured)
+    lines += judgements(table, work, measured, lower)
+    if table.note:
+        lines += ["", table.note]
+    if any(r.checkpoint is not None for r in table.rows):
+        lines += curves_lines(table, work, measured, os.path.splitext(path)[0] + ".png")
+    if table.not_built:
+        lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
+    lines += command_lines(work, commands)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return lines
+
+
+def results_table(table: Table, work: Work, measured: dict) -> list[str]:
+    """The markdown table: a line per row, its cells and the paper's; with the pre-training
+    steps of each row's checkpoint where the table is a curve."""
     curves = any(r.checkpoint is not None for r in table.rows)
     header = ["row", *(["pre-training steps"] if curves else []), *[c.name for c in table.columns]]
     header += [f"paper: {c}" for c in table.paper_columns]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.rows:
         cells = [row.label]
         if curves:
@@ -151,33 +173,32 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         cells += [cell(measured[row.label][c.name]) for c in table.columns]
         cells += [str(row.paper.get(c, "—")) for c in table.paper_columns]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "## What this scale can show", ""]
-    lines += [work.scale.note, ""] if work.scale.note else []
-    lines += [HOW_TO_READ, ""]
-    lines += budgets(table, work)
-    lines += baselines(table, work, measured)
-    lines += judgements(table, work, measured, lower)
-    if table.note:
-        lines += ["", table.note]
-    if curves:
-        image = os.path.splitext(path)[0] + ".png"
-        if importlib.util.find_spec("matplotlib") is None:  # a GPU machine's JAX environment
+    return lines
+
+
+def curves_lines(table: Table, work: Work, measured: dict, image: str) -> list[str]:
+    """The plot of a table of curves (drawn to `image`), or why there is none."""
+    if importlib.util.find_spec("matplotlib") is None:  # a GPU machine's JAX environment
+        lines = [
+            "",
+            "No plot drawn: matplotlib is not installed where this report was "
+            "written (`--report` where it is draws one).",
+        ]
+        if os.path.isfile(image):
             lines += [
-                "",
-                "No plot drawn: matplotlib is not installed where this report was "
-                "written (`--report` where it is draws one).",
+                "An earlier drawing (rows measured after it are not in it): "
+                f"![{table.title}]({os.path.basename(image)})"
             ]
-            if os.path.isfile(image):
-                lines += [
-                    "An earlier drawing (rows measured after it are not in it): "
-                    f"![{table.title}]({os.path.basename(image)})"
-                ]
-        elif plot(table, work, measured, image):
-            lines += ["", f"The curves: ![{table.title}]({os.path.basename(image)})"]
-    if table.not_built:
-        lines += ["", "Not run here:", ""] + [f"- {item}" for item in table.not_built]
+        return lines
+    if plot(table, work, measured, image):
+        return ["", f"The curves: ![{table.title}]({os.path.basename(image)})"]
+    return []
+
+
+def command_lines(work: Work, commands: list) -> list[str]:
+    """The commands that made the table, each with its wall time."""
     deferred = any("<" in command for command, _ in commands)
-    lines += [
+    lines = [
         "",
         "## Commands",
         "",
@@ -196,8 +217,6 @@ def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]
         seconds = time_of(work.in_work("timings.json"), output)
         took = f"  # {seconds / 60:.1f} min" if seconds is not None else ""
         lines.append(f"    {command}{took}")
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
     return lines
 
 
