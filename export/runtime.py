@@ -12,6 +12,7 @@
     python -m export.runtime BUNDLE attention|features "The cat sat." ["SECOND TEXT"]
     python -m export.runtime BUNDLE detect_replaced "The cat ate on the mat."
     python -m export.runtime BUNDLE corrupt "The cat sat on the mat." [RATE [SEED]]
+    python -m export.runtime BUNDLE --lines reviews.txt classify > results.jsonl
 
 What this imports, directly or not: numpy, ai_edge_litert (`export.interpreter`,
 only in `load`), the pure-Python tokenizer `model.text.wordpiece`, the numpy-only
@@ -1038,26 +1039,84 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory (python -m export)")
+    parser.add_argument(
+        "--lines",
+        metavar="FILE",
+        help="run METHOD on every line of FILE ('-': standard input) instead, its arguments "
+        "separated by tabs (TEXT; TEXT<tab>SECOND_TEXT; QUESTION<tab>CONTEXT...); prints one "
+        'JSON object a line, in order, {"line": N, "error": ...} for a line that fails',
+    )
     methods = parser.add_subparsers(dest="method", metavar="METHOD", required=True)
     for method, arguments in COMMAND_LINE.items():
         summary = " ".join(getattr(EdgeModel, method).__doc__.split("\n\n")[0].split())
         sub = methods.add_parser(method, help=summary, description=summary)
-        for name, kind, required in arguments:
-            sub.add_argument(name.lower(), metavar=name, type=kind, nargs=None if required else "?")
+        for name, kind, _ in arguments:  # required unless --lines: checked in main
+            sub.add_argument(name.lower(), metavar=name, type=kind, nargs="?")
     return parser
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    values = [getattr(args, name.lower()) for name, _, _ in COMMAND_LINE[args.method]]
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    arguments = COMMAND_LINE[args.method]
+    values = [getattr(args, name.lower()) for name, _, _ in arguments]
+    if args.lines is not None and any(v is not None for v in values):
+        parser.error(f"with --lines, {args.method}'s arguments are the file's, not the command's")
+    missing = [name for (name, _, needed), v in zip(arguments, values) if needed and v is None]
+    if args.lines is None and missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
     try:
         model = load(args.bundle)
+        if args.lines is not None:
+            model._require(args.method)  # a bundle of another task: said once, not per line
+            return _run_lines(getattr(model, args.method), arguments, args.lines)
         result = getattr(model, args.method)(*[v for v in values if v is not None])
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(_jsonable(result), indent=1, ensure_ascii=False))
     return 0
+
+
+def _run_lines(method, arguments: tuple, path: str) -> int:
+    """`method` on each line of `path` (or standard input), one JSON line out per line in;
+    1 when any line failed (each says why, and standard error which lines)."""
+    failed, count = [], 0
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+    with stream:
+        for count, raw in enumerate(stream, 1):
+            try:
+                line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
+                out = _jsonable(method(*_line_values(line.split("\t"), arguments)))
+            except ValueError as e:  # UnicodeDecodeError is one
+                failed.append(count)
+                out = {"line": count, "error": str(e)}
+            print(json.dumps(out, ensure_ascii=False))
+    if failed:
+        listed = ", ".join(map(str, failed[:10])) + (", ..." if len(failed) > 10 else "")
+        where = "standard input" if path == "-" else path
+        print(f"error: {len(failed)} of {count} lines of {where} failed: {listed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _line_values(fields: list[str], arguments: tuple) -> list:
+    """A --lines line's tab-separated fields as the method's arguments (empty trailing
+    optional ones left out)."""
+    names = "<tab>".join(name for name, _, _ in arguments)
+    if len(fields) > len(arguments):
+        raise ValueError(f"{len(fields)} tab-separated fields; this method takes {names}")
+    values = []
+    for field, (name, kind, needed) in zip(fields, arguments):
+        if field == "" and not needed:
+            break
+        try:
+            values.append(kind(field))
+        except ValueError:
+            raise ValueError(f"{name} must be {kind.__name__}, not {field!r}") from None
+    missing = [name for name, _, needed in arguments[len(fields) :] if needed]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}: the line needs {names}")
+    return values
 
 
 if __name__ == "__main__":

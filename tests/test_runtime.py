@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -937,6 +938,45 @@ def test_command_line(bundles, capsys):
     assert stop.value.code == 2
 
 
+@pytest.mark.slow
+def test_command_line_runs_every_line_of_a_file(bundles, tmp_path, capsys, monkeypatch):
+    """--lines: one JSON line out per line in, in order, each as the single call answers; a
+    line that fails says so in its place and the exit status is 1."""
+    import io
+
+    classifier, qa = bundles["dirs"]["classifier"], bundles["dirs"]["question_answerer"]
+    texts = ["A fine film.", "A dull mess, from start to end.", "Good.\tBad."]
+    (tmp_path / "texts.txt").write_bytes(("\ufeff" + "\n".join(texts) + "\n").encode())
+    assert runtime.main([classifier, "--lines", str(tmp_path / "texts.txt"), "classify"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model = runtime.load(classifier)
+    expected = [model.classify(*t.split("\t")) for t in texts]
+    assert len(got) == 3 and [g["scores"] for g in got] == [e["scores"] for e in expected]
+    # Standard input; a bad line in its place (its number in the message), the rest answered.
+    lines = "Who wrote it?\tShakespeare wrote it.\t2\nOnly a question\n\tno question\n"
+    lines += "Who?\tMe.\tmany\n" + "Who?\tMe.\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
+    assert runtime.main([qa, "--lines", "-", "answer"]) == 1
+    captured = capsys.readouterr()
+    got = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(got) == 5 and len(got[0]["nbest"]) <= 2 and "text" in got[4]
+    assert got[1] == {
+        "line": 2,
+        "error": "no CONTEXT: the line needs QUESTION<tab>CONTEXT<tab>N_BEST",
+    }
+    assert got[2]["line"] == 3 and "question is empty" in got[2]["error"]
+    assert got[3] == {"line": 4, "error": "N_BEST must be int, not 'many'"}
+    assert "3 of 5 lines of standard input failed: 2, 3, 4" in captured.err
+    # Not UTF-8: that line; a bundle of another task: once, before the file is read.
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 noir\nA fine film.\n".encode("latin-1"))
+    assert runtime.main([classifier, "--lines", str(tmp_path / "latin1.txt"), "classify"]) == 1
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "utf-8" in got[0]["error"] and "label" in got[1]
+    assert runtime.main([classifier, "--lines", str(tmp_path / "texts.txt"), "answer"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "needs a question_answerer bundle" in captured.err
+
+
 def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
     """Each method's arguments by name, numbers read as numbers; a missing or extra argument
     or a flag is a usage error (a traceback, or a flag read as a second text, before)."""
@@ -948,6 +988,7 @@ def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
         (["B", "corrupt", "text", "lots"], "argument RATE: invalid float value: 'lots'"),
         (["B", "fill_mask", "a [MASK]", "2.5"], "argument TOP_K: invalid int value"),
         (["B", "nonsense", "x"], "invalid choice: 'nonsense'"),
+        (["B", "--lines", "f.txt", "classify", "x"], "with --lines, classify's arguments are"),
     ):
         with pytest.raises(SystemExit) as stop:
             runtime.main(argv)
