@@ -75,6 +75,7 @@ Bad input raises ValueError with a message for the user (empty text, no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -1030,7 +1031,8 @@ COMMAND_LINE = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(lines: bool = False) -> argparse.ArgumentParser:
+    """The command line; with `lines` (--lines given), METHOD's arguments come from the file."""
     parser = argparse.ArgumentParser(
         prog="python -m export.runtime",
         description="Runs one task method of a bundle on your text and prints its answer as "
@@ -1042,34 +1044,44 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lines",
         metavar="FILE",
-        help="run METHOD on every line of FILE ('-': standard input) instead, its arguments "
-        "separated by tabs (TEXT; TEXT<tab>SECOND_TEXT; QUESTION<tab>CONTEXT...); prints one "
-        'JSON object a line, in order, {"line": N, "error": ...} for a line that fails',
+        help="(before METHOD) run METHOD on every line of FILE ('-': standard input) instead, "
+        "its arguments separated by tabs (TEXT; TEXT<tab>SECOND_TEXT; QUESTION<tab>CONTEXT...; "
+        "a tab inside a text would split it); prints one JSON object a line, in order, "
+        '{"line": N, "error": ...} for a line that fails (an empty line too)',
     )
     methods = parser.add_subparsers(dest="method", metavar="METHOD", required=True)
     for method, arguments in COMMAND_LINE.items():
         summary = " ".join(getattr(EdgeModel, method).__doc__.split("\n\n")[0].split())
         sub = methods.add_parser(method, help=summary, description=summary)
-        for name, kind, _ in arguments:  # required unless --lines: checked in main
-            sub.add_argument(name.lower(), metavar=name, type=kind, nargs="?")
+        for name, kind, required in arguments:
+            nargs = None if required and not lines else "?"
+            sub.add_argument(name.lower(), metavar=name, type=kind, nargs=nargs)
     return parser
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    lines = any(a == "--lines" or a.startswith("--lines=") for a in options)
+    parser = _parser(lines)
+    args = parser.parse_args(argv)
     arguments = COMMAND_LINE[args.method]
     values = [getattr(args, name.lower()) for name, _, _ in arguments]
-    if args.lines is not None and any(v is not None for v in values):
+    if lines and any(v is not None for v in values):
         parser.error(f"with --lines, {args.method}'s arguments are the file's, not the command's")
-    missing = [name for (name, _, needed), v in zip(arguments, values) if needed and v is None]
-    if args.lines is None and missing:
-        parser.error(f"the following arguments are required: {', '.join(missing)}")
     try:
+        if lines:  # the file first: a wrong path costs no bundle load
+            stream = (
+                contextlib.nullcontext(sys.stdin.buffer)
+                if args.lines == "-"
+                else open(args.lines, "rb")
+            )
+            with stream as rows:
+                model = load(args.bundle)
+                model._require(args.method)  # a bundle of another task: said once
+                where = "standard input" if args.lines == "-" else args.lines
+                return _run_lines(getattr(model, args.method), arguments, rows, where)
         model = load(args.bundle)
-        if args.lines is not None:
-            model._require(args.method)  # a bundle of another task: said once, not per line
-            return _run_lines(getattr(model, args.method), arguments, args.lines)
         result = getattr(model, args.method)(*[v for v in values if v is not None])
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -1078,23 +1090,21 @@ def main(argv=None) -> int:
     return 0
 
 
-def _run_lines(method, arguments: tuple, path: str) -> int:
-    """`method` on each line of `path` (or standard input), one JSON line out per line in;
-    1 when any line failed (each says why, and standard error which lines)."""
+def _run_lines(method, arguments: tuple, rows, where: str) -> int:
+    """`method` on each line of the binary stream `rows`, one JSON line out per line in; 1
+    when any line failed (each says why in its place, standard error which lines)."""
     failed, count = [], 0
-    stream = sys.stdin.buffer if path == "-" else open(path, "rb")
-    with stream:
-        for count, raw in enumerate(stream, 1):
-            try:
-                line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
-                out = _jsonable(method(*_line_values(line.split("\t"), arguments)))
-            except ValueError as e:  # UnicodeDecodeError is one
-                failed.append(count)
-                out = {"line": count, "error": str(e)}
-            print(json.dumps(out, ensure_ascii=False))
+    for count, raw in enumerate(rows, 1):
+        try:
+            line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
+            out = _jsonable(method(*_line_values(line.split("\t"), arguments)))
+        except Exception as e:  # the next lines still get their answers, in their places
+            failed.append(count)
+            message = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            out = {"line": count, "error": message}
+        print(json.dumps(out, ensure_ascii=False))
     if failed:
         listed = ", ".join(map(str, failed[:10])) + (", ..." if len(failed) > 10 else "")
-        where = "standard input" if path == "-" else path
         print(f"error: {len(failed)} of {count} lines of {where} failed: {listed}", file=sys.stderr)
     return 1 if failed else 0
 
@@ -1102,20 +1112,24 @@ def _run_lines(method, arguments: tuple, path: str) -> int:
 def _line_values(fields: list[str], arguments: tuple) -> list:
     """A --lines line's tab-separated fields as the method's arguments (empty trailing
     optional ones left out)."""
-    names = "<tab>".join(name for name, _, _ in arguments)
+    names = "".join(
+        (f"<tab>{name}" if needed else f"[<tab>{name}]") for name, _, needed in arguments
+    ).removeprefix("<tab>")
     if len(fields) > len(arguments):
         raise ValueError(f"{len(fields)} tab-separated fields; this method takes {names}")
+    missing = [name for name, _, needed in arguments[len(fields) :] if needed]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}: the line needs {names}")
     values = []
-    for field, (name, kind, needed) in zip(fields, arguments):
+    for i, (field, (name, kind, needed)) in enumerate(zip(fields, arguments)):
         if field == "" and not needed:
+            if any(fields[i + 1 :]):
+                raise ValueError(f"{name} is empty but a field after it is not: {names}")
             break
         try:
             values.append(kind(field))
         except ValueError:
             raise ValueError(f"{name} must be {kind.__name__}, not {field!r}") from None
-    missing = [name for name, _, needed in arguments[len(fields) :] if needed]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)}: the line needs {names}")
     return values
 
 

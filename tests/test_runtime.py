@@ -962,7 +962,7 @@ def test_command_line_runs_every_line_of_a_file(bundles, tmp_path, capsys, monke
     assert len(got) == 5 and len(got[0]["nbest"]) <= 2 and "text" in got[4]
     assert got[1] == {
         "line": 2,
-        "error": "no CONTEXT: the line needs QUESTION<tab>CONTEXT<tab>N_BEST",
+        "error": "no CONTEXT: the line needs QUESTION<tab>CONTEXT[<tab>N_BEST]",
     }
     assert got[2]["line"] == 3 and "question is empty" in got[2]["error"]
     assert got[3] == {"line": 4, "error": "N_BEST must be int, not 'many'"}
@@ -975,6 +975,28 @@ def test_command_line_runs_every_line_of_a_file(bundles, tmp_path, capsys, monke
     assert runtime.main([classifier, "--lines", str(tmp_path / "texts.txt"), "answer"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "needs a question_answerer bundle" in captured.err
+
+
+def test_lines_keep_their_places_whatever_a_line_raises(capsys):
+    """Every line gets its output line: an answer, or the error it raised (a ValueError's
+    message, anything else with its type); Windows line ends; an empty optional field followed
+    by a given one is refused, not read as absent."""
+    import io
+
+    def corrupt(text, rate=None, seed=None):
+        if text == "boom":
+            raise RuntimeError("the interpreter failed")
+        return {"text": text, "rate": rate, "seed": seed}
+
+    rows = io.BytesIO(b"a cat\t0.3\t7\r\nboom\r\nb\t\t7\r\nc\t\t\r\n")
+    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    captured = capsys.readouterr()
+    got = [json.loads(line) for line in captured.out.splitlines()]
+    assert got[0] == {"text": "a cat", "rate": 0.3, "seed": 7}
+    assert got[1] == {"line": 2, "error": "RuntimeError: the interpreter failed"}
+    assert got[2]["line"] == 3 and "RATE is empty but a field after it is not" in got[2]["error"]
+    assert got[3] == {"text": "c", "rate": None, "seed": None}
+    assert "2 of 4 lines of F failed: 2, 3" in captured.err
 
 
 def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
@@ -997,6 +1019,9 @@ def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
         runtime.main(["--help"])
     out = capsys.readouterr().out
     assert stop.value.code == 0 and "detect_replaced" in out and "[N_BEST]" in out
+    with pytest.raises(SystemExit):
+        runtime.main(["B", "answer", "--help"])  # the required arguments shown as required
+    assert "QUESTION CONTEXT [N_BEST]" in capsys.readouterr().out
     assert "runtime.load(" not in out  # the Python example, printed as the usage before
     # A text after "--" may start with "-"; the bundle is read only then.
     assert runtime.main(["no-such-bundle", "classify", "--", "-great film"]) == 1

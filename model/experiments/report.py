@@ -118,7 +118,7 @@ def accelerator() -> str:
     return f"{len(devices)} x {devices[0]}, " if devices else ""
 
 
-def write(table: Table, work: Work, commands: list[str], path: str) -> list[str]:
+def write(table: Table, work: Work, commands: list[tuple[str, str]], path: str) -> list[str]:
     """Writes the markdown report to `path`; returns its lines."""
     from model.io.files import atomic_path
 
@@ -195,7 +195,7 @@ def curves_lines(table: Table, work: Work, measured: dict, image: str) -> list[s
     return []
 
 
-def command_lines(work: Work, commands: list) -> list[str]:
+def command_lines(work: Work, commands: list[tuple[str, str]]) -> list[str]:
     """The commands that made the table, each with its wall time."""
     deferred = any("<" in command for command, _ in commands)
     lines = [
