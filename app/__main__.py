@@ -147,8 +147,9 @@ def start(slots: dict, args: argparse.Namespace):
         if problem:
             log.info("--share: no public link: %s. Serving locally only.", problem)
             share = False
-    for slot in slots.values():  # visitors from elsewhere see no server paths or errors
-        slot.public = share or not loopback(args.host)
+    public = share or not loopback(args.host)  # visitors from elsewhere: no server paths
+    for slot in slots.values():
+        slot.public = public
     demo = ui.build(slots, Limits(max_chars=args.max_input_chars))
     demo.queue(default_concurrency_limit=args.concurrency, max_size=args.max_queue, api_open=False)
     demo.launch(

@@ -366,21 +366,19 @@ def _attention_maps(gr) -> tuple:
         show_legend=False,
         elem_id="attention-attends",
     )
+    maps = []
     with gr.Row():  # side by side; one above the other on a narrow screen
-        with gr.Column(min_width=MAP_MIN_WIDTH):
-            head_map = gr.HTML(
-                label="head map",
-                show_label=False,
-                elem_id="attention-head-map",
-                js_on_load=_CLICK_TOKEN,
-            )
-        with gr.Column(min_width=MAP_MIN_WIDTH):
-            average_map = gr.HTML(
-                label="average map",
-                show_label=False,
-                elem_id="attention-average-map",
-                js_on_load=_CLICK_TOKEN,
-            )
+        for name in ("head", "average"):
+            with gr.Column(min_width=MAP_MIN_WIDTH):
+                maps.append(
+                    gr.HTML(
+                        label=f"{name} map",
+                        show_label=False,
+                        elem_id=f"attention-{name}-map",
+                        js_on_load=_CLICK_TOKEN,
+                    )
+                )
+    head_map, average_map = maps
     gr.Markdown("All heads of the layer (click one to show it above):")
     grid = gr.HTML(
         label="all heads", show_label=False, elem_id="attention-grid", js_on_load=_CLICK_HEAD

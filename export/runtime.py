@@ -1112,25 +1112,33 @@ def _run_lines(method, arguments: tuple, rows, where: str) -> int:
 def _line_values(fields: list[str], arguments: tuple) -> list:
     """A --lines line's tab-separated fields as the method's arguments (empty trailing
     optional ones left out)."""
-    names = "".join(
-        (f"<tab>{name}" if needed else f"[<tab>{name}]") for name, _, needed in arguments
-    ).removeprefix("<tab>")
     if len(fields) > len(arguments):
-        raise ValueError(f"{len(fields)} tab-separated fields; this method takes {names}")
+        raise ValueError(
+            f"{len(fields)} tab-separated fields; this method takes {_usage(arguments)}"
+        )
     missing = [name for name, _, needed in arguments[len(fields) :] if needed]
     if missing:
-        raise ValueError(f"no {', '.join(missing)}: the line needs {names}")
+        raise ValueError(f"no {', '.join(missing)}: the line needs {_usage(arguments)}")
     values = []
     for i, (field, (name, kind, needed)) in enumerate(zip(fields, arguments)):
         if field == "" and not needed:
             if any(fields[i + 1 :]):
-                raise ValueError(f"{name} is empty but a field after it is not: {names}")
+                raise ValueError(
+                    f"{name} is empty but a field after it is not: {_usage(arguments)}"
+                )
             break
         try:
             values.append(kind(field))
         except ValueError:
             raise ValueError(f"{name} must be {kind.__name__}, not {field!r}") from None
     return values
+
+
+def _usage(arguments: tuple) -> str:
+    """A --lines line's fields in words: "QUESTION<tab>CONTEXT[<tab>N_BEST]"."""
+    return "".join(
+        (f"<tab>{name}" if needed else f"[<tab>{name}]") for name, _, needed in arguments
+    ).removeprefix("<tab>")
 
 
 if __name__ == "__main__":

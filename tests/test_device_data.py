@@ -530,13 +530,19 @@ def test_steps_in_one_call_and_donated_state_compute_what_single_steps_do(record
     its state from call to call) and the device path (3 steps a call, 2 calls). jax 0.7.2's
     CPU build failed this from the third step on (weights 3e-3 apart, held-out loss 0.9 nats
     apart after 50 steps); the pinned jax must pass it."""
+    check_donated_steps(sys.executable, record_sets["pairs"])
+
+
+def check_donated_steps(python: str, records: str, timeout: float = RUN_TIMEOUT) -> None:
+    """_DONATION_SCRIPT in `python`'s environment: the fit and device-path weights equal the
+    single steps' (the jax version in the failure message)."""
     done = subprocess.run(
-        [sys.executable, "-c", _DONATION_SCRIPT, record_sets["pairs"]],
+        [python, "-c", _DONATION_SCRIPT, records],
         cwd=REPO_ROOT,
         env={**subprocess_env(), "KERAS_BACKEND": "jax"},
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     diffs = json.loads(done.stdout.strip().splitlines()[-1])

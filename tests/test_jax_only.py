@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -136,19 +135,9 @@ def test_steps_in_one_call_and_donated_state_are_single_steps_with_this_jax(jax_
     """tests/test_device_data.py's check of jax itself (jax 0.7.2's CPU build computed other
     steps once Keras's fit had donated its state), in this environment: with Python 3.12 it
     has the GPU image's jax (model/requirements-jax.txt)."""
-    from tests.test_device_data import _DONATION_SCRIPT
+    from tests.test_device_data import check_donated_steps
 
-    done = subprocess.run(
-        [jax_python, "-c", _DONATION_SCRIPT, records["pairs"]],
-        cwd=REPO_ROOT,
-        env={**subprocess_env(), "KERAS_BACKEND": "jax"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    diffs = json.loads(done.stdout.strip().splitlines()[-1])  # which jax: in the message
-    assert diffs["fit"] < 1e-6 and diffs["device"] < 1e-6, diffs
+    check_donated_steps(jax_python, records["pairs"], timeout=600)
 
 
 def test_finetune_and_evaluate_without_tensorflow(jax_python, runs, tmp_path):
