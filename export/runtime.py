@@ -83,6 +83,7 @@ import sys
 
 import numpy as np
 
+from model.io.files import HEAD_BYTES, utf16_error
 from model.pretraining.masking import Masker, MaskingConfig
 from model.tasks import glue, ner, squad
 from model.tasks.base import ordered_labels, predict_in_batches
@@ -1095,6 +1096,9 @@ def _run_lines(method, arguments: tuple, rows, where: str) -> int:
     when any line failed (each says why in its place, standard error which lines)."""
     failed, count = [], 0
     for count, raw in enumerate(rows, 1):
+        if count == 1 and (utf16 := utf16_error(where, raw[:HEAD_BYTES])) is not None:
+            print(f"error: {utf16}", file=sys.stderr)  # no line of it would read
+            return 1
         try:
             line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
             out = _jsonable(method(*_line_values(line.split("\t"), arguments)))

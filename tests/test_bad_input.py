@@ -221,6 +221,31 @@ def test_a_byte_order_mark_is_read_past_and_utf16_text_is_named(tmp_path):
         load_vocabulary(str(tmp_path / "plain16.txt"))
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_text_without_a_byte_order_mark_is_named(tmp_path, encoding):
+    """UTF-16 without a byte-order mark (what some tools write) decodes as UTF-8 wherever it
+    is ASCII, a NUL between letters: readers blamed a line's bytes or a tag "\x00O\x00"."""
+    from model.io.files import utf16_error
+    from model.pretraining.corpus import open_text
+    from model.tasks import glue, ner
+
+    order = "little" if encoding.endswith("le") else "big"
+    named = rf"UTF-16 text \({order}-endian, without a byte-order mark\), not UTF-8"
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("sentence\tlabel\na fine film \u00e9t\u00e9\t1\n", encoding=encoding)
+    conll = tmp_path / "train.txt"
+    conll.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n", encoding=encoding)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A sentence.\nAnother one.\n", encoding=encoding)
+    readers = [(glue.TASKS["sst2"]().read, tsv), (ner.TASKS["conll2003"]().read, conll)]
+    for read, path in readers + [(open_text, corpus)]:
+        with pytest.raises(ValueError, match=rf"{path.name}: {named}"):
+            read(str(path))
+    # UTF-8 is never taken for it: Latin, other scripts, one character, an empty file
+    for text in ("plain text\n", "\u4e2d\u6587\u6587\u672c\n", "x", ""):
+        assert utf16_error("f", text.encode("utf-8")) is None
+
+
 def test_a_vocabulary_is_passed_on_without_its_byte_order_mark(tmp_path):
     """A model directory, and so each bundle and conversion made from it, holds vocab.txt as
     Hugging Face's and Google's readers take it: their first token read "\ufeff[PAD]"."""

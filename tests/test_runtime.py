@@ -997,6 +997,11 @@ def test_lines_keep_their_places_whatever_a_line_raises(capsys):
     assert got[2]["line"] == 3 and "RATE is empty but a field after it is not" in got[2]["error"]
     assert got[3] == {"text": "c", "rate": None, "seed": None}
     assert "2 of 4 lines of F failed: 2, 3" in captured.err
+    # UTF-16 (here without a byte-order mark) is refused whole: no line of it would read
+    rows = io.BytesIO("a cat\t0.3\nb\n".encode("utf-16-le"))
+    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "F: UTF-16 text (little-endian" in captured.err
 
 
 def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):

@@ -176,7 +176,12 @@ def write_json(path: str, data) -> None:
 
 @contextlib.contextmanager
 def reading(path: str):
-    """Turns the errors of opening and decoding `path` into messages that name it."""
+    """Turns the errors of opening and decoding `path` into messages that name it, and
+    refuses UTF-16 text first (without a byte-order mark, mostly-ASCII UTF-16 decodes as
+    UTF-8 text with a NUL between letters: a reader would blame a field, not the encoding)."""
+    utf16 = utf16_error(path, _head(path))
+    if utf16 is not None:
+        raise utf16
     try:
         yield
     except FileNotFoundError:
@@ -186,14 +191,35 @@ def reading(path: str):
 
 
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+HEAD_BYTES = 4096  # what `utf16_error` looks at
 
 
 def utf16_error(path: str, head: bytes) -> ValueError | None:
-    """The error for a file that starts with UTF-16's byte-order mark (Windows' "Unicode"
-    text, which a UTF-8 reader meets as bad bytes or NULs), or None."""
+    """The error for a file whose first bytes `head` are UTF-16 (Windows' "Unicode" text,
+    which a UTF-8 reader meets as bad bytes or NULs), or None: a byte-order mark, or without
+    one, text mostly of Latin letters, where every other byte is NUL (the odd ones in
+    little-endian, the even ones in big-endian) and the others are not."""
     if head[:2] in UTF16_BOMS:
         return ValueError(f"{path}: UTF-16 text, not UTF-8; save it as UTF-8")
+    pairs = len(head) // 2
+    even, odd = head[: 2 * pairs : 2], head[1 : 2 * pairs : 2]
+    for nuls, others, order in ((odd, even, "little"), (even, odd, "big")):
+        if pairs >= 2 and nuls.count(0) >= pairs / 2 and others.count(0) <= pairs / 10:
+            return ValueError(
+                f"{path}: UTF-16 text ({order}-endian, without a byte-order mark), "
+                f"not UTF-8; save it as UTF-8"
+            )
     return None
+
+
+def _head(path: str) -> bytes:
+    """The first HEAD_BYTES of `path` (gzip's decompressed), or b"" where it cannot be read
+    (the reader's own open then says why)."""
+    try:
+        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+            return f.read(HEAD_BYTES)
+    except (OSError, EOFError):
+        return b""
 
 
 def line_end(path: str) -> str:
@@ -209,7 +235,7 @@ def not_utf8(path: str, error: UnicodeDecodeError, what: str = "") -> ValueError
     """The error for `path` (gzip too) naming its first line that is not UTF-8: a text reader
     decodes blocks ahead of the lines it hands out, so `error`'s own position says little."""
     with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as raw:
-        utf16 = utf16_error(path, raw.read(2))
+        utf16 = utf16_error(path, raw.read(HEAD_BYTES))
         if utf16 is not None:
             return utf16
         raw.seek(0)
