@@ -27,7 +27,7 @@ The tasks reuse the fine-tuning code, so a bundle answers as evaluation scores i
   * answer: SQuAD's sliding windows (doc_stride 128, or half a window when
     windows are shorter; question cut to 64 tokens), n-best spans, max_answer_length 30, the null answer and the
     bundle's null_threshold for SQuAD v2.0 bundles, and the answer mapped back
-    to the context's own characters (`model.tasks.squad.postprocess`).
+    to the context's own characters (`model.tasks.squad_answers.postprocess`).
   * tag: the text is split into CoNLL-like words (whitespace, with leading
     and trailing punctuation, a comma or other separator between words
     ("Paris,London") and a final "'s" as words of their own; "U.S." and
@@ -85,7 +85,7 @@ import numpy as np
 
 from model.io.files import HEAD_BYTES, utf16_error
 from model.pretraining.masking import Masker, MaskingConfig
-from model.tasks import glue, ner, squad
+from model.tasks import glue, ner, squad_answers, squad_examples, squad_windows
 from model.tasks.base import ordered_labels, predict_in_batches
 from model.text import wordpiece
 
@@ -211,9 +211,9 @@ class EdgeModel:
             info.get("finetuned_task") == "squad2" or info.get("null_threshold") is not None
         )
         self.null_threshold = float(info.get("null_threshold") or 0.0)
-        self.doc_stride = squad.DOC_STRIDE
-        self.max_query_length = min(squad.MAX_QUERY_LENGTH, self.max_seq_length // 2)
-        self.max_answer_length = squad.MAX_ANSWER_LENGTH
+        self.doc_stride = squad_windows.DOC_STRIDE
+        self.max_query_length = min(squad_windows.MAX_QUERY_LENGTH, self.max_seq_length // 2)
+        self.max_answer_length = squad_answers.MAX_ANSWER_LENGTH
         self._maskers: dict[float, Masker] = {}  # corrupt(): one per rate asked for
 
     def __repr__(self) -> str:
@@ -439,11 +439,13 @@ class EdgeModel:
         _check_text(context, "context")
         if not isinstance(n_best, int) or isinstance(n_best, bool) or n_best < 1:
             raise ValueError(f"n_best must be a positive whole number, not {n_best!r}")
-        example = squad.SquadExample("question", question, squad.Paragraph(context), answers=[])
+        example = squad_examples.SquadExample(
+            "question", question, squad_examples.Paragraph(context), answers=[]
+        )
         x, windows, truncated = self._qa_features(example)
         outputs = predict_in_batches(self.predict, x, BATCH_SIZE, sequence_outputs=True)
-        start_logits, end_logits = squad.split_logits(outputs)
-        found = squad.postprocess(
+        start_logits, end_logits = squad_answers.split_logits(outputs)
+        found = squad_answers.postprocess(
             [example],
             windows,
             x["token_ids"],
@@ -466,7 +468,7 @@ class EdgeModel:
                     "end": begin + len(entry["text"]) if begin >= 0 else -1,
                     "score": entry["start_logit"] + entry["end_logit"],
                     "probability": entry["probability"],
-                    "span_probability": squad.span_probability(
+                    "span_probability": squad_answers.span_probability(
                         entry, window, start_logits, end_logits, x["padding_mask"]
                     ),
                 }
@@ -490,9 +492,9 @@ class EdgeModel:
             "truncated": truncated,
         }
 
-    def _qa_features(self, example: squad.SquadExample):
-        """The windows of one question (`squad.encode_squad`, with this
-        runtime's pure-Python tokenizer). Returns (x, squad.Windows, whether
+    def _qa_features(self, example: squad_examples.SquadExample):
+        """The windows of one question (`squad_windows.encode_squad`, with this
+        runtime's pure-Python tokenizer). Returns (x, squad_windows.Windows, whether
         the question was cut to `max_query_length`)."""
         question = self.tokenizer.encode([example.question])[0]
         if not question:
@@ -500,7 +502,7 @@ class EdgeModel:
         if not any(self.tokenizer.encode(example.paragraph.words)):
             raise ValueError("the context has no words the model can read")
         query = min(len(question), self.max_query_length)
-        encoded = squad.encode_squad(
+        encoded = squad_windows.encode_squad(
             [example],
             self.tokenizer,
             self.max_seq_length,

@@ -30,7 +30,7 @@ import pytest
 
 from export import runtime
 from export.runtime import EdgeModel
-from model.tasks import ner, squad
+from model.tasks import ner, squad_examples, squad_windows
 from model.text.wordpiece import WordPieceTokenizer
 from tests.helpers import isolated_python
 
@@ -525,17 +525,19 @@ def test_answer_errors(tok):
 
 
 def test_qa_windows_equal_squads_encoder(tok):
-    """The runtime's windows (squad.encode_squad with the pure-Python
+    """The runtime's windows (squad_windows.encode_squad with the pure-Python
     tokenizer) equal those made with the TensorFlow tokenizer."""
     from model.text.tokenizer import WordPieceTokenizer as TfTokenizer
 
     context = ("Zürich's Café (1895-1943) served crêpes\u00a0and tea. " * 12).strip()
-    example = squad.SquadExample("q", "Which café served crêpes?", squad.Paragraph(context), [])
+    example = squad_examples.SquadExample(
+        "q", "Which café served crêpes?", squad_examples.Paragraph(context), []
+    )
     m = EdgeModel(None, tok, {"task": "question_answerer", "max_seq_length": SEQ_LEN})
     x, windows, _ = m._qa_features(example)
     question = len(tok.encode([example.question])[0])
     assert m.qa_stride(question) == (SEQ_LEN - question - 3) // 2
-    expected = squad.encode_squad(
+    expected = squad_windows.encode_squad(
         [example], TfTokenizer(VOCAB), SEQ_LEN, m.qa_stride(question), m.max_query_length
     )
     assert len(windows.example_index) > 3

@@ -15,19 +15,17 @@ import shutil
 import numpy as np
 import pytest
 
-from model.tasks import squad
-from model.tasks.squad import (
-    Paragraph,
-    Squad1Task,
-    Squad2Task,
-    SquadExample,
+from model.tasks import squad, squad_answers
+from model.tasks.squad import Squad1Task, Squad2Task
+from model.tasks.squad_answers import (
+    MAX_ANSWER_LENGTH,
+    NO_SPAN_ODDS,
     SquadPredictions,
-    doc_spans,
     final_char_span,
-    improve_answer_span,
-    max_context_mask,
     postprocess,
 )
+from model.tasks.squad_examples import Paragraph, SquadExample
+from model.tasks.squad_windows import doc_spans, improve_answer_span, max_context_mask
 from tests.helpers import MINILM_DIR, SHARED_DATA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -570,7 +568,7 @@ def test_no_valid_span(tmp_path, tokenizer):
     v2 = postprocess(
         examples, enc.meta, enc.x["token_ids"], start, start, tokenizer.vocabulary, version_2=True
     )
-    assert v2.predictions["q"] == "" and v2.null_odds["q"] == squad.NO_SPAN_ODDS
+    assert v2.predictions["q"] == "" and v2.null_odds["q"] == NO_SPAN_ODDS
     assert [n["text"] for n in v2.nbest["q"]] == [""]
     v1 = postprocess(examples, enc.meta, enc.x["token_ids"], start, start, tokenizer.vocabulary)
     assert v1.predictions["q"] == "empty"  # google-research's placeholder
@@ -912,9 +910,9 @@ def test_real_dev_v1(tokenizer):
         predicted, answer = out.predictions[e.qas_id], e.answers[0]["text"]
         if predicted != answer:
             misses += 1
-            assert (
-                answer in predicted or len(tokenizer.encode([answer])[0]) > squad.MAX_ANSWER_LENGTH
-            ), e.qas_id
+            assert answer in predicted or len(tokenizer.encode([answer])[0]) > MAX_ANSWER_LENGTH, (
+                e.qas_id
+            )
     assert misses <= 10
 
     # Random logits for 1,000 questions: every n-best answer's characters are google's.
@@ -930,7 +928,7 @@ def test_real_dev_v1(tokenizer):
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, *dev.x["token_ids"].shape)).astype(np.float32)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(squad, "final_char_span", both)
+        patch.setattr(squad_answers, "final_char_span", both)
         postprocess(some, dev.meta, dev.x["token_ids"], *logits, tokenizer.vocabulary)
     assert len(calls) > 5_000
     assert all(calls)

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from model.io.files import write_json
-from model.tasks import squad, squad_metric
+from model.tasks import squad, squad_examples, squad_metric
 from model.tasks.squad_negatives import (
     NEGATIVE_KINDS,
     build_v2_train,
@@ -303,7 +303,7 @@ def test_parse_negatives():
 def test_made_files_are_read_by_the_reader_and_the_metric(real, tmp_path, capsys):
     path = str(tmp_path / "train-v2.0.json")
     write_json(path, make_v2_train(real, 2.0, seed=0, negatives=ALL_KINDS))
-    examples, skipped = squad.read_squad(path, version_2=True)
+    examples, skipped = squad_examples.read_squad(path, version_2=True)
     assert not skipped and sum(e.is_impossible for e in examples) > len(examples) / 2
     examples = squad.Squad2Task().read(path)
     gold = {e.qas_id: "" if e.is_impossible else e.answers[0]["text"] for e in examples}
