@@ -29,11 +29,14 @@ log = logging.getLogger("app")
 
 @dataclass(frozen=True)
 class Limits:
-    """Input limits; each is a flag of `python -m app`."""
+    """The app's limits: max_chars is `python -m app --max-input-chars`; the others fixed."""
 
     max_chars: int = 10_000  # per text box; longer input is refused with a message
     max_top_k: int = 10  # predictions per [MASK]
     max_n_best: int = 20  # answers in the n-best list
+    # How long the server keeps a run's attention maps for the view's choosers (a visitor's
+    # session holds layers x heads x tokens^2 floats; --sessions bounds how many are kept).
+    state_minutes: int = 30
 
 
 class InputError(ValueError):
@@ -329,7 +332,10 @@ def default_token(tokens: list[str]) -> int:
 def render_attention(state: dict | None, layer=1, head=1, token=None) -> dict:
     """The views of one head (1-based `layer`, `head`) and one attending token (0-based)."""
     if not state:
-        raise InputError("Run the model on a sentence first.")
+        raise InputError(
+            "Run the model on a sentence first (the maps of a run are kept for "
+            f"{Limits.state_minutes} minutes)."
+        )
     attention, tokens = state["attention"], state["tokens"]
     num_layers, num_heads, length = attention.shape[0], attention.shape[1], attention.shape[2]
     layer = clamp_int(layer, 1, num_layers, "layer")

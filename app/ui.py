@@ -272,7 +272,7 @@ def _attention_view(gr, slot, limits):
     text, pair, button, layer, head, token = _attention_controls(gr, slot)
     status, attends_to, head_map, average_map, grid = _attention_maps(gr)
     raw = _raw(gr)
-    state = gr.State(None)
+    state = gr.State(None, time_to_live=60 * limits.state_minutes)  # a visitor's maps, bounded
     gr.Examples(EXAMPLES["attention"], inputs=[text, pair], cache_examples=False)
     views = [status, attends_to, head_map, average_map, grid, raw]
 

@@ -524,6 +524,25 @@ def client_for(url: str):
     return Client(url, verbose=False, download_files=False)
 
 
+def test_the_server_keeps_few_sessions_and_each_for_a_while():
+    """Each visitor's session keeps the attention view's maps (4.7 MB for the default model):
+    a soak test through the API grew the server by 6.3 MB per new session, never freed
+    (Gradio keeps 10,000 sessions and a State without time_to_live for ever). --sessions
+    bounds how many; each State expires after `Limits.state_minutes`."""
+    import gradio as gr
+
+    with served(stand_in_slots(), "--sessions", "2") as demo:
+        kept = demo.state_holder.session_data
+        for visitor in range(4):
+            client = client_for(demo.local_url)
+            client.predict("The cat sat.", "", "1", "1", None, api_name="/attention")
+            held = [s.state_data for s in kept.values() if s.state_data]
+            assert len(held) == min(visitor + 1, 2)  # this visitor's maps, and at most 2
+        assert all(v["attention"].ndim == 4 for d in held for v in d.values())
+        ttl = [b.time_to_live for b in demo.blocks.values() if isinstance(b, gr.State)]
+        assert ttl == [60 * predict.Limits.state_minutes]
+
+
 def test_every_view_is_a_named_endpoint():
     slots = stand_in_slots()
     with served(
