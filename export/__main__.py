@@ -56,6 +56,7 @@ from export.convert import DEFAULT_MASK_VALUE, DEFAULT_TOP_K, FLOAT_LAYERNORM_OP
 from model.checkpoints.model_info import check_model_dir
 from model.config import stored
 from model.io.files import check_paths, check_stageable, exit_on_sigterm, held_by
+from model.io.flags import positive_int
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_CALIBRATION_EXAMPLES = 100
@@ -88,20 +89,23 @@ def parse_args(argv):
     )
     p.add_argument(
         "--calibration-examples",
-        type=int,
+        type=positive_int,
         default=DEFAULT_CALIBRATION_EXAMPLES,
         help="int8: real examples the activation ranges are calibrated on",
     )
-    p.add_argument("--verify-examples", type=int, default=DEFAULT_VERIFY_EXAMPLES)
+    p.add_argument("--verify-examples", type=positive_int, default=DEFAULT_VERIFY_EXAMPLES)
     p.add_argument(
         "--seq-len",
-        type=int,
+        type=positive_int,
         default=None,
         help="the bundle's max_seq_length (default: the model's fine-tuning length, "
         f"else {DEFAULT_SEQ_LEN})",
     )
     p.add_argument(
-        "--top-k", type=int, default=DEFAULT_TOP_K, help="pretraining: predictions kept per [MASK]"
+        "--top-k",
+        type=positive_int,
+        default=DEFAULT_TOP_K,
+        help="pretraining: predictions kept per [MASK]",
     )
     p.add_argument(
         "--mask-value",
@@ -131,7 +135,9 @@ def parse_args(argv):
         'which runtime.corrupt() samples from) as a second signature, "generator" '
         "(default: on)",
     )
-    p.add_argument("--threads", type=int, default=2, help="LiteRT threads for verification")
+    p.add_argument(
+        "--threads", type=positive_int, default=2, help="LiteRT threads for verification"
+    )
     p.add_argument(
         "--card",
         default=None,
@@ -145,9 +151,6 @@ def parse_args(argv):
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
     args = p.parse_args(argv)
-    for name in ("calibration_examples", "verify_examples", "top_k", "threads"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.seq_len is not None and args.seq_len < 8:
         p.error("--seq-len must be at least 8")
     if args.int8_float_layernorm and args.quantize != "int8":

@@ -49,7 +49,8 @@ import time
 import numpy as np
 
 from model.config import stored
-from model.io.files import exit_on_sigterm
+from model.io.files import check_output, check_paths, exit_on_sigterm
+from model.io.flags import non_negative_int, positive_int
 from model.io.native_logs import import_tensorflow_quietly
 
 DEFAULT_VARIANTS = "float32,float16,dynamic,int8,int8+float_ln,int8@-1e9"
@@ -85,17 +86,22 @@ def parse_args(argv):
     )
     p.add_argument(
         "--max-examples",
-        type=int,
+        type=positive_int,
         default=None,
         help="score only the first N dev examples (default: all)",
     )
-    p.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES)
-    p.add_argument("--batch-size", type=int, default=32, help="evaluation batch size")
-    p.add_argument("--latency-seq-len", type=int, default=128)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=10)
     p.add_argument(
-        "--runs", type=int, default=100, help="timed runs per variant (at least 50; default 100)"
+        "--calibration-examples", type=positive_int, default=DEFAULT_CALIBRATION_EXAMPLES
+    )
+    p.add_argument("--batch-size", type=positive_int, default=32, help="evaluation batch size")
+    p.add_argument("--latency-seq-len", type=positive_int, default=128)
+    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--warmup", type=non_negative_int, default=10)
+    p.add_argument(
+        "--runs",
+        type=positive_int,
+        default=100,
+        help="timed runs per variant (at least 50; default 100)",
     )
     p.add_argument(
         "--bundles",
@@ -472,8 +478,28 @@ def variant_notes(labels: list[str]) -> str:
     return " " + " ".join(notes).format(mask=f"{DEFAULT_MASK_VALUE:g}") + " See export/convert.py."
 
 
+def check_early(args) -> None:
+    """What needs no framework, before TensorFlow loads: the paths, the model's config.json,
+    --variants, and outputs that are not the inputs."""
+    from model.checkpoints.model_info import check_model_dir
+
+    check_paths(args.model, args.data)
+    check_model_dir(args.model)
+    parse_variants(args.variants)
+    inputs = [("--model", args.model), ("--data", args.data)]
+    if args.out:
+        check_output(args.out, inputs)
+    if args.bundles:
+        check_output(args.bundles, inputs + [("--output", args.out)], "--bundles")
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        check_early(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     exit_on_sigterm()
     import_tensorflow_quietly(args.verbose)
     try:

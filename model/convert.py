@@ -104,9 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         "--vocab", help="vocab.txt to use instead of (or when missing from) the source"
     )
     parser.add_argument(
+        "--seq-len",
         "--sequence-length",
+        dest="sequence_length",
         type=int,
-        help="keras-hub only: the task preprocessor's sequence length "
+        help="keras-hub only: the task preprocessor's sequence length (--sequence-length is "
+        "the older spelling) "
         "(default: the model's fine-tuning length, else the encoder's positions, at most 512)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DST")
@@ -132,7 +135,7 @@ def main(argv=None) -> int:
     if dst_fmt not in FORMATS:
         parser.error(f"--to: unknown format {dst_fmt!r}; choose from {FORMATS}")
     if args.sequence_length is not None and dst_fmt != "keras-hub":
-        parser.error("--sequence-length is a keras-hub preset's (--to keras-hub): no other has one")
+        parser.error("--seq-len is a keras-hub preset's (--to keras-hub): no other has one")
     if os.path.exists(dst) and (os.path.isfile(dst) or os.listdir(dst)) and not args.overwrite:
         parser.error(f"{dst} exists and is not empty; pass --overwrite to replace it")
     held = held_by(dst, {"the current directory": os.getcwd(), "the source": src}, "the source")

@@ -56,7 +56,8 @@ import sys
 
 from model.io.backend import has_tensorflow
 from model.io.cpus import usable_cpus
-from model.io.files import check_paths, exit_on_sigterm
+from model.io.files import check_output, check_paths, exit_on_sigterm
+from model.io.flags import positive_int
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, tokenized_documents
@@ -88,13 +89,6 @@ def parse_args(argv):
         )
     except ValueError as e:
         p.error(str(e))
-    for flag, value in (
-        ("--num-shards", args.num_shards),
-        ("--dupe-factor", args.dupe_factor),
-        ("--max-predictions", args.max_predictions),
-    ):
-        if value is not None and value < 1:
-            p.error(f"{flag} must be at least 1, not {value}")
     check_flags(p, args)
     if not 0.0 <= args.short_seq_prob <= 1.0:
         p.error(f"--short-seq-prob is a probability, from 0 to 1, not {args.short_seq_prob}")
@@ -124,7 +118,9 @@ def _corpus_flags(g) -> None:
 
 
 def _instance_flags(g) -> None:
-    g.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
+    g.add_argument(
+        "--seq-len", "--max-seq-length", dest="max_seq_length", type=positive_int, default=128
+    )
     g.add_argument(
         "--inputs",
         choices=INPUT_FORMATS,
@@ -149,13 +145,13 @@ def _masking_flags(g) -> None:
     g.add_argument("--masking", choices=("dynamic", "static"), default="dynamic")
     g.add_argument(
         "--dupe-factor",
-        type=int,
+        type=positive_int,
         default=1,
         help="static masking: copies of each instance with different masks",
     )
     g.add_argument(
         "--max-predictions",
-        type=int,
+        type=positive_int,
         default=None,
         help="static masking: prediction slots a sequence (default: what --mask-rate needs "
         "at --seq-len, never under 15 %%: 20 at 128 tokens)",
@@ -167,17 +163,17 @@ def _masking_flags(g) -> None:
 
 
 def _run_flags(g) -> None:
-    g.add_argument("--num-shards", type=int, default=8)
+    g.add_argument("--num-shards", type=positive_int, default=8)
     g.add_argument(
         "--pool-tokens",
-        type=int,
+        type=positive_int,
         default=2_000_000,
         help="tokens of documents held in memory at once (bounds RAM)",
     )
     g.add_argument("--seed", type=int, default=12345)
     g.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=usable_cpus(),
         help="processes making the records of the pools (default: one per core, %(default)s "
         "here); any number gives the same bytes",
@@ -235,7 +231,8 @@ def main(argv=None) -> int:
     try:  # the paths first, before TensorFlow: a mistyped one fails in well under a second
         files = expand_inputs(args.input)
         check_paths(files=(args.vocab,))
-    except FileNotFoundError as e:
+        check_output(args.output, [("--input", f) for f in files] + [("--vocab", args.vocab)])
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     tokenized = all(is_tokenized(f) for f in files)

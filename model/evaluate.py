@@ -97,7 +97,8 @@ import time
 from model.checkpoints.model_info import check_model_dir
 from model.config import stored
 from model.io.backend import check_keras_backend
-from model.io.files import check_paths
+from model.io.files import check_output, check_paths
+from model.io.flags import positive_int
 from model.io.native_logs import import_tensorflow_quietly
 from model.tasks import ALIASES
 from model.tasks import TASKS as FINETUNE_TASKS
@@ -122,17 +123,17 @@ def parse_args(argv):
     p.add_argument(
         "--output", "--out", dest="out", default=None, help="also write the metrics JSON here"
     )
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument(
         "--seq-len",
         "--max-seq-length",
         dest="max_seq_length",
-        type=int,
+        type=positive_int,
         default=None,
         help="mlm: instance length (default 128); other tasks: default the model's",
     )
     g = p.add_argument_group("mlm, rtd")
-    g.add_argument("--max-predictions", type=int, default=20)
+    g.add_argument("--max-predictions", type=positive_int, default=20)
     g.add_argument(
         "--seed",
         type=int,
@@ -176,11 +177,7 @@ def parse_args(argv):
         help="also show TensorFlow's C++ start-up log lines (as does setting "
         "TF_CPP_MIN_LOG_LEVEL yourself)",
     )
-    args = p.parse_args(argv)
-    for flag, value in (("--batch-size", args.batch_size), ("--seq-len", args.max_seq_length)):
-        if value is not None and value < 1:
-            p.error(f"{flag} must be at least 1, not {value}")
-    return args
+    return p.parse_args(argv)
 
 
 def evaluate_mlm(
@@ -409,6 +406,12 @@ def load_mlm(directory: str, max_seq_length: int):
             raise ValueError(
                 f"{directory}: a {info.get('task')!r} model has no masked-LM head (those of "
                 f"{', '.join(MLM_TASKS)} have)"
+            )
+        positions = stored(info["encoder"], "max_sequence_length")
+        if max_seq_length > positions:
+            raise ValueError(
+                f"{directory}: --seq-len {max_seq_length} exceeds the model's "
+                f"max_sequence_length {positions}"
             )
         predict = masked_lm_predict(model_dir.load(directory))
         lowercase = stored(info["encoder"], "lowercase")
@@ -700,6 +703,8 @@ def main(argv=None) -> int:
     try:
         check_paths(args.model, files=(args.data,))
         check_model_dir(args.model)
+        if args.out:
+            check_output(args.out, [("--model", args.model), ("--data", args.data)])
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

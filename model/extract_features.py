@@ -34,6 +34,7 @@ from model.features.layers import (
     read_lines,
 )
 from model.io.files import check_paths
+from model.io.flags import non_negative_int, positive_int
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -55,9 +56,13 @@ def parse_args(argv):
         "'embeddings' (the embedding layer's output) or 'all' (every block); write "
         "--layers=-1,-2 (with '=': the value starts with '-')",
     )
-    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
+    p.add_argument(
+        "--seq-len", "--max-seq-length", dest="max_seq_length", type=positive_int, default=128
+    )
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--decimals", type=int, default=6, help="rounding of the values written")
+    p.add_argument(
+        "--decimals", type=non_negative_int, default=6, help="rounding of the values written"
+    )
     p.add_argument(
         "--verbose",
         action="store_true",

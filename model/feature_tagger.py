@@ -37,6 +37,7 @@ from model.checkpoints.model_info import check_model_dir, check_model_path
 from model.features.layers import COMBINE, DEFAULT_LAYERS
 from model.features.tagger import train
 from model.io.files import check_paths
+from model.io.flags import positive_float, positive_int
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -65,16 +66,18 @@ def parse_args(argv):
         default="concat",
         help="concat: the layers side by side; sum: added up, equal weights (default: %(default)s)",
     )
-    p.add_argument("--lstm-units", type=int, default=768, help="units per direction")
-    p.add_argument("--lstm-layers", type=int, default=2)
+    p.add_argument("--lstm-units", type=positive_int, default=768, help="units per direction")
+    p.add_argument("--lstm-layers", type=positive_int, default=2)
     p.add_argument("--dropout", type=float, default=0.0, help="dropout on the LSTM inputs")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--seq-len", "--max-seq-length", dest="max_seq_length", type=int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--learning-rate", type=positive_float, default=1e-3)
+    p.add_argument(
+        "--seq-len", "--max-seq-length", dest="max_seq_length", type=positive_int, default=128
+    )
     p.add_argument(
         "--max-train-examples",
-        type=int,
+        type=positive_int,
         default=None,
         help="use only the first N training sentences",
     )

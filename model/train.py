@@ -79,6 +79,7 @@ import sys
 
 from model.io.backend import check_keras_backend, keras_backend
 from model.io.files import INTERRUPTED, TERMINATED, exit_on_sigterm, exit_with
+from model.io.flags import non_negative_float, non_negative_int, positive_float, positive_int
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining.masking import check_flags
 from model.tasks import ALIASES, TASKS
@@ -119,18 +120,20 @@ def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None)
     )
     p.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
     p.add_argument(
-        "--batch-size", type=int, default=32, help=said("batch_size", "global batch size")
+        "--batch-size", type=positive_int, default=32, help=said("batch_size", "global batch size")
     )
-    p.add_argument("--learning-rate", type=float, default=1e-4, help=said("learning_rate", None))
+    p.add_argument(
+        "--learning-rate", type=positive_float, default=1e-4, help=said("learning_rate", None)
+    )
     p.add_argument(
         "--warmup-steps",
-        type=int,
+        type=non_negative_int,
         default=None,
         help=said(
             "warmup_steps", "linear warm-up steps (default: 10%% of --steps, at most 10,000)"
         ),
     )
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.01)
     p.add_argument("--mixed-precision", choices=PRECISIONS, default="float32")
     p.add_argument(
         "--jit",
@@ -138,13 +141,16 @@ def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None)
         help="compile the train step with XLA (TensorFlow backend; under JAX every step is compiled)",
     )
     p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000)
     p.add_argument(
-        "--keep-checkpoints", type=int, default=3, help="the newest N checkpoints kept (default 3)"
+        "--keep-checkpoints",
+        type=positive_int,
+        default=3,
+        help="the newest N checkpoints kept (default 3)",
     )
     p.add_argument(
         "--log-every",
-        type=int,
+        type=positive_int,
         default=100,
         help="steps between TensorBoard rows (without TensorFlow: logs/scalars.csv; default 100)",
     )
@@ -214,14 +220,14 @@ def _pretrain_parser(sub):
     )
     pre.add_argument(
         "--steps",
-        type=int,
+        type=non_negative_int,
         required=True,
         help="total training steps (0: save the initialised model, train nothing: a "
         "random-initialisation floor)",
     )
     pre.add_argument(
         "--stop-at",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="STEP",
         help="stop after this step and write the model of that step; the "
@@ -230,7 +236,7 @@ def _pretrain_parser(sub):
     )
     pre.add_argument(
         "--seq-len",
-        type=int,
+        type=positive_int,
         default=None,
         help="sequence length; must equal the records' (default: theirs)",
     )
@@ -246,7 +252,7 @@ def _pretrain_parser(sub):
     )
     pre.add_argument(
         "--eval-steps",
-        type=int,
+        type=positive_int,
         default=20,
         help="batches of --eval-data scored each time (default: %(default)s)",
     )
@@ -275,7 +281,7 @@ def _masking_flags(pre) -> None:
     g = pre.add_argument_group("dynamic masking (records made with --masking dynamic)")
     g.add_argument(
         "--max-predictions",
-        type=int,
+        type=positive_int,
         default=None,
         help="masked positions per sequence (default: --mask-rate of --seq-len, at least "
         "15%%, rounded up; spanbert: 10%% more, room for the span that reaches the budget)",
@@ -294,20 +300,20 @@ def _masking_flags(pre) -> None:
         help="of the chosen tokens, the share made a random token (default: 0.1; electra: 0)",
     )
     g.add_argument("--whole-word-masking", action="store_true")
-    g.add_argument("--shuffle-buffer", type=int, default=10_000)
+    g.add_argument("--shuffle-buffer", type=positive_int, default=10_000)
 
 
 def _electra_flags(pre) -> None:
     g = pre.add_argument_group("electra")
     g.add_argument(
         "--generator-size",
-        type=float,
+        type=positive_float,
         default=0.25,
         help="the generator's width as a share of the discriminator's (default: %(default)s)",
     )
     g.add_argument(
         "--discriminator-weight",
-        type=float,
+        type=non_negative_float,
         default=50.0,
         help="λ, the weight of the discriminator's loss beside the generator's "
         "(default: %(default)s)",
@@ -340,21 +346,21 @@ def _finetune_parser(sub) -> None:
     )
     fine.add_argument(
         "--epochs",
-        type=float,
+        type=positive_float,
         default=None,
         help="default: the task's (squad2: 2), else 3 (the paper's)",
     )
-    fine.add_argument("--seq-len", type=int, default=None, help="default: the task's")
+    fine.add_argument("--seq-len", type=positive_int, default=None, help="default: the task's")
     fine.add_argument("--dropout", type=float, default=0.1)
     fine.add_argument(
         "--max-train-examples",
-        type=int,
+        type=positive_int,
         default=None,
         help="use only the first N training examples",
     )
     fine.add_argument(
         "--bilstm",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="UNITS",
         help="put a randomly initialised bidirectional LSTM (UNITS a direction) between the "
@@ -405,7 +411,7 @@ def _device_flags(parser, data_help: str, steps_default: str):
     g.add_argument("--device-data", action="store_true", help=data_help)
     g.add_argument(
         "--steps-per-call",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="K",
         help=f"with --device-data: training steps in one compiled call ({steps_default})",
@@ -419,11 +425,19 @@ def check_inputs(args) -> None:
     --cpu-replicas and a multi-worker run's TF_CONFIG can run (StrategyError), checked
     before TensorFlow is imported: a mistyped path or field fails in well under a second."""
     from model.checkpoints.model_info import check_model_dir, check_model_path
-    from model.io.files import check_paths
+    from model.config import PRESETS
+    from model.io.files import check_output, check_paths
     from model.pretraining.records import record_files
     from model.training.strategy import check_flags
 
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout is a rate from 0 up to 1 (not included), not {args.dropout}")
     if args.command == "pretrain":
+        if args.config not in PRESETS and not os.path.isfile(args.config):
+            raise FileNotFoundError(
+                f"--config {args.config}: neither a preset ({', '.join(PRESETS)}) nor a "
+                "config JSON file"
+            )
         for pattern in filter(None, (args.data, args.eval_data)):
             record_files(pattern)
         init, paths = args.init_checkpoint, (args.vocab,)
@@ -441,9 +455,23 @@ def check_inputs(args) -> None:
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
     check_paths(*(p for p in paths if p))
+    check_output(args.output, _inputs(args))
     if init and not run_step(init):
         check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
     check_model_dir(init)
+
+
+def _inputs(args) -> list[tuple[str, str | None]]:
+    """(flag, path) of what a run reads, which its --output must neither be nor hold (a
+    records glob by its folder)."""
+    if args.command == "finetune":
+        return [("--init", args.init), ("--data", args.data)]
+    records = [
+        (flag, os.path.dirname(part) if any(c in part for c in "*?[") else part)
+        for flag, value in (("--data", args.data), ("--eval-data", args.eval_data))
+        for part in (value or "").split(",")
+    ]
+    return [("--init", args.init_checkpoint), ("--vocab", args.vocab), *records]
 
 
 def main(argv=None) -> int:

@@ -122,6 +122,60 @@ def test_a_missing_input_path_fails_before_any_framework_is_imported(argv, messa
     assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
 
 
+OVERWRITING = [  # (command and arguments, what the one error line says): an output that is
+    # an input (the probe's cases: each overwrote its input, with exit status 0)
+    (["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", "tests",
+      "--output", "tests"], "--output tests would overwrite --init tests: choose another --output"),
+    (["model.train", "finetune", "--task", "sst2", "--data", "tests/fixtures", "--init", ".",
+      "--output", "tests"], "--output tests would overwrite --data tests/fixtures (it lies "
+     "inside): choose another --output"),
+    (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "tests/fixtures",
+      "--steps", "1"], "--output tests/fixtures would overwrite --data tests/fixtures"),
+    (["model.evaluate", "--task", "sst2", "--model", ".", "--data", "README.md", "--output",
+      "README.md"], "--output README.md would overwrite --data README.md"),
+    (["export.report", "--model", ".", "--data", "README.md", "--output", "README.md"],
+     "--output README.md would overwrite --data README.md"),
+    (["model.tasks.squad", "make-v2-train", "--input", "README.md", "--output", "README.md"],
+     "--output README.md would overwrite --input README.md"),
+    (["model.tasks.squad", "split-dev", "--input", "README.md", "--tune", "a.json", "--report",
+      "a.json"], "--report a.json would overwrite --tune a.json"),
+    # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
+    (["model.train", "pretrain", "--data", "d", "--output", "o", "--steps", "1", "--config",
+      "tinny"], "--config tinny: neither a preset (tiny, mini,"),
+    ([*"model.train finetune --task sst2 --data README.md --init . --output o".split(),
+      "--dropout", "1.5"], "--dropout is a rate from 0 up to 1 (not included), not 1.5"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", OVERWRITING, ids=lambda a: " ".join(a[:2]))
+def test_an_output_that_is_an_input_or_a_bad_value_is_refused_at_start(argv, message):
+    done = _run_listing_imports(argv)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().startswith(f"error: {message}"), done.stderr[-2000:]
+    assert "IMPORTED: []" in done.stdout, done.stdout[-500:]
+    assert not os.path.exists(os.path.join(REPO_ROOT, "a.json"))
+
+
+NUMBERS = [  # (a flag's value, argparse's line): each was a traceback, a hang or a silent run
+    (["--log-every", "0"], "argument --log-every: must be at least 1, not 0"),  # % 0
+    (["--checkpoint-every", "0"], "argument --checkpoint-every: must be at least 1, not 0"),
+    (["--shuffle-buffer", "0"], "argument --shuffle-buffer: must be at least 1, not 0"),
+    (["--eval-steps", "-3"], "argument --eval-steps: must be at least 1, not -3"),  # hung
+    (["--learning-rate=-1e-4"], "argument --learning-rate: must be positive, not -1e-4"),
+    (["--warmup-steps", "-5"], "argument --warmup-steps: must be at least 0, not -5"),
+    (["--max-predictions", "0"], "argument --max-predictions: must be at least 1, not 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags, message", NUMBERS, ids=lambda a: a[0])
+def test_a_number_out_of_range_is_a_usage_error_naming_its_flag(flags, message, capsys):
+    from model.train import parse_args
+
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["pretrain", "--data", "d", "--output", "o", "--steps", "1", *flags])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
 PRETRAIN = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
 FINETUNE = ["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", "tests",
             "--output", "o"]  # fmt: skip
@@ -267,6 +321,8 @@ SPELLINGS = [
      "--max-seq-length", "max_seq_length"),
     ("model.feature_tagger", ["--model", "m", "--data", "d", "--output", "o"], "--seq-len",
      "--max-seq-length", "max_seq_length"),
+    ("model.convert", ["--from", "hf", "s", "--to", "keras-hub", "d"], "--seq-len",
+     "--sequence-length", "sequence_length"),
 ]  # fmt: skip
 
 
@@ -295,7 +351,7 @@ def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, fla
     import importlib
 
     parse = importlib.import_module(module if module != "export" else "export.__main__")
-    parse = parse.parse_args
+    parse = getattr(parse, "parse_args", None) or parse._parser().parse_args
     value = "7" if "seq" in flag else "x"
     new, old = (vars(parse([*before, f, value])) for f in (flag, older))
     assert new[dest] == old[dest] == (int(value) if "seq" in flag else value)

@@ -786,7 +786,7 @@ def test_sequence_length_is_a_keras_hub_presets_and_fits_the_positions(tmp_path,
     source = copy_hf("BertModel", tmp_path)
     with pytest.raises(SystemExit):
         main(["--from", "hf", source, "--to", "hf", str(tmp_path / "h"), "--sequence-length", "16"])
-    assert "--sequence-length is a keras-hub preset's" in capsys.readouterr().err
+    assert "--seq-len is a keras-hub preset's" in capsys.readouterr().err
     positions = load_quietly(source).config.max_sequence_length
     for length in (positions + 1, 0):
         argv = ["--from", "hf", source, "--to", "keras-hub", str(tmp_path / f"p{length}")]

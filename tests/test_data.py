@@ -212,8 +212,8 @@ def test_static_masking_realises_the_mask_rate(files, tmp_path):
 @pytest.mark.parametrize(
     "flag, value, message",
     [
-        ("--num-shards", "0", "--num-shards must be at least 1, not 0"),  # a ZeroDivisionError
-        ("--dupe-factor", "0", "--dupe-factor must be at least 1"),  # "the input has no text"
+        ("--num-shards", "0", "--num-shards: must be at least 1, not 0"),  # a ZeroDivisionError
+        ("--dupe-factor", "0", "--dupe-factor: must be at least 1"),  # "the input has no text"
         ("--short-seq-prob", "1.5", "--short-seq-prob is a probability, from 0 to 1"),
         ("--short-seq-prob", "-1", "--short-seq-prob is a probability"),  # taken as it was
     ],

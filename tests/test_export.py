@@ -444,7 +444,7 @@ def test_model_evaluate_refuses_a_length_past_the_position_table(sst2, capsys):
     assert "--seq-len 4096 exceeds the model's max_sequence_length" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run_evaluate(["--task", "sst2", "--model", directory, "--data", dev, "--batch-size", "0"])
-    assert "--batch-size must be at least 1, not 0" in capsys.readouterr().err
+    assert "--batch-size: must be at least 1, not 0" in capsys.readouterr().err
 
 
 def test_model_evaluate_refuses_a_bundle_of_another_task(sst2, sst2_bundle, capsys):

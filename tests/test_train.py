@@ -581,6 +581,14 @@ def test_evaluate_mlm_prints_accuracies(uninterrupted, tmp_path, capsys):
         assert 0.0 <= metrics[key] <= 1.0, key
     assert metrics["mlm_top1_accuracy"] <= metrics["mlm_top5_accuracy"]
     assert metrics["masked_positions"] > 0 and np.isfinite(metrics["mlm_loss"])
+    # a --seq-len past the position table: one line (a TensorFlow traceback before)
+    rc = evaluate.main(
+        ["--task", "mlm", "--model", uninterrupted, "--data", text, "--seq-len", "4096"]
+    )
+    assert (
+        rc == 1
+        and "--seq-len 4096 exceeds the model's max_sequence_length" in capsys.readouterr().err
+    )
 
 
 def test_a_span_or_electra_runs_masked_lm_is_its_head_over_its_encoder():

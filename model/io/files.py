@@ -146,6 +146,22 @@ def replace_dir(tmp: str, directory: str) -> None:
     os.rename(tmp, directory)
 
 
+def check_output(output: str, inputs=(), what: str = "--output") -> None:
+    """ValueError, before any work, where `output` (`what`: the flag of a file or folder a
+    command writes) cannot be written (`check_stageable`), or is one of `inputs` ((flag, path
+    or None) pairs) or holds one: a fine-tuning's --output equal to its --init overwrote the
+    encoder, an evaluation's --output equal to --data the dev file."""
+    for flag, path in inputs:
+        if path and held_by(output, {flag: path}):
+            inside = os.path.realpath(output) != os.path.realpath(path)
+            raise ValueError(
+                f"{what} {output} would overwrite {flag} {path}"
+                + (" (it lies inside)" if inside else "")
+                + f": choose another {what}"
+            )
+    check_stageable(output)
+
+
 def held_by(output: str, paths: dict, may_be: str | None = None) -> str | None:
     """The name of the first of `paths` ({name: path}) that lies inside `output`, a folder an
     output replaces whole (its old contents deleted), or None; the path named `may_be` may be

@@ -53,7 +53,8 @@ import os
 import shutil
 import sys
 
-from model.io.files import load_json
+from model.io.files import check_output, load_json
+from model.io.flags import non_negative_float
 from model.tasks import dev_units, squad_metric
 from model.tasks.base import Encoded, Task, predict_in_batches
 from model.tasks.squad_answers import (
@@ -356,11 +357,29 @@ def write_predictions(output_dir: str, predictions: SquadPredictions, version_2:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        _check_outputs(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.command == "negatives-report":
         return _negatives_report(args)
     if args.command == "split-dev":
         return _split_dev(args)
     return _make_v2_train(args)
+
+
+def _check_outputs(args) -> None:
+    """No output is an input (make-v2-train --output equal to --input overwrote the v1.1
+    file), and split-dev's two outputs differ."""
+    inputs = [(flag, getattr(args, flag[2:], None)) for flag in ("--input", "--dev", "--real")]
+    if args.command == "make-v2-train":
+        check_output(args.output, inputs)
+    elif args.command == "split-dev":
+        check_output(args.tune, inputs, "--tune")
+        check_output(args.report, inputs + [("--tune", args.tune)], "--report")
+    elif args.out:
+        check_output(args.out, inputs)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -382,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     make.add_argument(
         "--negative-ratio",
-        type=float,
+        type=non_negative_float,
         default=None,
         help=f"unanswerable questions per answerable one, split evenly between the kinds "
         f"(default {DEFAULT_NEGATIVE_RATIO}; not with KIND=RATIO)",
