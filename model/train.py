@@ -174,7 +174,22 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.command == "pretrain":
         check_flags(pre, args)
+        _check_objective_flags(pre, args)
     return args
+
+
+def _check_objective_flags(pre, args) -> None:
+    """Flags of one objective given to another (they were ignored, silently)."""
+    electra = [
+        f
+        for f in ("generator_size", "discriminator_weight")
+        if getattr(args, f) != pre.get_default(f)
+    ]
+    if electra and args.objective != "electra":
+        flags = " and ".join("--" + f.replace("_", "-") for f in electra)
+        pre.error(f"{flags}: ELECTRA's (--objective electra), not {args.objective}'s")
+    if args.no_nsp and args.objective != "bert":
+        pre.error(f"--no-nsp: --objective bert's (BERT without NSP); {args.objective} has no NSP")
 
 
 def _pretrain_parser(sub):
@@ -428,7 +443,7 @@ def check_inputs(args) -> None:
     from model.config import PRESETS
     from model.io.files import check_output, check_paths
     from model.pretraining.records import record_files
-    from model.training.strategy import check_flags
+    from model.training.strategy import check_device_flags, check_flags
 
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         raise ValueError(f"--dropout is a rate from 0 up to 1 (not included), not {args.dropout}")
@@ -449,6 +464,7 @@ def check_inputs(args) -> None:
                 "use the default (auto), or mirrored for this machine's GPUs under TensorFlow"
             )
     check_flags(args.strategy, getattr(args, "cpu_replicas", None), keras_backend())
+    check_device_flags(args, keras_backend())
 
     def run_step(path):  # one step of a run: its loader names the steps the run has
         parent = os.path.dirname(os.path.abspath(path))

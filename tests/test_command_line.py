@@ -164,6 +164,7 @@ NUMBERS = [  # (a flag's value, argparse's line): each was a traceback, a hang o
     (["--learning-rate=-1e-4"], "argument --learning-rate: must be positive, not -1e-4"),
     (["--warmup-steps", "-5"], "argument --warmup-steps: must be at least 0, not -5"),
     (["--max-predictions", "0"], "argument --max-predictions: must be at least 1, not 0"),
+    (["--steps-per-call", "0"], "argument --steps-per-call: must be at least 1, not 0"),
 ]  # fmt: skip
 
 
@@ -196,6 +197,12 @@ FINETUNE = ["model.train", "finetune", "--task", "sst2", "--data", "README.md", 
          "--strategy mirrored is a tf.distribute strategy; under KERAS_BACKEND=jax"),
         ([*FINETUNE, "--strategy", "gpu"], {"KERAS_BACKEND": "jax"},
          "--strategy gpu is a tf.distribute strategy; under KERAS_BACKEND=jax"),
+        # the one-accelerator flags (found after TensorFlow's import, 11 s, before)
+        ([*PRETRAIN, "--device-data"], {},
+         "--device-data runs under KERAS_BACKEND=jax on one device"),
+        ([*FINETUNE, "--steps-per-call", "5"], {"KERAS_BACKEND": "jax"},
+         "--steps-per-call takes a positive number, with --device-data"),
+        ([*FINETUNE, "--seeds", "1,2"], {}, "--seeds trains its seeds together"),
     ],
 )  # fmt: skip
 def test_a_strategy_the_backend_cannot_run_fails_before_any_framework_is_imported(

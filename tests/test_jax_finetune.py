@@ -515,7 +515,6 @@ def test_device_data_evaluation_runs_one_shape_and_answers_as_trimmed_batches():
     [
         (["--steps-per-call", "5"], "--steps-per-call takes a positive number, with --device-data"),
         (["--device-data"], "--device-data runs under KERAS_BACKEND=jax"),  # tests: TensorFlow
-        (["--device-data", "--steps-per-call", "0"], "--steps-per-call takes a positive"),
     ],
 )
 def test_device_data_flags_are_checked_before_anything_is_read(tmp_path, capsys, extra, message):

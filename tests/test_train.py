@@ -688,3 +688,21 @@ def test_a_held_out_set_read_more_than_once_is_noted(capsys):
     assert capsys.readouterr().out == ""
     _note_repeated_eval(args, 20)
     assert "more held-out text would read each once" in capsys.readouterr().out
+
+
+def test_flags_a_run_would_ignore_are_refused(tmp_path, capsys):
+    """Masking flags on records masked when made, ELECTRA's flags on another objective and
+    --no-nsp on one without NSP trained as if they were not given."""
+    static = make_records(tmp_path, "static", extra=("--masking", "static"))
+    argv = pretrain_argv(static, str(tmp_path / "run"), steps=1)
+    assert train.main([*argv, "--mask-rate", "0.3", "--whole-word-masking"]) == 1
+    err = capsys.readouterr().err
+    assert "--mask-rate, --whole-word-masking: " in err and "masked when they were made" in err
+    assert not os.path.exists(tmp_path / "run")
+    for flags, said in (
+        (["--generator-size", "0.5"], "--generator-size: ELECTRA's (--objective electra)"),
+        (["--objective", "roberta", "--no-nsp"], "--no-nsp: --objective bert's"),
+    ):
+        with pytest.raises(SystemExit):
+            train.parse_args([*argv, *flags])
+        assert said in capsys.readouterr().err

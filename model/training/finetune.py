@@ -339,6 +339,9 @@ def _task(args):
 
 def _check(args) -> None:
     """The flags' values, before anything is read."""
+    from model.io.backend import keras_backend
+    from model.training.strategy import check_device_flags
+
     if args.epochs <= 0 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be positive")
     if args.seq_len < 1 or args.learning_rate <= 0:
@@ -348,28 +351,7 @@ def _check(args) -> None:
     bilstm = getattr(args, "bilstm", None)
     if bilstm is not None and bilstm < 1:
         raise ValueError(f"--bilstm must be a positive number of units, got {bilstm}")
-    device_data = getattr(args, "device_data", False)
-    steps_per_call = getattr(args, "steps_per_call", None)
-    if steps_per_call is not None and (not device_data or steps_per_call < 1):
-        raise ValueError("--steps-per-call takes a positive number, with --device-data")
-    seeds = getattr(args, "seeds", None)
-    if seeds:
-        if not device_data:
-            raise ValueError("--seeds trains its seeds together: it needs --device-data")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"--seeds: a seed is given twice ({seeds})")
-        if len(seeds) > 1 and "{seed}" not in args.output:
-            raise ValueError(
-                "--seeds: --output names each seed's directory with {seed} (runs/sst2-seed{seed})"
-            )
-    if device_data:
-        import keras
-
-        one_device = getattr(args, "strategy", None) in (None, "auto")
-        if keras.backend.backend() != "jax" or not one_device:
-            raise ValueError(
-                "--device-data runs under KERAS_BACKEND=jax on one device (--strategy auto)"
-            )
+    check_device_flags(args, keras_backend())
 
 
 def _data(args, task):

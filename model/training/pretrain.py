@@ -195,10 +195,9 @@ def _runtime(args):
     if keras.backend.backend() == "tensorflow":
         from model.training.strategy import is_chief, make_strategy
 
-        if args.device_data:
-            raise ValueError("--device-data needs the JAX backend (KERAS_BACKEND=jax)")
-        # First: splitting the CPU into logical devices and configuring
-        # multi-worker collectives both fail once TensorFlow has initialised.
+        # (--device-data is JAX's: `check_device_flags` refuses it.) First: splitting the CPU
+        # into logical devices and configuring multi-worker collectives both fail once
+        # TensorFlow has initialised.
         strategy = make_strategy(args.strategy, args.tpu, args.cpu_replicas)
         return types.SimpleNamespace(
             tf=True,
@@ -212,8 +211,6 @@ def _runtime(args):
     from model.training.strategy import jax_process, make_jax_distribution
 
     distribution = make_jax_distribution(args.strategy, args.cpu_replicas)
-    if args.device_data and distribution:
-        raise ValueError("--device-data trains on one device: leave --strategy at auto")
     process = jax_process()
     return types.SimpleNamespace(
         tf=False,
@@ -224,6 +221,25 @@ def _runtime(args):
         name=type(distribution).__name__ if distribution else "one device",
         process=process,
     )
+
+
+def _check_static(args, info: dict) -> None:
+    """Records masked when made (model.data --masking static) take no masking flags: they
+    were ignored, silently."""
+    given = {
+        "--mask-rate": args.mask_rate != 0.15,
+        "--mask-token-rate": args.mask_token_rate is not None,
+        "--random-token-rate": args.random_token_rate is not None,
+        "--max-predictions": args.max_predictions is not None,
+        "--whole-word-masking": args.whole_word_masking,
+    }
+    named = [flag for flag, on in given.items() if on]
+    if info.get("masking") == "static" and named:
+        raise ValueError(
+            f"{', '.join(named)}: {args.data} holds records masked when they were made "
+            "(model.data --masking static), which these flags do not change: leave them out, "
+            "or make the records with --masking dynamic"
+        )
 
 
 def _data(args):
@@ -253,6 +269,7 @@ def _data(args):
             f"--seq-len {args.seq_len} differs from the records' {seq_len}; "
             f"make records of that length with python -m model.data"
         )
+    _check_static(args, info)
     objective = objectives.get(args.objective)(
         vocabulary,
         objectives.ObjectiveOptions(
@@ -328,10 +345,9 @@ def _check(args, runtime, data):
         )
     if args.stop_at is not None and args.stop_at < 1:
         raise ValueError(f"--stop-at must be positive, got {args.stop_at}")
-    if args.steps_per_call is not None and not args.device_data:
-        raise ValueError("--steps-per-call is a flag of --device-data (the host pipeline runs one)")
-    if args.steps_per_call is not None and args.steps_per_call < 1:
-        raise ValueError(f"--steps-per-call must be positive, got {args.steps_per_call}")
+    from model.training.strategy import check_device_flags
+
+    check_device_flags(args, keras.backend.backend())
     if runtime.tf and args.jit and runtime.replicas > 1:
         import tensorflow as tf
 

@@ -151,6 +151,32 @@ def check_flags(name: str, cpu_replicas: int | None, backend: str) -> None:
         check_tf_config(os.environ.get("TF_CONFIG"))
 
 
+def check_device_flags(args, backend: str) -> None:
+    """StrategyError for the one-accelerator flags (--device-data, --steps-per-call, --seeds)
+    where they cannot run, without starting a framework: the command line checks them before
+    its heavy imports (they were found after TensorFlow's 10 s), the runs again."""
+    device_data = getattr(args, "device_data", False)
+    steps_per_call = getattr(args, "steps_per_call", None)
+    if steps_per_call is not None and (not device_data or steps_per_call < 1):
+        raise StrategyError(
+            "--steps-per-call takes a positive number, with --device-data (the host pipeline "
+            "runs one step a call)"
+        )
+    seeds = getattr(args, "seeds", None)
+    if seeds and not device_data:
+        raise StrategyError("--seeds trains its seeds together: it needs --device-data")
+    if seeds and len(set(seeds)) != len(seeds):
+        raise StrategyError(f"--seeds: a seed is given twice ({seeds})")
+    if seeds and len(seeds) > 1 and "{seed}" not in args.output:
+        raise StrategyError(
+            "--seeds: --output names each seed's directory with {seed} (runs/sst2-seed{seed})"
+        )
+    if device_data and (backend != "jax" or getattr(args, "strategy", "auto") != "auto"):
+        raise StrategyError(
+            "--device-data runs under KERAS_BACKEND=jax on one device (--strategy auto)"
+        )
+
+
 def make_strategy(name: str, tpu: str | None = None, cpu_replicas: int | None = None):
     """The strategy `name` (one of STRATEGIES). `cpu_replicas` splits the CPU
     into that many logical devices first, for `mirrored` on a machine with no
