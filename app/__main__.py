@@ -23,6 +23,8 @@ import os
 import sys
 import time
 
+from model.io.flags import positive_int
+
 log = logging.getLogger("app")
 
 # Where `--share` would ask for a tunnel; probed first so that, offline, the app says why there
@@ -30,16 +32,9 @@ log = logging.getLogger("app")
 SHARE_SERVER = "https://api.gradio.app"
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def port_number(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
+    value = positive_int(text)
+    if value > 65535:
         raise argparse.ArgumentTypeError(f"must be from 1 to 65535, not {value}")
     return value
 
@@ -97,8 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=100,
         help="visitors' sessions whose state the server keeps, the oldest dropped beyond it: "
         "the attention view's maps of a run (layers x heads x tokens^2 x 4 bytes, 4.7 MB for "
-        f"the default model at 128 tokens), each kept {Limits.state_minutes} minutes at most "
-        "(default: %(default)s)",
+        f"the default model at 128 tokens), each kept {Limits.state_minutes} minutes after its "
+        "last run (default: %(default)s)",
     )
     parser.add_argument(
         "--threads",
@@ -150,7 +145,7 @@ def return_freed_arrays(threshold: int = 1 << 20) -> None:
     the system when freed. By default it raises that threshold to the size of each large block
     freed, after which the attention view's 4.7 MB maps of the sessions dropped (--sessions)
     come from the heap and fragment it: over 700 new sessions, 1,474 MB where this keeps
-    1,078 MB (docs/reliability.md). No-op without glibc."""
+    1,060 MB (docs/reliability.md). No-op without glibc."""
     import ctypes
     import ctypes.util
 

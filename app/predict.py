@@ -334,7 +334,7 @@ def render_attention(state: dict | None, layer=1, head=1, token=None) -> dict:
     if not state:
         raise InputError(
             "Run the model on a sentence first (the maps of a run are kept for "
-            f"{Limits.state_minutes} minutes)."
+            f"{Limits.state_minutes} minutes after it)."
         )
     attention, tokens = state["attention"], state["tokens"]
     num_layers, num_heads, length = attention.shape[0], attention.shape[1], attention.shape[2]

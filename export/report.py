@@ -485,12 +485,13 @@ def check_early(args) -> None:
 
     check_paths(args.model, args.data)
     check_model_dir(args.model)
-    parse_variants(args.variants)
     inputs = [("--model", args.model), ("--data", args.data)]
     if args.out:
         check_output(args.out, inputs)
-    if args.bundles:
-        check_output(args.bundles, inputs + [("--output", args.out)], "--bundles")
+    variants = parse_variants(args.variants)
+    for label, *_ in variants if args.bundles else ():
+        kept = os.path.join(args.bundles, label.replace("@", "_mask"))  # as `run` names it
+        check_output(kept, inputs + [("--output", args.out)], "--bundles")
 
 
 def main(argv=None) -> int:

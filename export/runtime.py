@@ -1096,11 +1096,16 @@ def main(argv=None) -> int:
 def _run_lines(method, arguments: tuple, rows, where: str) -> int:
     """`method` on each line of the binary stream `rows`, one JSON line out per line in; 1
     when any line failed (each says why in its place, standard error which lines)."""
-    failed, count = [], 0
+    failed, count, offset = [], 0, 0  # offset: the bytes before the line, until judged
     for count, raw in enumerate(rows, 1):
-        if count == 1 and (utf16 := utf16_error(where, raw[:HEAD_BYTES])) is not None:
-            print(f"error: {utf16}", file=sys.stderr)  # no line of it would read
-            return 1
+        if offset is not None and len(raw) >= 5:  # the first line long enough to tell by
+            aligned = raw[offset % 2 :]  # from an even byte of the stream: its byte order
+            if (utf16 := utf16_error(where, aligned[:HEAD_BYTES])) is not None:
+                print(f"error: {utf16}", file=sys.stderr)  # no line of it would read
+                return 1
+            offset = None
+        elif offset is not None:
+            offset += len(raw)
         try:
             line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
             out = _jsonable(method(*_line_values(line.split("\t"), arguments)))

@@ -86,8 +86,8 @@ def main(argv=None) -> int:
     from model.text import tokenizer_class
 
     try:
-        if args.batch_size < 1 or args.decimals < 0:
-            raise ValueError("--batch-size must be positive and --decimals not negative")
+        if args.batch_size < 1:
+            raise ValueError("--batch-size must be positive")
         pairs = read_lines(args.input)
         encoder, vocab_path = load_encoder(args.model)
         layers = parse_layers(args.layers, encoder.config.num_layers)

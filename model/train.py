@@ -471,7 +471,7 @@ def check_inputs(args) -> None:
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
     check_paths(*(p for p in paths if p))
-    check_output(args.output, _inputs(args))
+    check_output(args.output, _inputs(args), in_place=True)
     if init and not run_step(init):
         check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
     check_model_dir(init)

@@ -1004,6 +1004,9 @@ def test_lines_keep_their_places_whatever_a_line_raises(capsys):
     assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
     captured = capsys.readouterr()
     assert captured.out == "" and "F: UTF-16 text (little-endian" in captured.err
+    rows = io.BytesIO("\na cat\n".encode("utf-16-le"))  # a first line too short to tell by
+    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    assert "F: UTF-16 text (little-endian" in capsys.readouterr().err
 
 
 def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):

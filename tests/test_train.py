@@ -699,6 +699,10 @@ def test_flags_a_run_would_ignore_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--mask-rate, --whole-word-masking: " in err and "masked when they were made" in err
     assert not os.path.exists(tmp_path / "run")
+    # held-out records masked at run time do take them (RoBERTa static's layout)
+    dynamic = make_records(tmp_path, "dynamic")
+    assert train.main([*argv, "--eval-data", dynamic, "--mask-rate", "0.3"]) == 0
+    capsys.readouterr()
     for flags, said in (
         (["--generator-size", "0.5"], "--generator-size: ELECTRA's (--objective electra)"),
         (["--objective", "roberta", "--no-nsp"], "--no-nsp: --objective bert's"),

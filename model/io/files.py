@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable
 
 INTERRUPTED = 130  # Ctrl-C: the shell's status of a command stopped by SIGINT
@@ -146,11 +147,12 @@ def replace_dir(tmp: str, directory: str) -> None:
     os.rename(tmp, directory)
 
 
-def check_output(output: str, inputs=(), what: str = "--output") -> None:
+def check_output(output: str, inputs=(), what: str = "--output", in_place: bool = False) -> None:
     """ValueError, before any work, where `output` (`what`: the flag of a file or folder a
-    command writes) cannot be written (`check_stageable`), or is one of `inputs` ((flag, path
-    or None) pairs) or holds one: a fine-tuning's --output equal to its --init overwrote the
-    encoder, an evaluation's --output equal to --data the dev file."""
+    command writes) is one of `inputs` ((flag, path or None) pairs) or holds one (a
+    fine-tuning's --output equal to its --init overwrote the encoder, an evaluation's --output
+    equal to --data the dev file), or cannot be written: built beside and renamed into place
+    (`check_stageable`), or, `in_place`, a folder written into (a training run's)."""
     for flag, path in inputs:
         if path and held_by(output, {flag: path}):
             inside = os.path.realpath(output) != os.path.realpath(path)
@@ -159,7 +161,13 @@ def check_output(output: str, inputs=(), what: str = "--output") -> None:
                 + (" (it lies inside)" if inside else "")
                 + f": choose another {what}"
             )
-    check_stageable(output)
+    if not (in_place and os.path.isdir(output)):
+        check_stageable(output)  # a new folder needs its parent too
+        return
+    try:
+        _probe(output)
+    except OSError as e:
+        raise ValueError(f"{output}: cannot be written ({e.strerror})") from None
 
 
 def held_by(output: str, paths: dict, may_be: str | None = None) -> str | None:
@@ -231,10 +239,12 @@ def utf16_error(path: str, head: bytes) -> ValueError | None:
 def _head(path: str) -> bytes:
     """The first HEAD_BYTES of `path` (gzip's decompressed), or b"" where it cannot be read
     (the reader's own open then says why)."""
+    if not os.path.isfile(path):  # a pipe's bytes are the reader's to read
+        return b""
     try:
         with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
             return f.read(HEAD_BYTES)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return b""
 
 

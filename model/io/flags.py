@@ -9,22 +9,22 @@ import argparse
 
 
 def positive_int(text: str) -> int:
-    return _at_least(int(text), 1)
+    return _at_least(_whole(text), 1)
 
 
 def non_negative_int(text: str) -> int:
-    return _at_least(int(text), 0)
+    return _at_least(_whole(text), 0)
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value > 0:  # also NaN
         raise argparse.ArgumentTypeError(f"must be positive, not {text}")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
     return value
@@ -34,3 +34,17 @@ def _at_least(value: int, least: int) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
     return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number, not {text!r}") from None

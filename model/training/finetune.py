@@ -339,7 +339,6 @@ def _task(args):
 
 def _check(args) -> None:
     """The flags' values, before anything is read."""
-    from model.io.backend import keras_backend
     from model.training.strategy import check_device_flags
 
     if args.epochs <= 0 or args.batch_size < 1:
@@ -351,7 +350,7 @@ def _check(args) -> None:
     bilstm = getattr(args, "bilstm", None)
     if bilstm is not None and bilstm < 1:
         raise ValueError(f"--bilstm must be a positive number of units, got {bilstm}")
-    check_device_flags(args, keras_backend())
+    check_device_flags(args, keras.backend.backend())
 
 
 def _data(args, task):

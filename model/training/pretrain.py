@@ -223,18 +223,22 @@ def _runtime(args):
     )
 
 
-def _check_static(args, info: dict) -> None:
-    """Records masked when made (model.data --masking static) take no masking flags: they
-    were ignored, silently."""
+def _check_static(args, info: dict, eval_info: dict | None) -> None:
+    """Records masked when made (model.data --masking static), and held-out ones too where
+    given, take no masking flags: they were ignored, silently (held-out records masked at
+    run time do take them)."""
+    from model.pretraining.masking import MaskingConfig
+
     given = {
-        "--mask-rate": args.mask_rate != 0.15,
+        "--mask-rate": args.mask_rate != MaskingConfig.mask_rate,
         "--mask-token-rate": args.mask_token_rate is not None,
         "--random-token-rate": args.random_token_rate is not None,
         "--max-predictions": args.max_predictions is not None,
         "--whole-word-masking": args.whole_word_masking,
     }
     named = [flag for flag, on in given.items() if on]
-    if info.get("masking") == "static" and named:
+    static = [i.get("masking") == "static" for i in (info, eval_info) if i is not None]
+    if named and all(static):
         raise ValueError(
             f"{', '.join(named)}: {args.data} holds records masked when they were made "
             "(model.data --masking static), which these flags do not change: leave them out, "
@@ -269,7 +273,6 @@ def _data(args):
             f"--seq-len {args.seq_len} differs from the records' {seq_len}; "
             f"make records of that length with python -m model.data"
         )
-    _check_static(args, info)
     objective = objectives.get(args.objective)(
         vocabulary,
         objectives.ObjectiveOptions(
@@ -285,8 +288,9 @@ def _data(args):
         ),
     )
     objective.check_records(args.data, info)
+    eval_info = find_records(args.eval_data)[1] if args.eval_data else None
+    _check_static(args, info, eval_info)
     if args.eval_data:
-        eval_info = find_records(args.eval_data)[1]
         objective.check_records(args.eval_data, eval_info)
         if eval_info["max_seq_length"] != seq_len:
             raise ValueError(
