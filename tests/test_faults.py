@@ -429,17 +429,15 @@ def _both_commands(records, tmp_path, output):
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
-def test_output_under_a_file_fails_at_start(records, tmp_path, command):
-    """--output inside a regular file (an unwritable place, even for root)."""
+def test_output_under_a_file_fails_at_start(records, tmp_path, command, capsys):
+    """--output inside a regular file (an unwritable place, even for root): refused with the
+    flags, before any framework loads."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     argv = _both_commands(records, tmp_path, str(blocker / "out"))[command]
-    with pytest.raises(SystemExit) as e:
-        run_train(argv)
-    assert re.search(
-        r"output directory .*a-file/out.* is not writable: (Not a directory|File exists)",
-        str(e.value.code),
-    ), e.value.code
+    assert run_train(argv) == 1
+    said = f"{blocker / 'out'}: cannot be made, {blocker} is a file, not a folder"
+    assert said in capsys.readouterr().err
 
 
 def test_an_output_directory_that_is_a_file_is_named_so(tmp_path):
@@ -539,8 +537,9 @@ def test_unwritable_output_fails_at_start(records, tmp_path, command, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
-def test_full_disk_fails_at_start(records, tmp_path, command, monkeypatch):
-    """Simulated full disk (no tmpfs here): statvfs says 0 bytes free."""
+def test_full_disk_fails_at_start(records, tmp_path, command, monkeypatch, capsys):
+    """Simulated full disk (no tmpfs here): statvfs says 0 bytes free. A new --output is
+    refused with the flags (its parent's disk), an existing one when the run starts."""
     import shutil
     from collections import namedtuple
 
@@ -549,6 +548,11 @@ def test_full_disk_fails_at_start(records, tmp_path, command, monkeypatch):
     output = tmp_path / "out"
     argv = _both_commands(records, tmp_path, str(output))[command]
     started = time.time()
+    assert run_train(argv) == 1
+    said = f"{output}: cannot be written, {tmp_path}: the disk is full (0.0 MiB free)"
+    assert said in capsys.readouterr().err
+    assert not output.exists()
+    output.mkdir()
     with pytest.raises(SystemExit) as e:
         run_train(argv)
     assert re.search(
