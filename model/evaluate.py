@@ -407,16 +407,21 @@ def load_mlm(directory: str, max_seq_length: int):
                 f"{directory}: a {info.get('task')!r} model has no masked-LM head (those of "
                 f"{', '.join(MLM_TASKS)} have)"
             )
-        positions = stored(info["encoder"], "max_sequence_length")
-        if max_seq_length > positions:
-            raise ValueError(
-                f"{directory}: --seq-len {max_seq_length} exceeds the model's "
-                f"max_sequence_length {positions}"
-            )
+        check_positions(directory, max_seq_length, stored(info["encoder"], "max_sequence_length"))
         predict = masked_lm_predict(model_dir.load(directory))
         lowercase = stored(info["encoder"], "lowercase")
     tokenizer = tokenizer_class()(os.path.join(directory, model_dir.VOCAB), lowercase=lowercase)
     return predict, tokenizer
+
+
+def check_positions(directory: str, seq_len: int, positions: int | None) -> None:
+    """ValueError where --seq-len is longer than the model's position table (a TensorFlow
+    traceback otherwise)."""
+    if positions and seq_len > positions:
+        raise ValueError(
+            f"{directory}: --seq-len {seq_len} exceeds the model's max_sequence_length "
+            f"{positions} (its position embeddings)"
+        )
 
 
 # The model directories with a masked-LM head: BERT's pre-trainer, SpanBERT's, ELECTRA's
@@ -548,12 +553,7 @@ def evaluate_task(
     _check_model(task, directory, info)
     _configure(task, info, null_threshold, skip_invalid, long_texts)
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
-    positions = info["encoder"].get("max_sequence_length")
-    if positions and seq_len > positions:
-        raise ValueError(
-            f"{directory}: --seq-len {seq_len} exceeds the model's max_sequence_length "
-            f"{positions} (its position embeddings)"
-        )
+    check_positions(directory, seq_len, info["encoder"].get("max_sequence_length"))
     examples = _examples(task, directory, info, path, predictions_dir)
     predict = _predictor(directory, info, bundled)
     tokenizer = tokenizer_class()(
