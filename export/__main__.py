@@ -90,8 +90,9 @@ def parse_args(argv):
     p.add_argument(
         "--calibration-examples",
         type=positive_int,
-        default=DEFAULT_CALIBRATION_EXAMPLES,
-        help="int8: real examples the activation ranges are calibrated on",
+        default=None,
+        help=f"int8: real examples the activation ranges are calibrated on (default "
+        f"{DEFAULT_CALIBRATION_EXAMPLES})",
     )
     p.add_argument("--verify-examples", type=positive_int, default=DEFAULT_VERIFY_EXAMPLES)
     p.add_argument(
@@ -104,8 +105,8 @@ def parse_args(argv):
     p.add_argument(
         "--top-k",
         type=positive_int,
-        default=DEFAULT_TOP_K,
-        help="pretraining: predictions kept per [MASK]",
+        default=None,
+        help=f"pretraining: predictions kept per [MASK] (default {DEFAULT_TOP_K})",
     )
     p.add_argument(
         "--mask-value",
@@ -153,9 +154,27 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.seq_len is not None and args.seq_len < 8:
         p.error("--seq-len must be at least 8")
-    if args.int8_float_layernorm and args.quantize != "int8":
-        p.error("--int8-float-layernorm needs --quantize int8")
+    for flag, given in (
+        ("--int8-float-layernorm", args.int8_float_layernorm),
+        ("--calibration-examples", args.calibration_examples is not None),
+    ):
+        if given and args.quantize != "int8":
+            p.error(f"{flag} needs --quantize int8")
     return args
+
+
+def check_task_flags(args, info: dict | None) -> None:
+    """ValueError for a flag the model's bundle would ignore or refuse, said before TensorFlow
+    loads: --top-k without [MASK] predictions, and `_refusals`. `info`: the model directory's
+    config.json (None: not ours, left to its reader and `_job`)."""
+    if info is None:
+        return
+    task = _refusals(args.model, info, args.encoder_signature, args.generator_signature)
+    if args.top_k is not None and task != "pretraining":
+        raise ValueError(
+            f"--top-k: only a masked-LM pre-training run's bundle predicts [MASK] tokens, "
+            f"not {args.model} ({info.get('task', 'encoder')}); leave it out"
+        )
 
 
 def export_bundle(
@@ -278,6 +297,25 @@ def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job
     from export import bundle
 
     model, info, tokenizer = loaded
+    task = _refusals(model_dir, info, encoder_signature, generator_signature)
+    source_task = info.get("task", "encoder")
+    electra = source_task in bundle.ELECTRA_TASKS
+    if encoder_signature is None:
+        encoder_signature = task in bundle.ENCODER_SIGNATURE_TASKS
+    if generator_signature is None:
+        generator_signature = source_task == "electra_pretraining"
+    return _Job(
+        model_dir, model, info, tokenizer, source_task, task, electra,
+        encoder_signature, generator_signature,
+    )  # fmt: skip
+
+
+def _refusals(model_dir: str, info: dict, encoder, generator) -> str:
+    """The bundle task `model_dir` (its config.json `info`) exports as; ValueError where LiteRT
+    cannot hold it, or --encoder-signature or --generator-signature (`encoder`, `generator`:
+    True given, None the default) asks for a signature it has not."""
+    from export import bundle
+
     if info.get("bilstm_units") is not None:
         # The converter's built-in ops cannot unroll an LSTM over a dynamic batch and length.
         raise ValueError(
@@ -285,28 +323,20 @@ def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job
             f"cannot be exported to LiteRT (its LSTM needs TensorFlow ops the edge runtime "
             f"lacks); evaluate it with python -m model.evaluate instead"
         )
-    source_task = info.get("task", "encoder")
+    source = info.get("task", "encoder")
     # Both ELECTRA model directories export their discriminator.
-    electra = source_task in bundle.ELECTRA_TASKS
-    task = bundle.REPLACED_TOKEN_TASK if electra else source_task
-    if encoder_signature is None:
-        encoder_signature = task in bundle.ENCODER_SIGNATURE_TASKS
-    if encoder_signature and task not in bundle.ENCODER_SIGNATURE_TASKS:
+    task = bundle.REPLACED_TOKEN_TASK if source in bundle.ELECTRA_TASKS else source
+    if encoder and task not in bundle.ENCODER_SIGNATURE_TASKS:
         raise ValueError(
             f"--encoder-signature: only {' and '.join(bundle.ENCODER_SIGNATURE_TASKS)} bundles "
             f"have one, not {task} bundles"
         )
-    if generator_signature is None:
-        generator_signature = source_task == "electra_pretraining"
-    if generator_signature and source_task != "electra_pretraining":
+    if generator and source != "electra_pretraining":
         raise ValueError(
             f"--generator-signature: only an ELECTRA pre-training run (task "
-            f"electra_pretraining) has a generator, not {model_dir} ({source_task})"
+            f"electra_pretraining) has a generator, not {model_dir} ({source})"
         )
-    return _Job(
-        model_dir, model, info, tokenizer, source_task, task, electra,
-        encoder_signature, generator_signature,
-    )  # fmt: skip
+    return task
 
 
 def _signature_options(job: _Job, top_k: int) -> dict:
@@ -500,7 +530,7 @@ def main(argv=None) -> int:
     exit_on_sigterm()  # a stopped export leaves no half-written bundle beside the real one
     try:
         check_paths(args.model, files=(args.data,))
-        check_model_dir(args.model)
+        check_task_flags(args, check_model_dir(args.model))
         held = held_by(args.out, {"the current directory": os.getcwd(), "the model": args.model})
         if held:
             raise FileExistsError(f"{args.out}: holds {held}, which replacing it would delete")
@@ -518,10 +548,10 @@ def main(argv=None) -> int:
             args.out,
             args.quantize,
             data=args.data,
-            calibration_examples=args.calibration_examples,
+            calibration_examples=args.calibration_examples or DEFAULT_CALIBRATION_EXAMPLES,
             verify_examples=args.verify_examples,
             seq_len=args.seq_len,
-            top_k=args.top_k,
+            top_k=DEFAULT_TOP_K if args.top_k is None else args.top_k,
             mask_value=args.mask_value,
             threads=args.threads,
             float_ops=FLOAT_LAYERNORM_OPS if args.int8_float_layernorm else (),

@@ -91,7 +91,10 @@ def parse_args(argv):
         help="score only the first N dev examples (default: all)",
     )
     p.add_argument(
-        "--calibration-examples", type=positive_int, default=DEFAULT_CALIBRATION_EXAMPLES
+        "--calibration-examples",
+        type=positive_int,
+        default=None,
+        help=f"int8 variants: real examples calibrated on (default {DEFAULT_CALIBRATION_EXAMPLES})",
     )
     p.add_argument("--batch-size", type=positive_int, default=32, help="evaluation batch size")
     p.add_argument("--latency-seq-len", type=positive_int, default=128)
@@ -171,15 +174,14 @@ def in_points(task, metrics: dict) -> tuple[str, float]:
 
 def run(args, log=None) -> str:
     """The markdown report (see the module docstring)."""
-    from export import bundle
     from export.__main__ import load
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     variants = parse_variants(args.variants)
     model, info, tokenizer = load(args.model)
-    if info.get("task") in bundle.ELECTRA_TASKS:
-        return run_replaced_tokens(args, (model, info, tokenizer), variants, log)
     task = _task(args, info)
+    if task is None:
+        return run_replaced_tokens(args, (model, info, tokenizer), variants, log)
     seq_len = info.get("max_seq_length") or task.default_seq_len
     examples = task.read_gold(args.data)
     if args.max_examples:
@@ -210,9 +212,18 @@ def run(args, log=None) -> str:
 
 def _task(args, info: dict):
     """The task the report scores on (--task, or the one the model was fine-tuned on),
-    set to read as the model was fine-tuned."""
+    set to read as the model was fine-tuned; None for an ELECTRA model (replaced-token
+    detection, no --task)."""
+    from export.bundle import ELECTRA_TASKS
     from model import tasks
 
+    if info.get("task") in ELECTRA_TASKS:
+        if args.task:
+            raise ValueError(
+                f"--task {args.task}: {args.model} is an ELECTRA model ({info.get('task')}), "
+                f"scored on replaced-token detection only"
+            )
+        return None
     task_name = args.task or info.get("finetuned_task")
     if not task_name:
         raise ValueError(f"{args.model}: config.json names no finetuned_task; give --task")
@@ -255,7 +266,7 @@ def score_variants(args, variants, loaded, seq_len, timing_x, timing_len, score,
     (a `TFLiteModel`) and times it. Returns (rows (label, size, score, verification,
     (p50, p90), status, seconds), the float32 file's size, notes on refused variants)."""
     from export import bundle
-    from export.__main__ import build
+    from export.__main__ import DEFAULT_CALIBRATION_EXAMPLES, build
     from export.interpreter import TFLiteModel
     from export.verify import VerificationError
 
@@ -269,7 +280,7 @@ def score_variants(args, variants, loaded, seq_len, timing_x, timing_len, score,
                     tmp,
                     quantization,
                     args.data,
-                    args.calibration_examples,
+                    args.calibration_examples or DEFAULT_CALIBRATION_EXAMPLES,
                     seq_len=seq_len,
                     mask_value=mask_value,
                     threads=args.threads,
@@ -313,11 +324,6 @@ def run_replaced_tokens(args, loaded, variants, log) -> str:
     from export.detection import detection_scores
 
     model, info, tokenizer = loaded
-    if args.task:
-        raise ValueError(
-            f"--task {args.task}: {args.model} is an ELECTRA model ({info.get('task')}), "
-            f"scored on replaced-token detection only"
-        )
     seq_len = info.get("max_seq_length") or DEFAULT_SEQ_LEN
     sampler = convert.keras_generator(model, info.get("task"))  # the run's own corrupts
     log(f"corrupting {args.data} as in ELECTRA's pre-training")
@@ -479,16 +485,20 @@ def variant_notes(labels: list[str]) -> str:
 
 
 def check_early(args) -> None:
-    """What needs no framework, before TensorFlow loads: the paths, the model's config.json,
-    --variants, and outputs that are not the inputs."""
+    """What needs no framework, before TensorFlow loads: the paths, the model's config.json
+    and its task (--task), --variants, and outputs that are not the inputs."""
     from model.checkpoints.model_info import check_model_dir
 
     check_paths(args.model, args.data)
-    check_model_dir(args.model)
+    info = check_model_dir(args.model)
+    if info is not None:
+        _task(args, info)
     inputs = [("--model", args.model), ("--data", args.data)]
     if args.out:
         check_output(args.out, inputs)
     variants = parse_variants(args.variants)
+    if args.calibration_examples is not None and all(v[1] != "int8" for v in variants):
+        raise ValueError("--calibration-examples: --variants has no int8 variant to calibrate")
     for label, *_ in variants if args.bundles else ():
         kept = os.path.join(args.bundles, label.replace("@", "_mask"))  # as `run` names it
         check_output(kept, inputs + [("--output", args.out)], "--bundles")

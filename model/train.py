@@ -443,6 +443,7 @@ def check_inputs(args) -> None:
     from model.config import PRESETS
     from model.io.files import check_output, check_paths
     from model.pretraining.records import record_files
+    from model.training.layout import check_run_output
     from model.training.strategy import check_device_flags, check_flags
 
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
@@ -472,6 +473,11 @@ def check_inputs(args) -> None:
 
     check_paths(*(p for p in paths if p))
     check_output(args.output, _inputs(args), in_place=True)
+    seeds = getattr(args, "seeds", None)
+    for output in (
+        [args.output.replace("{seed}", str(s)) for s in seeds] if seeds else [args.output]
+    ):
+        check_run_output(output, args.command)  # each seed's
     if init and not run_step(init):
         check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
     check_model_dir(init)

@@ -139,6 +139,11 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
      "--output README.md would overwrite --input README.md"),
     (["model.tasks.squad", "split-dev", "--input", "README.md", "--tune", "a.json", "--report",
       "a.json"], "--report a.json would overwrite --tune a.json"),
+    # a folder no run wrote (a fine-tuning wrote its model among a user's files, or over one)
+    (["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", ".",
+      "--output", "docs"], "--output docs already holds other files ("),
+    (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "docs", "--steps",
+      "1"], "--output docs already holds other files ("),
     # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
     (["model.train", "pretrain", "--data", "d", "--output", "o", "--steps", "1", "--config",
       "tinny"], "--config tinny: neither a preset (tiny, mini,"),

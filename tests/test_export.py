@@ -371,6 +371,39 @@ def test_fine_tuned_model_needs_its_dev_data(tmp_path, capsys):
     assert leftovers(tmp_path, "b") == []
 
 
+def test_flags_the_bundle_would_ignore_are_refused_before_it_is_built(models, tmp_path, capsys):
+    """--top-k on a bundle without [MASK] predictions, --calibration-examples without int8
+    (in export.report: without an int8 variant) and a --task the model was not fine-tuned
+    for were passed over, or refused only after TensorFlow and the model had loaded."""
+    from export import report
+    from export.__main__ import main
+
+    model, out = models["classifier"], str(tmp_path / "b")
+    data = write_sst2(tmp_path / "SST-2")
+    for flags, said in (
+        (["--top-k", "3"], "--top-k: only a masked-LM pre-training run's bundle predicts [MASK]"),
+        (["--quantize", "int8", "--calibration-examples", "8", "--top-k", "2"], "--top-k: "),
+        (["--generator-signature"], "--generator-signature: only an ELECTRA pre-training run"),
+    ):
+        assert main(["--model", model, "--out", out, *flags]) == 1
+        assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model", model, "--out", out, "--calibration-examples", "8"])
+    assert "--calibration-examples needs --quantize int8" in capsys.readouterr().err
+    assert leftovers(tmp_path, "b") == []
+    dev = os.path.join(data, "dev.tsv")
+    for flags, said in (
+        (["--task", "squad1"], "a 'classifier' model; task squad1 needs a 'question_answerer'"),
+        (["--task", "nope"], "unknown task 'nope'"),
+        (
+            ["--task", "sst2", "--variants", "float32,dynamic", "--calibration-examples", "8"],
+            "no int8 variant",
+        ),
+    ):
+        assert report.main(["--model", model, "--data", dev, *flags]) == 1
+        assert said in capsys.readouterr().err
+
+
 def test_pretraining_export_on_raw_text_with_top_k(models, tmp_path, capsys):
     from export import bundle
     from export.__main__ import main

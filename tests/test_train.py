@@ -19,6 +19,7 @@ import shutil
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -710,3 +711,51 @@ def test_flags_a_run_would_ignore_are_refused(tmp_path, capsys):
         with pytest.raises(SystemExit):
             train.parse_args([*argv, *flags])
         assert said in capsys.readouterr().err
+
+
+def test_an_output_holding_what_no_run_of_the_command_wrote_is_refused(
+    records, uninterrupted, tmp_path, capsys, monkeypatch
+):
+    """A model folder, a user's own files or the other command's finished run as --output:
+    refused before any framework, nothing in it touched (a fine-tuning into a copy of its
+    --init's folder wrote its classifier over the encoder, into a folder of notes beside
+    them). A new or empty folder, a run stopped before its first checkpoint (its logs) and
+    a run's own folder (its checkpoints say later whether they are this run's) go on."""
+    from tests.helpers import finetune_argv, make_init, write_sst2
+
+    init, data = make_init(tmp_path), write_sst2(tmp_path / "SST-2")
+    model = shutil.copytree(init, tmp_path / "model")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine\n")
+    finished_finetune = tmp_path / "finished"
+    finished_finetune.mkdir()
+    (finished_finetune / "metrics.json").write_text("{}")
+    finetune = lambda output: finetune_argv("sst2", data, init, output)  # noqa: E731
+    pretrain = lambda output: pretrain_argv(records, str(output), steps=1)  # noqa: E731
+    for argv, said in (
+        (finetune(model), f"--output {model} already holds a model (config.json, model.weights"),
+        (finetune(notes), f"--output {notes} already holds other files (todo.txt), not a "),
+        (pretrain(notes), "other files (todo.txt), not a training run's, which this pretrain"),
+        (pretrain(finished_finetune), "holds a finished finetune run (metrics.json)"),
+        (finetune(uninterrupted), "finished pretrain run (train_summary.json), which this "
+         "finetune would write over: name another --output; fine-tune from it with --init"),
+    ):  # fmt: skip
+        files = [*tmp_path.rglob("*"), *Path(uninterrupted).rglob("*")]
+        before = {p: sha256(p) for p in map(str, files) if os.path.isfile(p)}
+        assert train.main(argv) == 1, argv
+        assert said in capsys.readouterr().err
+        assert before == {p: sha256(p) for p in before}  # nothing written over
+    assert sorted(os.listdir(notes)) == ["todo.txt"]
+    # each seed's own --output (--seeds runs under JAX)
+    monkeypatch.setattr(train, "keras_backend", lambda: "jax")
+    seeds = finetune(tmp_path / "s{seed}")
+    seeds += ["--device-data", "--seeds", "1,2"]
+    os.makedirs(tmp_path / "s2" / "docs")
+    with pytest.raises(ValueError, match=r"s2 already holds other files \(docs\)"):
+        train.check_inputs(train.parse_args(seeds))
+    (tmp_path / "s2" / "docs").rmdir()
+    (tmp_path / "stopped" / "logs").mkdir(parents=True)
+    for output in ("new", "s2", "stopped"):  # new, empty, a run stopped before a checkpoint
+        train.check_inputs(train.parse_args(finetune(tmp_path / output)))
+    train.check_inputs(train.parse_args(pretrain(uninterrupted)))  # goes on, or says it is done

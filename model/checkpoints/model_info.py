@@ -124,17 +124,20 @@ def check_model_path(path: str | None) -> None:
         raise FileNotFoundError(f"{path}: no such file or directory")
 
 
-def check_model_dir(path: str | None) -> None:
+def check_model_dir(path: str | None) -> dict | None:
     """Where `path` is one of our model directories (config.json beside model.weights.h5), its
-    config.json is checked as `read_info` does (ValueError naming the file); other formats,
-    bundles, paths that are not folders and feature-based taggers are left to their readers."""
+    config.json is checked as `read_info` does (ValueError naming the file) and returned, for a
+    command's own checks of flags against the model; other formats, bundles, paths that are
+    not folders (None) and feature-based taggers are left to their readers."""
     if not path or not os.path.isdir(path):
-        return
+        return None
     try:
         ours = detect_format(path) == "keras"
     except ValueError:  # not a model folder at all: the command's reader says what it is
-        return
-    if ours:  # read once; a tagger's config.json is checked by model.evaluate's reader
-        info = read_json_object(os.path.join(path, CONFIG))
-        if info.get("task") != "feature_tagger":
-            _checked(path, info)
+        return None
+    if not ours:
+        return None
+    info = read_json_object(os.path.join(path, CONFIG))  # read once
+    if info.get("task") != "feature_tagger":  # a tagger's: model.evaluate's reader checks it
+        _checked(path, info)
+    return info

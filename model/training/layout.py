@@ -51,3 +51,33 @@ def checkpoint_of(path: str) -> str | None:
         directory = os.path.dirname(directory)
     name = os.path.basename(directory)
     return directory if step_of(name) is not None or is_partial(name) else None
+
+
+# What a run of each command leaves in its --output when it finishes, besides its model.
+FINISHED = {"finetune": "metrics.json", "pretrain": SUMMARY}
+
+
+def check_run_output(output: str, command: str) -> None:
+    """ValueError where `output`, an existing folder, holds something a run of `command`
+    ("finetune" or "pretrain") would write over without having written it: the other
+    command's finished run, or files no run wrote (a model folder, a user's own files). A new
+    or empty folder, or one a run left (its checkpoints, logs or finished-run file), passes:
+    the run goes on there, after its checkpoints say they are this run's."""
+    if not os.path.isdir(output):
+        return
+    names = sorted(n for n in os.listdir(output) if not n.startswith("."))
+    (other,) = (c for c in FINISHED if c != command)
+    if FINISHED[other] in names:
+        hint = f"fine-tune from it with --init {output}" if command == "finetune" else ""
+        raise ValueError(
+            f"--output {output} holds a finished {other} run ({FINISHED[other]}), which this "
+            f"{command} would write over: name another --output" + (f"; {hint}" if hint else "")
+        )
+    if not names or {CHECKPOINTS, "logs", FINISHED[command]} & set(names):
+        return
+    what = "a model" if "config.json" in names else "other files"
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise ValueError(
+        f"--output {output} already holds {what} ({shown}), not a training run's, which this "
+        f"{command} would write over or among: name a new or empty folder"
+    )
