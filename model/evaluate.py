@@ -104,6 +104,7 @@ from model.tasks import ALIASES
 from model.tasks import TASKS as FINETUNE_TASKS
 
 TASKS = ("mlm", "rtd", *FINETUNE_TASKS, *ALIASES)
+MAX_PREDICTIONS = 20  # --max-predictions' default (mlm)
 MLM_SEED = 12345  # --seed's default for mlm; rtd's is the report card's (export.examples.SEED)
 
 
@@ -133,14 +134,19 @@ def parse_args(argv):
         help="mlm: instance length (default 128); other tasks: default the model's",
     )
     g = p.add_argument_group("mlm, rtd")
-    g.add_argument("--max-predictions", type=positive_int, default=20)
+    g.add_argument(
+        "--max-predictions",
+        type=positive_int,
+        default=None,
+        help=f"mlm: masked positions an instance at most (default {MAX_PREDICTIONS})",
+    )
     g.add_argument(
         "--seed",
         type=int,
         default=None,
         help=f"the masking's seed (default: mlm {MLM_SEED}, rtd 0)",
     )
-    g.add_argument("--format", default="auto", help="corpus format of --data (mlm)")
+    g.add_argument("--format", default=None, help="mlm: corpus format of --data (default auto)")
     g = p.add_argument_group("cola, sst2")
     g.add_argument(
         "--long-texts",
@@ -185,7 +191,7 @@ def evaluate_mlm(
     tokenizer,
     path: str,
     max_seq_length: int = 128,
-    max_predictions: int = 20,
+    max_predictions: int = MAX_PREDICTIONS,
     seed: int = 12345,
     batch_size: int = 32,
     corpus_format: str = "auto",
@@ -384,12 +390,10 @@ def load_mlm(directory: str, max_seq_length: int):
     from model.checkpoints import model_dir
     from model.text import tokenizer_class
 
+    info = checked_info("mlm", directory)
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
 
-        info = _bundle_info(
-            directory, "pretraining", "masked-LM head (export a pre-training model)"
-        )
         if max_seq_length > info["max_seq_length"]:
             raise ValueError(
                 f"{directory}: --seq-len {max_seq_length} is longer than "
@@ -401,12 +405,6 @@ def load_mlm(directory: str, max_seq_length: int):
         lowercase = bool(info["lowercase"])
         predict = lite.predict
     else:
-        info = model_dir.read_info(directory)
-        if info.get("task") not in MLM_TASKS:
-            raise ValueError(
-                f"{directory}: a {info.get('task')!r} model has no masked-LM head (those of "
-                f"{', '.join(MLM_TASKS)} have)"
-            )
         check_positions(directory, max_seq_length, stored(info["encoder"], "max_sequence_length"))
         predict = masked_lm_predict(model_dir.load(directory))
         lowercase = stored(info["encoder"], "lowercase")
@@ -466,25 +464,15 @@ def evaluate_replaced_tokens(
     from model.checkpoints import model_dir
     from model.text import tokenizer_class
 
+    info = checked_info("rtd", directory)
     if bundle.is_bundle(directory):
         from export.interpreter import TFLiteModel
 
-        info = _bundle_info(
-            directory,
-            "replaced_token_detection",
-            "replaced-token detection head (export an ELECTRA model)",
-        )
         length, lowercase = info["max_seq_length"], bool(info["lowercase"])
         lite = TFLiteModel(bundle.model_path(directory), max_seq_length=length)
         discriminate = lambda x: lite.predict(x)["rtd"]  # noqa: E731
         generate = lite.signature("generator").predict if "generator" in lite.signatures else None
     else:
-        info = model_dir.read_info(directory)
-        if info.get("task") not in bundle.ELECTRA_TASKS:
-            raise ValueError(
-                f"{directory}: a {info.get('task')!r} model has no replaced-token detection "
-                f"head (python -m model.train pretrain --objective electra makes one)"
-            )
         from export import convert
 
         model = model_dir.load(directory)
@@ -540,17 +528,16 @@ def evaluate_task(
 
     task = tasks.get(name)
     _check_options(task, null_threshold, skip_invalid, long_texts)
-    if feature_tagger.is_tagger_dir(directory):  # the feature-based CoNLL tagger
-        if task.name != "conll2003":
-            raise ValueError(
-                f"{directory}: a feature-based tagger scores task conll2003, not {task.name}"
-            )
+    info = checked_info(task.name, directory)
+    if info is None:  # the feature-based CoNLL tagger
         return feature_tagger.evaluate(directory, path)
     bundled = bundle.is_bundle(directory)
-    info = (
-        _bundle_as_info(bundle.read_info(directory)) if bundled else model_dir.read_info(directory)
-    )
-    _check_model(task, directory, info)
+    info = _bundle_as_info(info) if bundled else info
+    trained_on = info.get("finetuned_task")
+    if trained_on and trained_on != task.name:
+        print(
+            f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}", file=sys.stderr
+        )
     _configure(task, info, null_threshold, skip_invalid, long_texts)
     seq_len = seq_len or info.get("max_seq_length") or task.default_seq_len
     check_positions(directory, seq_len, info["encoder"].get("max_sequence_length"))
@@ -667,20 +654,38 @@ def _check_model(task, directory: str, info: dict) -> None:
             f"{directory}: the model has {outputs} output(s), task {task.name} needs {wanted} "
             f"({', '.join(labels) if labels else 'a regression score'})"
         )
-    trained_on = info.get("finetuned_task")
-    if trained_on and trained_on != task.name:
-        print(
-            f"warning: {directory} was fine-tuned on {trained_on}, not {task.name}", file=sys.stderr
-        )
 
 
-def _bundle_info(directory: str, task: str, needs: str) -> dict:
-    """The bundle.json of `directory`, refused unless its task is `task` (it has no `needs`)."""
+def checked_info(name: str, directory: str) -> dict | None:
+    """The config.json, or a bundle's bundle.json, of `directory`, refused (ValueError) where
+    its head cannot be scored on `name` (mlm, rtd or a fine-tuning task): JSON alone, so the
+    command checks it before TensorFlow loads, and each evaluation again. None: a feature-based
+    tagger (conll2003 alone)."""
     from export import bundle
+    from model import tasks
+    from model.checkpoints.model_info import read_info
+    from model.features import tagger as feature_tagger
 
-    info = bundle.read_info(directory)
-    if info["task"] != task:
-        raise ValueError(f"{directory}: a {info['task']!r} bundle has no {needs}")
+    if name not in ("mlm", "rtd") and feature_tagger.is_tagger_dir(directory):
+        if tasks.get(name).name != "conll2003":
+            raise ValueError(
+                f"{directory}: a feature-based tagger scores task conll2003, not {name}"
+            )
+        return None
+    bundled = bundle.is_bundle(directory)
+    info = bundle.read_info(directory) if bundled else read_info(directory)
+    if name not in ("mlm", "rtd"):
+        _check_model(tasks.get(name), directory, _bundle_as_info(info) if bundled else info)
+        return info
+    heads, needs = (
+        (MLM_TASKS, f"masked-LM head (those of {', '.join(MLM_TASKS)} have)")
+        if name == "mlm"  # a bundle's: pretraining, or ELECTRA's replaced_token_detection
+        else (bundle.ELECTRA_TASKS, "replaced-token detection head (python -m model.train "
+              "pretrain --objective electra makes one)")
+    )  # fmt: skip
+    if info.get("task") not in heads:
+        kind = "bundle" if bundled else "model"
+        raise ValueError(f"{directory}: a {info.get('task')!r} {kind} has no {needs}")
     return info
 
 
@@ -698,13 +703,44 @@ def _bundle_as_info(info: dict) -> dict:
     }
 
 
+def check_early(args) -> None:
+    """What needs no framework, before TensorFlow loads: the paths, --output, the flags
+    --task takes, and that the model (its config.json or bundle.json) can be scored on it."""
+    from model import tasks
+
+    check_paths(args.model, files=(args.data,))
+    check_model_dir(args.model)
+    if args.out:
+        check_output(args.out, [("--model", args.model), ("--data", args.data)])
+    corpus = args.task in ("mlm", "rtd")
+    given = lambda *flags: [f for f, value in flags if value not in (None, False)]  # noqa: E731
+    if corpus:
+        wrong = given(
+            ("--null-threshold", args.null_threshold),
+            ("--skip-invalid", args.skip_invalid),
+            ("--long-texts", args.long_texts),
+            ("--predictions-dir", args.predictions_dir),
+        )
+        if args.task == "rtd":
+            wrong += given(("--max-predictions", args.max_predictions), ("--format", args.format))
+    else:
+        _check_options(
+            tasks.get(args.task), args.null_threshold, args.skip_invalid, args.long_texts
+        )
+        wrong = given(
+            ("--max-predictions", args.max_predictions),
+            ("--seed", args.seed),
+            ("--format", args.format),
+        )
+    if wrong:
+        raise ValueError(f"{', '.join(wrong)}: --task {args.task} takes no such flag; leave it out")
+    checked_info(args.task, args.model)
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        check_paths(args.model, files=(args.data,))
-        check_model_dir(args.model)
-        if args.out:
-            check_output(args.out, [("--model", args.model), ("--data", args.data)])
+        check_early(args)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -713,11 +749,6 @@ def main(argv=None) -> int:
     start = time.time()
     try:
         if args.task == "rtd":
-            if args.null_threshold is not None or args.skip_invalid or args.long_texts:
-                raise ValueError(
-                    "--null-threshold (squad2), --skip-invalid (squad1, squad2) and "
-                    "--long-texts (cola, sst2) do not apply to rtd"
-                )
             metrics = evaluate_replaced_tokens(
                 args.model, args.data, args.batch_size, args.max_seq_length, args.seed
             )
@@ -735,11 +766,6 @@ def main(argv=None) -> int:
                 args.long_texts,
             )
             return _report(args, metrics, start)
-        if args.null_threshold is not None or args.skip_invalid or args.long_texts:
-            raise ValueError(
-                "--null-threshold (squad2), --skip-invalid (squad1, squad2) and --long-texts "
-                "(cola, sst2) do not apply to mlm"
-            )
         seq_len = args.max_seq_length or 128
         predict, tokenizer = load_mlm(args.model, seq_len)
         metrics = evaluate_mlm(
@@ -747,10 +773,10 @@ def main(argv=None) -> int:
             tokenizer,
             args.data,
             seq_len,
-            args.max_predictions,
+            args.max_predictions or MAX_PREDICTIONS,
             MLM_SEED if args.seed is None else args.seed,
             args.batch_size,
-            args.format,
+            args.format or "auto",
         )
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -145,6 +145,15 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
     (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "docs", "--steps",
       "1"], "--output docs already holds other files ("),
     # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
+    # a model of another task, a flag the task would pass over
+    (["model.evaluate", "--task", "squad2", "--model", "assets/models/sst2", "--data",
+      "README.md"], "assets/models/sst2: holds a 'classifier' model, but task squad2 needs a "),
+    (["model.evaluate", "--task", "mlm", "--model", "assets/models/sst2", "--data", "README.md"],
+     "assets/models/sst2: a 'classifier' bundle has no masked-LM head"),
+    (["model.evaluate", "--task", "rtd", "--model", "assets/models/mlm", "--data", "README.md"],
+     "assets/models/mlm: a 'pretraining' bundle has no replaced-token detection head"),
+    (["model.evaluate", "--task", "sst2", "--model", "assets/models/sst2", "--data", "README.md",
+      "--seed", "1"], "--seed: --task sst2 takes no such flag; leave it out"),
     (["model.train", "pretrain", "--data", "d", "--output", "o", "--steps", "1", "--config",
       "tinny"], "--config tinny: neither a preset (tiny, mini,"),
     ([*"model.train finetune --task sst2 --data README.md --init . --output o".split(),

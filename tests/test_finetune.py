@@ -569,7 +569,7 @@ def test_frozen_pooler_silences_the_gradient_warning_and_round_trips(tmp_path):
     assert not freeze_unused_pooler(sst2, encoder) and encoder.pooled_dense.trainable
 
 
-def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
+def test_evaluate_refuses_flags_its_task_does_not_take(sst2_run, capsys):
     _, data, output = sst2_run
     dev = os.path.join(data, "dev.tsv")
     capsys.readouterr()
@@ -582,8 +582,15 @@ def test_evaluate_refuses_squad_flags_for_other_tasks(sst2_run, capsys):
     assert "--null-threshold: task sst2 has no null answer" in capsys.readouterr().err
     assert run_evaluate(["--task", "sst2", "--model", output, "--data", dev, "--skip-invalid"]) == 1
     assert "--skip-invalid: task sst2 reads its files strictly" in capsys.readouterr().err
-    assert run_evaluate(["--task", "mlm", "--model", output, "--data", dev, "--skip-invalid"]) == 1
-    assert "do not apply to mlm" in capsys.readouterr().err
+    # and every flag a task would pass over (each was ignored, or refused after TensorFlow)
+    for task, flags, said in (
+        ("mlm", ["--skip-invalid", "--predictions-dir", "d"], "--skip-invalid, --predictions-dir"),
+        ("rtd", ["--max-predictions", "5", "--format", "lines"], "--max-predictions, --format"),
+        ("sst2", ["--seed", "1", "--max-predictions", "5"], "--max-predictions, --seed"),
+    ):
+        assert run_evaluate(["--task", task, "--model", output, "--data", dev, *flags]) == 1
+        assert f"{said}: --task {task} takes no such flag" in capsys.readouterr().err
+    assert not os.path.exists("d")
 
 
 @pytest.fixture
