@@ -72,6 +72,26 @@ def test_every_bundle_loads_byte_for_byte_and_git_never_converts_it():
     assert shown.splitlines() == [f"{path}: text: unset" for path in paths]
 
 
+def test_every_bundle_json_lists_its_methods_and_signatures_as_export_writes_them():
+    """An edge app reads what a bundle serves from bundle.json: "methods", and each
+    signature's task, methods, inputs and outputs (the sst2 and conll2003 bundles, exported
+    before those fields were, had neither)."""
+    from export import bundle
+    from export.runtime import methods_of
+
+    for name in sorted(os.listdir(MODELS)):
+        info = bundle.read_info(os.path.join(MODELS, name))
+        signatures = info.get("signatures") or {}
+        default = signatures.get(bundle.DEFAULT_SIGNATURE)
+        assert default, f"{name}: bundle.json lists no {bundle.DEFAULT_SIGNATURE} signature"
+        assert default["task"] == info["task"], name
+        assert (default["inputs"], default["outputs"]) == (info["inputs"], info["outputs"]), name
+        for key, signature in signatures.items():
+            assert signature["methods"] == methods_of(signature["task"]), (name, key)
+        listed = [m for s in signatures.values() for m in s["methods"]]
+        assert info.get("methods") == list(dict.fromkeys(listed)), name
+
+
 def test_every_view_is_served_by_its_planned_bundle(slots):
     for view in app_models.VIEWS:
         slot = slots[view.key]
