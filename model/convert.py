@@ -60,6 +60,7 @@ import sys
 from model.checkpoints.formats import FORMATS, TASKS, read, usage_for, usage_of, write
 from model.checkpoints.model_info import check_model_dir
 from model.io.files import check_stageable, exit_on_sigterm, held_by
+from model.io.flags import positive_int
 from model.io.native_logs import import_tensorflow_quietly
 
 
@@ -92,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
         help="model to build (default: the source's own); heads of the source "
         "that it does not use are dropped, and reported",
     )
-    parser.add_argument("--num-labels", type=int, help="labels of a (token) classifier head")
-    parser.add_argument("--num-choices", type=int, help="choices of a multiple-choice head")
+    parser.add_argument("--num-labels", type=positive_int, help="labels of a (token) classifier head")
+    parser.add_argument("--num-choices", type=positive_int, help="choices of a multiple-choice head")
     parser.add_argument(
         "--allow-new-heads",
         action="store_true",
@@ -107,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         "--seq-len",
         "--sequence-length",
         dest="sequence_length",
-        type=int,
+        type=positive_int,
         help="keras-hub only: the task preprocessor's sequence length (--sequence-length is "
         "the older spelling) "
         "(default: the model's fine-tuning length, else the encoder's positions, at most 512)",

@@ -62,7 +62,7 @@ from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
 from model.pretraining.build import build, expand_inputs, tokenized_documents
 from model.pretraining.corpus import FORMATS
-from model.pretraining.instances import INPUT_FORMATS, PACKED_FORMATS, InstanceConfig
+from model.pretraining.instances import INPUT_FORMATS, MIN_SEQ_LEN, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig, check_flags, prediction_slots
 from model.pretraining.tokenized import SUFFIX, is_tokenized
 from model.text.wordpiece import vocabulary_sha256
@@ -92,6 +92,8 @@ def parse_args(argv):
     check_flags(p, args)
     if not 0.0 <= args.short_seq_prob <= 1.0:
         p.error(f"--short-seq-prob is a probability, from 0 to 1, not {args.short_seq_prob}")
+    if args.max_seq_length < MIN_SEQ_LEN:
+        p.error(f"--seq-len must be at least {MIN_SEQ_LEN}, not {args.max_seq_length}")
     return args
 
 

@@ -191,6 +191,26 @@ def test_a_number_out_of_range_is_a_usage_error_naming_its_flag(flags, message, 
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("model.data", ["--input", "i", "--vocab", "v", "--output", "o", "--seq-len", "4"],
+         "error: --seq-len must be at least 8, not 4"),  # said "max_seq_length", after reading
+        ("model.convert", ["--from", "hf", "s", "--to", "keras", "d", "--num-labels", "0"],
+         "argument --num-labels: must be at least 1, not 0"),  # "num_labels size(s) a new head"
+        ("model.convert", ["--from", "hf", "s", "--to", "keras", "d", "--num-choices", "-2"],
+         "argument --num-choices: must be at least 1, not -2"),
+    ],
+    ids=lambda a: a if isinstance(a, str) else None,
+)  # fmt: skip
+def test_other_commands_name_the_flag_out_of_range(module, argv, message, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error, before any path is read
+        importlib.import_module(module).main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
 PRETRAIN = ["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"]
 FINETUNE = ["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init", "tests",
             "--output", "o"]  # fmt: skip

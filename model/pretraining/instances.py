@@ -33,6 +33,9 @@ INPUT_FORMATS = ("sentence-pairs", "segments", "full-sentences", "doc-sentences"
 PACKED_FORMATS = ("full-sentences", "doc-sentences")
 
 
+MIN_SEQ_LEN = 8  # [CLS] A [SEP] B [SEP] and a few tokens of each segment
+
+
 @dataclasses.dataclass(frozen=True)
 class InstanceConfig:
     """Args:
@@ -56,8 +59,10 @@ class InstanceConfig:
     inputs: str | None = None
 
     def __post_init__(self):
-        if self.max_seq_length < 8:
-            raise ValueError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        if self.max_seq_length < MIN_SEQ_LEN:
+            raise ValueError(
+                f"max_seq_length must be at least {MIN_SEQ_LEN}, got {self.max_seq_length}"
+            )
         inputs, next_sentence = self.inputs, self.next_sentence
         if inputs is None:
             inputs = "segments" if next_sentence is False else "sentence-pairs"
