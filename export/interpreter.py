@@ -31,6 +31,8 @@ import threading
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
+from model.io.native_logs import quiet_litert
+
 SIGNATURE = "serving_default"
 # Inputs whose last axis is the token axis (mask_positions' is not).
 SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
@@ -65,6 +67,7 @@ class TFLiteModel:
         self.path = path
         try:
             self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+            quiet_litert(self.interpreter.allocate_tensors)  # now, its INFO line kept off
         except (ValueError, RuntimeError) as e:
             raise ValueError(f"{path}: not a loadable LiteRT model ({e})") from None
         self.signatures = sorted(self.interpreter.get_signature_list())

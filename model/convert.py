@@ -93,8 +93,12 @@ def _parser() -> argparse.ArgumentParser:
         help="model to build (default: the source's own); heads of the source "
         "that it does not use are dropped, and reported",
     )
-    parser.add_argument("--num-labels", type=positive_int, help="labels of a (token) classifier head")
-    parser.add_argument("--num-choices", type=positive_int, help="choices of a multiple-choice head")
+    parser.add_argument(
+        "--num-labels", type=positive_int, help="labels of a (token) classifier head"
+    )
+    parser.add_argument(
+        "--num-choices", type=positive_int, help="choices of a multiple-choice head"
+    )
     parser.add_argument(
         "--allow-new-heads",
         action="store_true",

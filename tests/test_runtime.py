@@ -928,6 +928,21 @@ def test_bundles_read_long_texts_in_windows_as_keras(bundles, tok):
     assert_same("classifier", got, expected)
 
 
+def test_a_loaded_bundle_answers_without_litert_s_info_line(capfd):
+    """LiteRT's C++ wrote "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to the
+    stderr of every command and app start that ran a bundle; a real error still shows."""
+    shipped = os.path.join(ROOT, "assets", "models", "sst2")
+    assert runtime.load(shipped).classify("A fine film.")["label"] == "positive"
+    assert runtime.main([shipped, "classify", "A dull film."]) == 0
+    out, err = capfd.readouterr()
+    assert '"label": "negative"' in out and err == ""
+    from model.io.native_logs import quiet_litert
+
+    quiet_litert(lambda: os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"))
+    quiet_litert(lambda: os.write(2, b"ERROR: a real one\n"))
+    assert capfd.readouterr().err == "ERROR: a real one\n"
+
+
 @pytest.mark.slow
 def test_command_line(bundles, capsys):
     assert runtime.main([bundles["dirs"]["classifier"], "classify", "A fine film."]) == 0
@@ -1095,6 +1110,7 @@ def test_runtime_runs_without_tensorflow(edge_python, bundles, tok):
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "XNNPACK" not in result.stderr  # LiteRT's INFO line, kept off there too
     results = json.loads(result.stdout)
     assert results.pop("heavy_modules") == []
     assert results.pop("features") == [[6, 32], [32]]

@@ -86,24 +86,38 @@ def import_tensorflow_quietly(verbose: bool = False, setup=None) -> None:
     _filtered(first_op)
 
 
-def _filtered(step) -> None:
+# LiteRT's one line an interpreter, when it first allocates its tensors (ai-edge-litert 2.3
+# has no switch for its C++ logger).
+LITERT_LINES = re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$")
+
+
+def _filtered(step, lines: re.Pattern = STARTUP_LINES):
     """Runs `step()` with stderr (the file descriptor: TensorFlow's C++ writes there) captured,
-    then prints what it wrote but TensorFlow's start-up lines, whether or not it raised."""
+    then prints what it wrote but the `lines` (TensorFlow's start-up lines), whether or not it
+    raised; returns what `step()` returns."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            step()
+            return step()
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
             text = capture.read().decode("utf-8", errors="replace")
-            kept = [line for line in text.splitlines() if not STARTUP_LINES.search(line)]
+            kept = [line for line in text.splitlines() if not lines.search(line)]
             if kept:
                 print("\n".join(kept), file=sys.stderr)
+
+
+def quiet_litert(step):
+    """`step()` (one that allocates a LiteRT interpreter's tensors) without LiteRT's "INFO:
+    Created TensorFlow Lite XNNPACK delegate for CPU." line on stderr (a notice that says
+    nothing the user can act on, on every load); anything else it writes there is passed on.
+    Returns what `step()` returns."""
+    return _filtered(step, LITERT_LINES)
 
 
 class ProjectWarning(UserWarning):
