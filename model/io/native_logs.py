@@ -36,6 +36,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 # Start-up lines of TensorFlow 2.21's native libraries on a machine without a
 # GPU (and the CPU-feature notice, which continues on a second line).
@@ -91,10 +92,18 @@ def import_tensorflow_quietly(verbose: bool = False, setup=None) -> None:
 LITERT_LINES = re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$")
 
 
+_CAPTURING = threading.RLock()
+
+
 def _filtered(step, lines: re.Pattern = STARTUP_LINES):
     """Runs `step()` with stderr (the file descriptor: TensorFlow's C++ writes there) captured,
     then prints what it wrote but the `lines` (TensorFlow's start-up lines), whether or not it
     raised; returns what `step()` returns."""
+    with _CAPTURING:  # one capture at a time: two threads' would leave descriptor 2 closed
+        return _captured(step, lines)
+
+
+def _captured(step, lines: re.Pattern):
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
