@@ -442,7 +442,7 @@ def check_inputs(args) -> None:
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.config import PRESETS
     from model.io.files import check_output, check_paths
-    from model.pretraining.records import record_files
+    from model.pretraining.records import find_records
     from model.training.layout import check_run_output
     from model.training.strategy import check_device_flags, check_flags
 
@@ -455,7 +455,12 @@ def check_inputs(args) -> None:
                 "config JSON file"
             )
         for pattern in filter(None, (args.data, args.eval_data)):
-            record_files(pattern)
+            _, info = find_records(pattern)  # a text file given as records: said now
+            if args.seq_len is not None and args.seq_len != info["max_seq_length"]:
+                raise ValueError(
+                    f"--seq-len {args.seq_len} differs from the records' {info['max_seq_length']}"
+                    f" ({pattern}); make records of that length with python -m model.data"
+                )
         init, paths = args.init_checkpoint, (args.vocab,)
     else:
         init, paths = args.init, (args.data,)

@@ -759,3 +759,21 @@ def test_an_output_holding_what_no_run_of_the_command_wrote_is_refused(
     for output in ("new", "s2", "stopped"):  # new, empty, a run stopped before a checkpoint
         train.check_inputs(train.parse_args(finetune(tmp_path / output)))
     train.check_inputs(train.parse_args(pretrain(uninterrupted)))  # goes on, or says it is done
+
+
+def test_records_are_checked_against_the_flags_before_any_framework(records, tmp_path):
+    """--seq-len other than the records' length, and a text file given as records, were found
+    after TensorFlow's import (12 s); check_inputs reads dataset.json (or the records'
+    first one) itself."""
+    from model.pretraining.records import find_records
+
+    length = find_records(records)[1]["max_seq_length"]
+    argv = pretrain_argv(records, str(tmp_path / "run"), steps=1)
+    train.check_inputs(train.parse_args([*argv, "--seq-len", str(length)]))
+    with pytest.raises(ValueError, match=rf"--seq-len {length * 2} differs from the records' "):
+        train.check_inputs(train.parse_args([*argv, "--seq-len", str(length * 2)]))
+    text = tmp_path / "corpus.txt"
+    text.write_text("Plain text, not records.\n" * 10)
+    argv[argv.index(records)] = str(text)
+    with pytest.raises(ValueError, match=r"corpus.txt: corrupt record at byte offset 0"):
+        train.check_inputs(train.parse_args(argv))

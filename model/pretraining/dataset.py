@@ -31,7 +31,7 @@ import tensorflow as tf
 from model.pretraining.masking import MaskedLMBatches, Masker
 
 # TensorFlow-free, shared with the JAX backend's pipeline; re-exported here.
-from model.pretraining.pydataset import INFO, find_records  # noqa: F401
+from model.pretraining.records import INFO, find_records  # noqa: F401
 
 
 def pretraining_dataset(

@@ -30,8 +30,8 @@ import numpy as np
 from model.io.cpus import usable_cpus
 from model.pretraining.device_masking import mask_tokens
 from model.pretraining.device_span_masking import span_masks
-from model.pretraining.pydataset import feature_lengths, find_records
-from model.pretraining.records import read_columns
+from model.pretraining.pydataset import feature_lengths
+from model.pretraining.records import find_records, read_columns
 
 
 @dataclasses.dataclass(frozen=True)

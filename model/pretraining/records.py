@@ -22,11 +22,17 @@ neither TensorFlow nor the protobuf package is needed. `serialize_example`
 writes the bytes TensorFlow's deterministic serialization writes (map entries
 in protobuf's order; tests/test_records.py holds them equal), so `model.data`
 writes the same records with or without TensorFlow.
+
+`find_records(pattern)` resolves a `--data` (a glob, a folder, several joined by commas) to
+its files and their `dataset.json` (what `model.data` wrote: sequence length, casing,
+vocabulary, masking, counts), so a command checks its flags against the records before any
+framework loads.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import struct
 
@@ -387,3 +393,86 @@ def record_files(pattern: str) -> list[str]:
             raise FileNotFoundError(f"{part}: no record files match")
         files.update(found)
     return sorted(files)
+
+
+# === A --data of record files and their dataset.json ===
+
+INFO = "dataset.json"
+
+# What the folders of one --data must agree on to be read as one set of records.
+SAME_ACROSS_FOLDERS = (
+    "max_seq_length", "lowercase", "vocab_sha256", "masking", "input_format", "next_sentence",
+)  # fmt: skip
+
+
+def find_records(pattern: str) -> tuple[list[str], dict]:
+    """The record files matched by `pattern` (a glob, a directory, or several of them joined
+    by commas: a subset of one directory's shards, or several directories) and their
+    dataset.json: each folder's own counts, summed; folders that differ in what
+    `SAME_ACROSS_FOLDERS` names are refused, naming both."""
+    files = record_files(pattern)
+    by_folder: dict[str, list[str]] = {}
+    for path in files:
+        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    (first, info), *others = [(d, _folder_info(d, paths)) for d, paths in by_folder.items()]
+    for folder, other in others:
+        # Static masks' slots too: every folder is parsed with the first one's.
+        differs = made_otherwise(info, other, (*SAME_ACROSS_FOLDERS, "max_predictions"))
+        if differs:
+            key, mine, theirs = differs
+            raise ValueError(
+                f"{folder}: records with {key} {theirs!r}, unlike those of {first} "
+                f"({mine!r}); one --data takes records made alike"
+            )
+        info["num_instances"] += other["num_instances"]
+    return files, info
+
+
+def made_otherwise(info: dict, other: dict, keys) -> tuple | None:
+    """(key, `info`'s value, `other`'s) of the first of `keys` two records' dataset.json
+    state differently ("max_predictions": static masks' slots), or None: alike where both
+    say."""
+    for key in keys:
+        mine, theirs = _stated(info, key), _stated(other, key)
+        if mine is not None and theirs is not None and mine != theirs:
+            return key, mine, theirs
+    return None
+
+
+def _stated(info: dict, key: str):
+    if key == "max_predictions":  # static masks' slots
+        return (info.get("masking_config") or {}).get(key)
+    return info.get(key)
+
+
+def _folder_info(folder: str, files: list[str]) -> dict:
+    """dataset.json of `folder`, with `num_instances` those of `files`."""
+    info_path = os.path.join(folder, INFO)
+    info = {}
+    if os.path.isfile(info_path):
+        with open(info_path, encoding="utf-8") as f:
+            info = json.load(f)
+    shards = info.get("shards", {})
+    if all(os.path.basename(p) in shards for p in files):
+        info["num_instances"] = sum(shards[os.path.basename(p)] for p in files)
+    else:  # records from elsewhere: look at them once
+        info.update(_inspect(files))
+    return info
+
+
+def _inspect(files: list[str]) -> dict:
+    count = sum(count_records(path) for path in files)  # ValueError names a corrupt file
+    first_record = next((r for _, r in read_records(files[0])), None)
+    feats = parse_example(first_record) if first_record is not None else {}
+    if "input_ids" not in feats:
+        raise ValueError(f"{files[0]}: not a pre-training record (no 'input_ids' feature)")
+    static = "masked_lm_positions" in feats
+    info = {
+        "num_instances": count,
+        "max_seq_length": len(feats["input_ids"]),
+        "masking": "static" if static else "dynamic",
+        "next_sentence": "next_sentence_labels" in feats,
+    }
+    if static:
+        info["masking_config"] = {"max_predictions": len(feats["masked_lm_positions"])}
+    return info

@@ -252,7 +252,7 @@ def _data(args):
 
     from model import objectives
     from model.io.files import check_writable_dir
-    from model.pretraining.pydataset import find_records, made_otherwise
+    from model.pretraining.records import find_records, made_otherwise
     from model.text.wordpiece import load_vocabulary, vocabulary_sha256
 
     files, info = find_records(args.data)
@@ -267,12 +267,7 @@ def _data(args):
         )
     if args.init_checkpoint:
         _check_init_vocabulary(args.init_checkpoint, vocabulary, vocab_path)
-    seq_len = info["max_seq_length"]
-    if args.seq_len is not None and args.seq_len != seq_len:
-        raise ValueError(
-            f"--seq-len {args.seq_len} differs from the records' {seq_len}; "
-            f"make records of that length with python -m model.data"
-        )
+    seq_len = info["max_seq_length"]  # --seq-len, where given, is checked against it at start
     objective = objectives.get(args.objective)(
         vocabulary,
         objectives.ObjectiveOptions(
