@@ -439,11 +439,12 @@ def check_inputs(args) -> None:
     directory's config.json is valid (ValueError naming it) and the --strategy,
     --cpu-replicas and a multi-worker run's TF_CONFIG can run (StrategyError), checked
     before TensorFlow is imported: a mistyped path or field fails in well under a second."""
+    from model.checkpoints.detect import detect_format
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.config import PRESETS
     from model.io.files import check_output, check_paths
-    from model.pretraining.records import find_records
-    from model.training.layout import check_run_output
+    from model.pretraining.records import record_files
+    from model.training.layout import check_run_output, checkpoint_of
     from model.training.strategy import check_device_flags, check_flags
 
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
@@ -455,12 +456,7 @@ def check_inputs(args) -> None:
                 "config JSON file"
             )
         for pattern in filter(None, (args.data, args.eval_data)):
-            _, info = find_records(pattern)  # a text file given as records: said now
-            if args.seq_len is not None and args.seq_len != info["max_seq_length"]:
-                raise ValueError(
-                    f"--seq-len {args.seq_len} differs from the records' {info['max_seq_length']}"
-                    f" ({pattern}); make records of that length with python -m model.data"
-                )
+            record_files(pattern)
         init, paths = args.init_checkpoint, (args.vocab,)
     else:
         init, paths = args.init, (args.data,)
@@ -485,7 +481,25 @@ def check_inputs(args) -> None:
         check_run_output(output, args.command)  # each seed's
     if init and not run_step(init):
         check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
+        if checkpoint_of(init) is None:
+            detect_format(init)  # a bundle, or a folder of no model format: said now
     check_model_dir(init)
+    if args.command == "pretrain":
+        _check_records(args)
+
+
+def _check_records(args) -> None:
+    """What the records' dataset.json (or their first record) says against the flags: a
+    text file given as records, a --seq-len other than theirs."""
+    from model.pretraining.records import find_records
+
+    for pattern in filter(None, (args.data, args.eval_data)):
+        _, info = find_records(pattern)
+        if args.seq_len is not None and args.seq_len != info["max_seq_length"]:
+            raise ValueError(
+                f"--seq-len {args.seq_len} differs from the records' {info['max_seq_length']} "
+                f"({pattern}); make records of that length with python -m model.data"
+            )
 
 
 def _inputs(args) -> list[tuple[str, str | None]]:

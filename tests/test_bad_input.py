@@ -159,31 +159,31 @@ def test_an_empty_file_has_no_examples_and_finetune_says_so(tmp_path, task, name
 
 
 def test_finetune_on_an_empty_train_file_stops_with_its_name(tmp_path, capsys):
-    from tests.helpers import finetune_argv, run_train
+    from tests.helpers import finetune_argv, make_init, run_train
 
     data = tmp_path / "SST-2"
     data.mkdir()
     (data / "train.tsv").write_bytes(b"")
     (data / "dev.tsv").write_text("sentence\tlabel\na\t1\n")
-    (tmp_path / "no-model").mkdir()  # the data is read first: its error comes first
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
+    init = make_init(tmp_path)
+    rc = run_train(finetune_argv("sst2", data, init, tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 1 and "train.tsv: no training examples" in err and "Traceback" not in err
 
 
 def test_finetune_with_an_empty_dev_file_stops_before_training(tmp_path, capsys):
-    from tests.helpers import finetune_argv, run_train
+    from tests.helpers import finetune_argv, make_init, run_train
 
     data = tmp_path / "SST-2"
     data.mkdir()
     (data / "train.tsv").write_text("sentence\tlabel\na\t1\n")
     (data / "dev.tsv").write_text("sentence\tlabel\n")
-    (tmp_path / "no-model").mkdir()  # the data is read first: its error comes first
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
+    init = make_init(tmp_path)
+    rc = run_train(finetune_argv("sst2", data, init, tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 1 and "dev.tsv: no dev examples" in err and "Traceback" not in err
     (data / "dev.tsv").write_text("index\tsentence\n0\ta\n")  # a test.tsv: no labels
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "no-model", tmp_path / "out"))
+    rc = run_train(finetune_argv("sst2", data, init, tmp_path / "out"))
     err = capsys.readouterr().err
     assert rc == 1 and "dev.tsv:2: no label: this file is unlabelled" in err
 

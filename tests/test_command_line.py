@@ -145,6 +145,14 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
     (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "docs", "--steps",
       "1"], "--output docs already holds other files ("),
     # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
+    # a bundle or a folder of no model as --init (found after TensorFlow, 12 s)
+    (["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init",
+      "assets/models/sst2", "--output", "o"], "assets/models/sst2: a LiteRT bundle (python -m "
+     "export's output), which only runs: train, convert or export from the model directory"),
+    (["model.train", "pretrain", "--data", "README.md", "--init-checkpoint", "docs", "--output",
+      "o", "--steps", "1"], "docs: not a recognised model folder (expected config.json"),
+    (["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"],
+     "README.md: corrupt record at byte offset 0 (length checksum mismatch); not a TFRecord"),
     # a model of another task, a flag the task would pass over
     (["model.evaluate", "--task", "squad2", "--model", "assets/models/sst2", "--data",
       "README.md"], "assets/models/sst2: holds a 'classifier' model, but task squad2 needs a "),
@@ -393,7 +401,7 @@ def test_one_spelling_per_flag_and_the_older_one_still_works(module, before, fla
 
     parse = importlib.import_module(module if module != "export" else "export.__main__")
     parse = getattr(parse, "parse_args", None) or parse._parser().parse_args
-    value = "7" if "seq" in flag else "x"
+    value = "16" if "seq" in flag else "x"
     new, old = (vars(parse([*before, f, value])) for f in (flag, older))
     assert new[dest] == old[dest] == (int(value) if "seq" in flag else value)
 

@@ -249,13 +249,15 @@ def test_evaluate_writes_glue_submission_files_for_test_and_dev(sst2_run, tmp_pa
     assert rc == 1 and "fine-tuned on imdb, not sst2" in capsys.readouterr().err
 
 
-def test_finetune_stops_on_bad_data_before_loading_the_model(tmp_path, capsys):
+def test_finetune_stops_on_bad_data_before_loading_the_model(tmp_path, capsys, monkeypatch):
+    from model.checkpoints import formats
+
     data = write_sst2(tmp_path / "SST-2")
     with open(os.path.join(data, "train.tsv"), "a", encoding="utf-8") as f:
         f.write("a sentence with no label\n")
-    # --init is no model (an empty folder): the data error must come first.
-    (tmp_path / "empty").mkdir()
-    rc = run_train(finetune_argv("sst2", data, tmp_path / "empty", tmp_path / "out"))
+    # Reading --init's weights would fail the test: the data error must come first.
+    monkeypatch.setattr(formats, "read", lambda *a, **k: pytest.fail("the model was read"))
+    rc = run_train(finetune_argv("sst2", data, make_init(tmp_path), tmp_path / "out"))
     assert rc == 1
     assert "train.tsv:26: expected 2 tab-separated columns, found 1" in capsys.readouterr().err
 
