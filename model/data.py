@@ -60,7 +60,7 @@ from model.io.files import check_output, check_paths, exit_on_sigterm
 from model.io.flags import positive_int
 from model.io.native_logs import import_tensorflow_quietly
 from model.pretraining import tokenized
-from model.pretraining.build import build, expand_inputs, tokenized_documents
+from model.pretraining.build import build, check_free, expand_inputs, tokenized_documents
 from model.pretraining.corpus import FORMATS
 from model.pretraining.instances import INPUT_FORMATS, MIN_SEQ_LEN, PACKED_FORMATS, InstanceConfig
 from model.pretraining.masking import MaskingConfig, check_flags, prediction_slots
@@ -230,11 +230,15 @@ def warn_of_casing(vocab: str, cased: bool) -> None:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     exit_on_sigterm()  # a stopped build leaves no half-written records
-    try:  # the paths first, before TensorFlow: a mistyped one fails in well under a second
+    try:  # before TensorFlow: a mistyped path or a taken --output fails in under a second
         files = expand_inputs(args.input)
         check_paths(files=(args.vocab,))
         check_output(args.output, [("--input", f) for f in files] + [("--vocab", args.vocab)])
-    except (FileNotFoundError, ValueError) as e:
+        if args.write_ids and os.path.exists(args.output):
+            raise FileExistsError(f"{args.output}: output exists")
+        if not args.write_ids:
+            check_free(args.output)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     tokenized = all(is_tokenized(f) for f in files)
@@ -292,8 +296,6 @@ def main(argv=None) -> int:
 
 
 def write_ids(files, tokenizer, args) -> int:
-    if os.path.exists(args.output):
-        raise FileExistsError(f"{args.output}: output exists")
     documents = tokenized_documents(files, args.format, tokenizer)
     counts = tokenized.write(
         args.output, documents, vocabulary_sha256(tokenizer.vocab_path), tokenizer.lowercase

@@ -145,6 +145,8 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
     (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "docs", "--steps",
       "1"], "--output docs already holds other files ("),
     # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
+    (["model.data", "--input", "README.md", "--vocab", "tests/fixtures/bert-base-uncased-vocab.txt",
+      "--output", "docs"], "docs: output exists and is not an empty directory"),  # 10 s
     # a bundle or a folder of no model as --init (found after TensorFlow, 12 s)
     (["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init",
       "assets/models/sst2", "--output", "o"], "assets/models/sst2: a LiteRT bundle (python -m "

@@ -314,6 +314,12 @@ def _check(tokenizer, output: str, masking: str, masking_config: MaskingConfig) 
         Masker(tokenizer.vocabulary, masking_config)  # checks [MASK] early
     except ValueError as e:
         raise ValueError(f"{tokenizer.vocab_path}: {e}") from None
+    check_free(output)
+
+
+def check_free(output: str) -> None:
+    """FileExistsError where `output`, the records' folder, exists and is a file or holds
+    anything: a build never writes among or over other files."""
     if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise FileExistsError(f"{output}: output exists and is not an empty directory")
 
