@@ -300,7 +300,7 @@ def missing_message(view: View, models_dir: str, backend: str) -> str:
             f"`{view.train_hint}`), "
             f"or start the app with `--models` pointing at a folder of bundles."
         )
-        other = discover(models_dir, "keras")[0].get(view.task)
+        other = candidates_for(view, discover(models_dir, "keras")[0], "keras")
         if other:
             how += f" `--backend keras` would load the Keras model `{other[0][0]}`."
     else:
@@ -308,6 +308,9 @@ def missing_message(view: View, models_dir: str, backend: str) -> str:
             f"Put a model directory (config.json, vocab.txt, model.weights.h5) in `{target}`, "
             f"e.g. from `{view.train_hint}`."
         )
+        other = candidates_for(view, discover(models_dir, "litert")[0], "litert")
+        if other:
+            how += f" The default `--backend litert` would load the bundle `{other[0][0]}`."
     unable = [
         (path, task)
         for task in view.fallback

@@ -460,6 +460,10 @@ def test_discover_prefers_the_planned_folder_then_the_finetuned_task(tmp_path):
     message = models.missing_message(models.VIEW["fill_mask"], str(tmp_path), "litert")
     assert "python -m export" in message and "--backend keras" in message
     assert "keras-only" in message
+    # and the other way: a folder of bundles under --backend keras names the default backend
+    message = models.missing_message(models.VIEW["sentiment"], str(tmp_path), "keras")
+    assert "The default `--backend litert` would load the bundle" in message
+    assert "b-classifier" in message
 
 
 def test_missing_models_leave_every_view_with_a_message(tmp_path):
