@@ -169,7 +169,7 @@ def check_task_flags(args, info: dict | None) -> None:
     config.json (None: not ours, left to its reader and `_job`)."""
     if info is None:
         return
-    task = _refusals(args.model, info, args.encoder_signature, args.generator_signature)
+    task = exportable_task(args.model, info, args.encoder_signature, args.generator_signature)
     if args.top_k is not None and task != "pretraining":
         raise ValueError(
             f"--top-k: only a masked-LM pre-training run's bundle predicts [MASK] tokens, "
@@ -297,7 +297,7 @@ def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job
     from export import bundle
 
     model, info, tokenizer = loaded
-    task = _refusals(model_dir, info, encoder_signature, generator_signature)
+    task = exportable_task(model_dir, info, encoder_signature, generator_signature)
     source_task = info.get("task", "encoder")
     electra = source_task in bundle.ELECTRA_TASKS
     if encoder_signature is None:
@@ -310,12 +310,18 @@ def _job(model_dir: str, loaded, encoder_signature, generator_signature) -> _Job
     )  # fmt: skip
 
 
-def _refusals(model_dir: str, info: dict, encoder, generator) -> str:
+def exportable_task(model_dir: str, info: dict, encoder, generator) -> str:
     """The bundle task `model_dir` (its config.json `info`) exports as; ValueError where LiteRT
     cannot hold it, or --encoder-signature or --generator-signature (`encoder`, `generator`:
     True given, None the default) asks for a signature it has not."""
     from export import bundle
 
+    if info.get("task") == "feature_tagger":
+        raise ValueError(
+            f"{model_dir}: a feature-based tagger (python -m model.feature_tagger), whose "
+            f"BiLSTM over frozen features has no LiteRT export; score it with python -m "
+            f"model.evaluate --task conll2003"
+        )
     if info.get("bilstm_units") is not None:
         # The converter's built-in ops cannot unroll an LSTM over a dynamic batch and length.
         raise ValueError(

@@ -6,7 +6,8 @@
     task.evaluate(m, examples, tokenizer, seq_len)              # Keras-like outputs, see __call__
     TFLiteModel("bundles/mlm/model.tflite").signature("encoder").predict(x)  # another signature
 
-Imports only numpy and ai_edge_litert (the edge runtime uses it).
+Imports only numpy, ai_edge_litert and the standard library (`model.io.native_logs`, which
+keeps LiteRT's "INFO: Created ... XNNPACK delegate" line off stderr): the edge runtime uses it.
 
 The project's exports have a dynamic signature, every input (-1, -1) (multiple
 choice: (-1, choices, -1)): `predict` resizes the inputs to exactly what it is

@@ -487,11 +487,13 @@ def variant_notes(labels: list[str]) -> str:
 def check_early(args) -> None:
     """What needs no framework, before TensorFlow loads: the paths, the model's config.json
     and its task (--task), --variants, and outputs that are not the inputs."""
+    from export.__main__ import exportable_task
     from model.checkpoints.model_info import check_model_dir
 
     check_paths(args.model, args.data)
     info = check_model_dir(args.model)
     if info is not None:
+        exportable_task(args.model, info, None, None)  # a tagger, a --bilstm model: said first
         _task(args, info)
     inputs = [("--model", args.model), ("--data", args.data)]
     if args.out:

@@ -94,7 +94,6 @@ import os
 import sys
 import time
 
-from model.checkpoints.model_info import check_model_dir
 from model.config import stored
 from model.io.backend import check_keras_backend
 from model.io.files import check_output, check_paths
@@ -677,12 +676,18 @@ def checked_info(name: str, directory: str) -> dict | None:
     if name not in ("mlm", "rtd"):
         _check_model(tasks.get(name), directory, _bundle_as_info(info) if bundled else info)
         return info
-    heads, needs = (
-        (MLM_TASKS, f"masked-LM head (those of {', '.join(MLM_TASKS)} have)")
-        if name == "mlm"  # a bundle's: pretraining, or ELECTRA's replaced_token_detection
-        else (bundle.ELECTRA_TASKS, "replaced-token detection head (python -m model.train "
-              "pretrain --objective electra makes one)")
-    )  # fmt: skip
+    if name == "mlm":
+        heads = MLM_TASKS
+        needs = "masked-LM head (" + (
+            "export a pre-training model)" if bundled else f"those of {', '.join(MLM_TASKS)} have)"
+        )
+    else:
+        heads = bundle.ELECTRA_TASKS
+        needs = "replaced-token detection head (" + (
+            "export an ELECTRA model)"
+            if bundled
+            else "python -m model.train pretrain --objective electra makes one)"
+        )
     if info.get("task") not in heads:
         kind = "bundle" if bundled else "model"
         raise ValueError(f"{directory}: a {info.get('task')!r} {kind} has no {needs}")
@@ -709,11 +714,10 @@ def check_early(args) -> None:
     from model import tasks
 
     check_paths(args.model, files=(args.data,))
-    check_model_dir(args.model)
     if args.out:
         check_output(args.out, [("--model", args.model), ("--data", args.data)])
     corpus = args.task in ("mlm", "rtd")
-    given = lambda *flags: [f for f, value in flags if value not in (None, False)]  # noqa: E731
+    given = lambda *flags: [f for f, v in flags if v is not None and v is not False]  # noqa: E731
     if corpus:
         wrong = given(
             ("--null-threshold", args.null_threshold),

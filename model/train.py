@@ -435,10 +435,12 @@ def _device_flags(parser, data_help: str, steps_default: str):
 
 
 def check_inputs(args) -> None:
-    """The input paths exist (FileNotFoundError naming the first that does not), a model
-    directory's config.json is valid (ValueError naming it) and the --strategy,
-    --cpu-replicas and a multi-worker run's TF_CONFIG can run (StrategyError), checked
-    before TensorFlow is imported: a mistyped path or field fails in well under a second."""
+    """The input paths exist (FileNotFoundError naming the first that does not), --output is
+    neither an input nor a folder no run of the command wrote, --init is a model (a model
+    directory's config.json valid), the records are records of --seq-len (ValueError naming
+    each), and the --strategy, --cpu-replicas and a multi-worker run's TF_CONFIG can run
+    (StrategyError), checked before TensorFlow is imported: a mistyped path or field fails in
+    well under a second."""
     from model.checkpoints.detect import detect_format
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.config import PRESETS

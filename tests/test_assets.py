@@ -75,8 +75,9 @@ def test_every_bundle_loads_byte_for_byte_and_git_never_converts_it():
 def test_every_bundle_json_lists_its_methods_and_signatures_as_export_writes_them():
     """An edge app reads what a bundle serves from bundle.json: "methods", and each
     signature's task, methods, inputs and outputs (the sst2 and conll2003 bundles, exported
-    before those fields were, had neither)."""
+    before those fields were, had neither), as the model.tflite beside it has them."""
     from export import bundle
+    from export.interpreter import TFLiteModel
     from export.runtime import methods_of
 
     for name in sorted(os.listdir(MODELS)):
@@ -86,8 +87,16 @@ def test_every_bundle_json_lists_its_methods_and_signatures_as_export_writes_the
         assert default, f"{name}: bundle.json lists no {bundle.DEFAULT_SIGNATURE} signature"
         assert default["task"] == info["task"], name
         assert (default["inputs"], default["outputs"]) == (info["inputs"], info["outputs"]), name
+        lite = TFLiteModel(bundle.model_path(os.path.join(MODELS, name)))
+        assert sorted(signatures) == lite.signatures, name
+        shape = lambda d: [int(n) for n in d["shape_signature"]]  # noqa: E731
         for key, signature in signatures.items():
             assert signature["methods"] == methods_of(signature["task"]), (name, key)
+            runner = lite.signature(key)  # what the file itself holds
+            assert signature["inputs"] == {n: shape(d) for n, d in runner.input_details.items()}
+            assert signature["outputs"] == {
+                n: shape(runner.output_details[n]) for n in runner.output_names
+            }, (name, key)
         listed = [m for s in signatures.values() for m in s["methods"]]
         assert info.get("methods") == list(dict.fromkeys(listed)), name
 

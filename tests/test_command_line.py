@@ -144,10 +144,9 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
       "--output", "docs"], "--output docs already holds other files ("),
     (["model.train", "pretrain", "--data", "tests/fixtures/*", "--output", "docs", "--steps",
       "1"], "--output docs already holds other files ("),
-    # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
     (["model.data", "--input", "README.md", "--vocab", "tests/fixtures/bert-base-uncased-vocab.txt",
       "--output", "docs"], "docs: output exists and is not an empty directory"),  # 10 s
-    # a bundle or a folder of no model as --init (found after TensorFlow, 12 s)
+    # a bundle or a folder of no model as --init, text as records (found after TensorFlow, 12 s)
     (["model.train", "finetune", "--task", "sst2", "--data", "README.md", "--init",
       "assets/models/sst2", "--output", "o"], "assets/models/sst2: a LiteRT bundle (python -m "
      "export's output), which only runs: train, convert or export from the model directory"),
@@ -164,6 +163,7 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
      "assets/models/mlm: a 'pretraining' bundle has no replaced-token detection head"),
     (["model.evaluate", "--task", "sst2", "--model", "assets/models/sst2", "--data", "README.md",
       "--seed", "1"], "--seed: --task sst2 takes no such flag; leave it out"),
+    # and values only the run noticed, after TensorFlow: a mistyped preset, a dropout of 1.5
     (["model.train", "pretrain", "--data", "d", "--output", "o", "--steps", "1", "--config",
       "tinny"], "--config tinny: neither a preset (tiny, mini,"),
     ([*"model.train finetune --task sst2 --data README.md --init . --output o".split(),

@@ -589,6 +589,8 @@ def test_evaluate_refuses_flags_its_task_does_not_take(sst2_run, capsys):
         ("mlm", ["--skip-invalid", "--predictions-dir", "d"], "--skip-invalid, --predictions-dir"),
         ("rtd", ["--max-predictions", "5", "--format", "lines"], "--max-predictions, --format"),
         ("sst2", ["--seed", "1", "--max-predictions", "5"], "--max-predictions, --seed"),
+        ("sst2", ["--seed", "0"], "--seed"),  # a zero is given too
+        ("mlm", ["--null-threshold", "0"], "--null-threshold"),
     ):
         assert run_evaluate(["--task", task, "--model", output, "--data", dev, *flags]) == 1
         assert f"{said}: --task {task} takes no such flag" in capsys.readouterr().err

@@ -185,3 +185,26 @@ def test_corrupt_and_truncated_files_name_the_file_and_offset(records, tmp_path)
     path.write_bytes(b"not a tfrecord file at all")
     with pytest.raises(ValueError, match=r"byte offset 0 \(length checksum"):
         list(read_records(str(path)))
+
+
+def test_find_records_reads_again_once_the_records_change(tmp_path):
+    """A command reads its records' description at start and again to train (remembered,
+    where records without a dataset.json are counted by reading them whole); a file written
+    or replaced between is read again, and a caller's change to the description stays its own."""
+    from model.pretraining.records import find_records
+
+    path = str(tmp_path / "part-00000.tfrecord")
+
+    def write(n: int) -> None:
+        with RecordWriter(path) as writer:
+            for i in range(n):
+                writer.write(serialize_example({"input_ids": np.arange(8) + i}))
+
+    write(3)
+    files, info = find_records(str(tmp_path))
+    assert files == [path] and info["num_instances"] == 3 and info["max_seq_length"] == 8
+    info["num_instances"] = 99
+    assert find_records(str(tmp_path))[1]["num_instances"] == 3
+    write(5)
+    os.utime(path, ns=(1, 1))  # a different stamp, whatever the clock's resolution
+    assert find_records(str(tmp_path))[1]["num_instances"] == 5

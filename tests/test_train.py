@@ -737,8 +737,8 @@ def test_an_output_holding_what_no_run_of_the_command_wrote_is_refused(
         (finetune(model), f"--output {model} already holds a model (config.json, model.weights"),
         (finetune(notes), f"--output {notes} already holds other files (todo.txt), not a "),
         (pretrain(notes), "other files (todo.txt), not a training run's, which this pretrain"),
-        (pretrain(finished_finetune), "holds a finished finetune run (metrics.json)"),
-        (finetune(uninterrupted), "finished pretrain run (train_summary.json), which this "
+        (pretrain(finished_finetune), "holds a finished fine-tuning (or feature tagger) run (metrics.json)"),
+        (finetune(uninterrupted), "finished pre-training run (train_summary.json), which this "
          "finetune would write over: name another --output; fine-tune from it with --init"),
     ):  # fmt: skip
         files = [*tmp_path.rglob("*"), *Path(uninterrupted).rglob("*")]

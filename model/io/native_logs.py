@@ -126,6 +126,10 @@ def quiet_litert(step):
     Created TensorFlow Lite XNNPACK delegate for CPU." line on stderr (a notice that says
     nothing the user can act on, on every load); anything else it writes there is passed on.
     Returns what `step()` returns."""
+    try:
+        os.fstat(2)
+    except OSError:  # no stderr to keep it off (a daemon's closed descriptor 2)
+        return step()
     return _filtered(step, LITERT_LINES)
 
 

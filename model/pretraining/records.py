@@ -31,6 +31,7 @@ framework loads.
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import os
@@ -409,8 +410,34 @@ def find_records(pattern: str) -> tuple[list[str], dict]:
     """The record files matched by `pattern` (a glob, a directory, or several of them joined
     by commas: a subset of one directory's shards, or several directories) and their
     dataset.json: each folder's own counts, summed; folders that differ in what
-    `SAME_ACROSS_FOLDERS` names are refused, naming both."""
+    `SAME_ACROSS_FOLDERS` names are refused, naming both. Remembered while the files and
+    dataset.json are unchanged: a command checks them at start and reads them again to train
+    (records without a dataset.json are read whole to be counted)."""
     files = record_files(pattern)
+    folders = sorted({os.path.dirname(p) for p in files})
+    stamps = [_stamp(p) for p in files + [os.path.join(f, INFO) for f in folders]]
+    key = (pattern, tuple(stamps))
+    if key not in _FOUND:
+        while len(_FOUND) >= 4:  # a --data and its held-out records, and the odd other
+            _FOUND.pop(next(iter(_FOUND)))
+        _FOUND[key] = _find(files)
+    found, info = _FOUND[key]
+    return list(found), copy.deepcopy(info)
+
+
+_FOUND: dict = {}
+
+
+def _stamp(path: str) -> tuple:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return (path, None)
+    return (path, stat.st_size, stat.st_mtime_ns)
+
+
+def _find(files: list[str]) -> tuple[list[str], dict]:
+    """`find_records` of `files`, read."""
     by_folder: dict[str, list[str]] = {}
     for path in files:
         by_folder.setdefault(os.path.dirname(path), []).append(path)

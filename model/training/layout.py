@@ -53,8 +53,11 @@ def checkpoint_of(path: str) -> str | None:
     return directory if step_of(name) is not None or is_partial(name) else None
 
 
-# What a run of each command leaves in its --output when it finishes, besides its model.
-FINISHED = {"finetune": "metrics.json", "pretrain": SUMMARY}
+# What a finished run of each command leaves in its --output besides its model, and its name.
+FINISHED = {
+    "finetune": ("metrics.json", "fine-tuning (or feature tagger)"),
+    "pretrain": (SUMMARY, "pre-training"),
+}
 
 
 def check_run_output(output: str, command: str) -> None:
@@ -65,15 +68,19 @@ def check_run_output(output: str, command: str) -> None:
     the run goes on there, after its checkpoints say they are this run's."""
     if not os.path.isdir(output):
         return
-    names = sorted(n for n in os.listdir(output) if not n.startswith("."))
+    try:
+        names = sorted(n for n in os.listdir(output) if not n.startswith("."))
+    except OSError as e:
+        raise ValueError(f"--output {output}: cannot be read ({e.strerror})") from None
     (other,) = (c for c in FINISHED if c != command)
-    if FINISHED[other] in names:
-        hint = f"fine-tune from it with --init {output}" if command == "finetune" else ""
+    done, what = FINISHED[other]
+    if done in names:
+        hint = f"; fine-tune from it with --init {output}" if command == "finetune" else ""
         raise ValueError(
-            f"--output {output} holds a finished {other} run ({FINISHED[other]}), which this "
-            f"{command} would write over: name another --output" + (f"; {hint}" if hint else "")
+            f"--output {output} holds a finished {what} run ({done}), which this {command} "
+            f"would write over: name another --output{hint}"
         )
-    if not names or {CHECKPOINTS, "logs", FINISHED[command]} & set(names):
+    if not names or {CHECKPOINTS, "logs", FINISHED[command][0]} & set(names):
         return
     what = "a model" if "config.json" in names else "other files"
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
