@@ -167,10 +167,14 @@ def main(argv=None) -> int:
             vocab_path = args.vocab
         usage, dropped = usage_for(model, usage_of(src, None if src_fmt == "auto" else src_fmt))
         notes += dropped
+        before = set(os.listdir(dst)) if os.path.isdir(dst) else set()
         written, checked = write(
             model, dst_fmt, dst, vocab_path, args.sequence_length, usage, not args.no_verify
         )
         notes += written
+        gone = sorted(before - set(os.listdir(dst))) if os.path.isdir(dst) else []
+        if gone:  # --overwrite replaces DST whole: a run's metrics.json, logs, label_map.json
+            notes.append(f"{dst} was replaced whole; gone from it: {', '.join(gone)}")
     except (ValueError, OSError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -630,9 +630,13 @@ def test_overwrite_replaces_the_folder_and_a_short_vocabulary_writes_nothing(tmp
     source = os.path.join(TINY, "BertModel")
     old = tmp_path / "old"
     assert main(["--from", "hf", source, "--to", "keras", str(old)]) == 0
+    (old / "metrics.json").write_text("{}")  # a run's record: said gone, not silently
+    capsys.readouterr()
     assert main(["--from", "hf", source, "--to", "hf", str(old), "--overwrite"]) == 0
     assert not (old / "model.weights.h5").exists() and (old / "model.safetensors").exists()
     assert formats.detect_format(str(old)) == "hf"
+    gone = "was replaced whole; gone from it: metrics.json, model.weights.h5"
+    assert gone in capsys.readouterr().err
     short = tmp_path / "short.txt"
     short.write_text("\n".join(open(tiny_vocab(tmp_path)).read().split()[:50]) + "\n")
     capsys.readouterr()
