@@ -475,12 +475,12 @@ def check_inputs(args) -> None:
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
     check_paths(*(p for p in paths if p))
-    check_output(args.output, _inputs(args), in_place=True)
     seeds = getattr(args, "seeds", None)
-    for output in (
+    for output in (  # each seed's --output
         [args.output.replace("{seed}", str(s)) for s in seeds] if seeds else [args.output]
     ):
-        check_run_output(output, args.command)  # each seed's
+        check_output(output, _inputs(args), in_place=True)
+        check_run_output(output, args.command)
     if init and not run_step(init):
         check_model_path(init)  # a folder, a file, or a Google checkpoint's prefix
         if checkpoint_of(init) is None:

@@ -755,6 +755,9 @@ def test_an_output_holding_what_no_run_of_the_command_wrote_is_refused(
     with pytest.raises(ValueError, match=r"s2 already holds other files \(docs\)"):
         train.check_inputs(train.parse_args(seeds))
     (tmp_path / "s2" / "docs").rmdir()
+    trained = finetune_argv("sst2", data, tmp_path / "s1", tmp_path / "s{seed}")
+    with pytest.raises(ValueError, match=r"s1 would overwrite --init .*s1: choose another"):
+        train.check_inputs(train.parse_args([*trained, "--device-data", "--seeds", "1,2"]))
     (tmp_path / "stopped" / "logs").mkdir(parents=True)
     for output in ("new", "s2", "stopped"):  # new, empty, a run stopped before a checkpoint
         train.check_inputs(train.parse_args(finetune(tmp_path / output)))
