@@ -153,7 +153,8 @@ OVERWRITING = [  # (command and arguments, what the one error line says): an out
     (["model.train", "pretrain", "--data", "README.md", "--init-checkpoint", "docs", "--output",
       "o", "--steps", "1"], "docs: not a recognised model folder (expected config.json"),
     (["model.train", "pretrain", "--data", "README.md", "--output", "o", "--steps", "1"],
-     "README.md: corrupt record at byte offset 0 (length checksum mismatch); not a TFRecord"),
+     "README.md: not a TFRecord file (no record header at its start); pre-training reads the "
+     "records python -m model.data makes from text"),
     # a model of another task, a flag the task would pass over
     (["model.evaluate", "--task", "squad2", "--model", "assets/models/sst2", "--data",
       "README.md"], "assets/models/sst2: holds a 'classifier' model, but task squad2 needs a "),

@@ -182,8 +182,13 @@ def test_corrupt_and_truncated_files_name_the_file_and_offset(records, tmp_path)
         rf"{last}",
     ):
         list(read_records(str(path)))
-    path.write_bytes(b"not a tfrecord file at all")
-    with pytest.raises(ValueError, match=r"byte offset 0 \(length checksum"):
+    bad = bytearray(data)
+    bad[offsets[1] + 2] ^= 0xFF  # the second record's length
+    path.write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match=rf"byte offset {offsets[1]} \(length checksum"):
+        list(read_records(str(path)))
+    path.write_bytes(b"not a tfrecord file at all")  # text given as records: said so
+    with pytest.raises(ValueError, match=r"corrupt\.tfrecord: not a TFRecord file \(no record "):
         list(read_records(str(path)))
 
 

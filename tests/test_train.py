@@ -778,5 +778,5 @@ def test_records_are_checked_against_the_flags_before_any_framework(records, tmp
     text = tmp_path / "corpus.txt"
     text.write_text("Plain text, not records.\n" * 10)
     argv[argv.index(records)] = str(text)
-    with pytest.raises(ValueError, match=r"corpus.txt: corrupt record at byte offset 0"):
+    with pytest.raises(ValueError, match=r"corpus.txt: not a TFRecord file"):
         train.check_inputs(train.parse_args(argv))
