@@ -792,13 +792,16 @@ def test_sequence_length_is_a_keras_hub_presets_and_fits_the_positions(tmp_path,
         main(["--from", "hf", source, "--to", "hf", str(tmp_path / "h"), "--sequence-length", "16"])
     assert "--seq-len is a keras-hub preset's" in capsys.readouterr().err
     positions = load_quietly(source).config.max_sequence_length
-    for length in (positions + 1, 0):
-        argv = ["--from", "hf", source, "--to", "keras-hub", str(tmp_path / f"p{length}")]
-        assert main([*argv, "--sequence-length", str(length)]) == 1
-        assert f"a preprocessor length of {length}: the encoder has {positions}" in (
-            capsys.readouterr().err
-        )
-        assert not (tmp_path / f"p{length}").exists()
+    argv = ["--from", "hf", source, "--to", "keras-hub", str(tmp_path / "p")]
+    assert main([*argv, "--sequence-length", str(positions + 1)]) == 1
+    said = f"a preprocessor length of {positions + 1}: the encoder has {positions}"
+    assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a length of 0: the flag's own type refuses it
+        main([*argv, "--sequence-length", "0"])
+    assert "argument --seq-len/--sequence-length: must be at least 1, not 0" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "p").exists()
 
 
 def test_a_hugging_face_folder_where_our_model_directory_is_read_says_to_convert_it():
