@@ -165,7 +165,7 @@ def parse_args(argv):
 
 def check_task_flags(args, info: dict | None) -> None:
     """ValueError for a flag the model's bundle would ignore or refuse, said before TensorFlow
-    loads: --top-k without [MASK] predictions, and `_refusals`. `info`: the model directory's
+    loads: --top-k without [MASK] predictions, and `exportable_task`'s refusals. `info`: the model directory's
     config.json (None: not ours, left to its reader and `_job`)."""
     if info is None:
         return

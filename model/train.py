@@ -446,7 +446,7 @@ def check_inputs(args) -> None:
     from model.config import PRESETS
     from model.io.files import check_output, check_paths
     from model.pretraining.records import record_files
-    from model.training.layout import check_run_output, checkpoint_of
+    from model.training.layout import check_run_output, checkpoint_of, seed_outputs
     from model.training.strategy import check_device_flags, check_flags
 
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
@@ -475,10 +475,7 @@ def check_inputs(args) -> None:
         return os.path.basename(path.rstrip("/")).startswith("ckpt-") and os.path.isdir(parent)
 
     check_paths(*(p for p in paths if p))
-    seeds = getattr(args, "seeds", None)
-    for output in (  # each seed's --output
-        [args.output.replace("{seed}", str(s)) for s in seeds] if seeds else [args.output]
-    ):
+    for output in seed_outputs(args.output, getattr(args, "seeds", None)):
         check_output(output, _inputs(args), in_place=True)
         check_run_output(output, args.command)
     if init and not run_step(init):

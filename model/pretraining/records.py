@@ -122,12 +122,12 @@ def read_records(path: str, check_crc: bool = True):
             if len(header) < 12:
                 raise ValueError(f"{path}: truncated record header at byte offset {offset}")
             length, length_crc = struct.unpack("<QI", header)
-            if check_crc and masked_crc32c(header[:8]) != length_crc and offset == 0:
-                raise ValueError(
-                    f"{path}: not a TFRecord file (no record header at its start); pre-training "
-                    f"reads the records python -m model.data makes from text"
-                )
             if check_crc and masked_crc32c(header[:8]) != length_crc:
+                if offset == 0:
+                    raise ValueError(
+                        f"{path}: not a TFRecord file (no record header at its start); "
+                        f"pre-training reads the records python -m model.data makes from text"
+                    )
                 raise ValueError(
                     f"{path}: corrupt record at byte offset {offset} "
                     f"(length checksum mismatch); not a TFRecord file?"

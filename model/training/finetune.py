@@ -264,11 +264,10 @@ def per_seed(args) -> list:
     if not getattr(args, "seeds", None):
         return [args]
     out = []
-    for seed in args.seeds:
+    for seed, output in zip(args.seeds, layout.seed_outputs(args.output, args.seeds)):
         one = copy.copy(args)
         # its metrics.json's command is this seed's run alone: the same result
-        one.seed, one.seeds = seed, None
-        one.output = args.output.replace("{seed}", str(seed))
+        one.seed, one.seeds, one.output = seed, None, output
         out.append(one)
     return out
 

@@ -53,6 +53,12 @@ def checkpoint_of(path: str) -> str | None:
     return directory if step_of(name) is not None or is_partial(name) else None
 
 
+def seed_outputs(output: str, seeds: list[int] | None) -> list[str]:
+    """Each seed's --output ({seed} filled in) for `model.train finetune --seeds`, or
+    [output] without seeds."""
+    return [output.replace("{seed}", str(seed)) for seed in seeds] if seeds else [output]
+
+
 # What a finished run of each command leaves in its --output besides its model, and its name.
 FINISHED = {
     "finetune": ("metrics.json", "fine-tuning (or feature tagger)"),
