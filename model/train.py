@@ -488,17 +488,12 @@ def check_inputs(args) -> None:
 
 
 def _check_records(args) -> None:
-    """What the records' dataset.json (or their first record) says against the flags: a
-    text file given as records, a --seq-len other than theirs."""
-    from model.pretraining.records import find_records
+    """The records against the flags and each other, and the objective against them
+    (`pretrain_data.checked_data`: a text file given as records, a --seq-len other than
+    theirs, an objective that does not train on them, another vocabulary)."""
+    from model.training.pretrain_data import checked_data
 
-    for pattern in filter(None, (args.data, args.eval_data)):
-        _, info = find_records(pattern)
-        if args.seq_len is not None and args.seq_len != info["max_seq_length"]:
-            raise ValueError(
-                f"--seq-len {args.seq_len} differs from the records' {info['max_seq_length']} "
-                f"({pattern}); make records of that length with python -m model.data"
-            )
+    checked_data(args)
 
 
 def _inputs(args) -> list[tuple[str, str | None]]:

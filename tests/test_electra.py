@@ -15,11 +15,8 @@ from model.config import BertConfig
 from model.heads.electra import ElectraDiscriminator, ElectraPretrainer, generator_config
 from model.networks.encoder import BertEncoder
 from model.objectives import ObjectiveOptions
-from model.objectives.electra import (
-    Electra,
-    ReplacedTokenLoss,
-    replaced_token_targets,
-)
+from model.objectives.electra import Electra
+from model.objectives.electra_loss import ReplacedTokenLoss, replaced_token_targets
 from model.text.wordpiece import SPECIAL_TOKENS
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]

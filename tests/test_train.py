@@ -16,6 +16,7 @@ import os
 import re
 import runpy
 import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -36,10 +37,12 @@ from model.training.optimizer import (
     create_optimizer_variables,
 )
 from tests.helpers import (
+    REPO_ROOT,
     assert_same_weights,
     make_records,
     pretrain_argv,
     random_encoder_inputs,
+    subprocess_env,
     weights_of,
     write_corpus,
     write_vocab,
@@ -780,3 +783,39 @@ def test_records_are_checked_against_the_flags_before_any_framework(records, tmp
     argv[argv.index(records)] = str(text)
     with pytest.raises(ValueError, match=r"corpus.txt: not a TFRecord file"):
         train.check_inputs(train.parse_args(argv))
+
+
+LIST_HEAVY_IMPORTS = (
+    "import runpy, sys\n"
+    "sys.argv = ['model.train', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('model.train', run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as e:\n    code = e.code\n"
+    "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    "('tensorflow', 'keras', 'keras_hub', 'jax')))\n"
+    "sys.exit(code)\n"
+)
+
+
+def test_the_objective_is_checked_against_the_records_before_any_framework(records, tmp_path):
+    """An objective that does not train on the records (SpanBERT on sentence pairs), another
+    vocabulary than the records', held-out records of another length: said by the command
+    with nothing heavy imported (these waited for TensorFlow, 12 s, before), nothing written."""
+    shorter = make_records(tmp_path, "shorter", seq_len=16)
+    other_vocab = tmp_path / "other-vocab.txt"
+    other_vocab.write_text(Path(records, "vocab.txt").read_text() + "another\n")
+    argv = pretrain_argv(records, str(tmp_path / "run"), steps=1)
+    for extra, said in (
+        (["--objective", "spanbert"], "records of sentence-pairs inputs; --objective spanbert "
+         "trains on segments (python -m model.data --inputs segments)"),
+        (["--vocab", str(other_vocab)], " was made with (its dataset.json's "
+         "vocab_sha256)"),
+        (["--eval-data", shorter], "records of 16 tokens, the training records' are 32"),
+    ):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", LIST_HEAVY_IMPORTS, *argv, *extra],
+            cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert said in done.stderr and done.stderr.count("\n") == 1, done.stderr[-2000:]
+        assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
+    assert not os.path.exists(tmp_path / "run")

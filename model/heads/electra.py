@@ -30,7 +30,7 @@ the input pipeline (`model.objectives.electra`).
 The "rtd" output carries the corrupted input beside the logits because the
 labels (replaced = differs from the original) depend on the sample drawn
 here: the loss compares it with the original ids the pipeline passes as the
-output's label (`model.objectives.electra.replaced_token_targets`).
+output's label (`model.objectives.electra_loss.replaced_token_targets`).
 """
 
 from __future__ import annotations

@@ -25,9 +25,7 @@ replaced tokens) and AUC.
 
 from __future__ import annotations
 
-import keras
 import numpy as np
-from keras import ops
 
 from model.objectives.base import Objective
 from model.pretraining.masking import MaskedLMBatches
@@ -49,66 +47,6 @@ class ReplacedTokenBatches(MaskedLMBatches):
         out["y"]["rtd"] = np.asarray(token_ids, np.int32)
         out["sw"]["rtd"] = np.asarray(padding_mask, np.float32)
         return out
-
-
-def replaced_token_targets(original_ids, rtd_output):
-    """(labels, logits), each (batch, seq_len) float32, from the original ids
-    and the "rtd" output of `ElectraPretrainer` ([..., 0] logits, [..., 1] the
-    token the discriminator was shown): 1 exactly where that token differs
-    from the original (a sample equal to the original counts as original)."""
-    shown = ops.cast(rtd_output[..., 1], "int32")
-    labels = ops.cast(ops.not_equal(shown, ops.cast(original_ids, "int32")), "float32")
-    return labels, rtd_output[..., 0]
-
-
-class ReplacedTokenLoss(keras.losses.Loss):
-    """The discriminator's sigmoid cross-entropy, per token."""
-
-    def __init__(self, name="replaced_token_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-
-    def call(self, y_true, y_pred):
-        labels, logits = replaced_token_targets(y_true, y_pred)
-        # max(x, 0) - x * z + log(1 + exp(-|x|)): stable for any logit
-        return ops.maximum(logits, 0.0) - logits * labels + ops.log1p(ops.exp(-ops.abs(logits)))
-
-
-class ReplacedTokenMetric(keras.metrics.Metric):
-    """A Keras metric of the discriminator's (labels, probabilities), over
-    every real token or only the replaced (`only="replaced"`) or original ones."""
-
-    def __init__(self, metric, only=None, name=None, **kwargs):
-        super().__init__(name=name or metric.name, **kwargs)
-        if only not in (None, "replaced", "original"):
-            raise ValueError(f"only must be None, 'replaced' or 'original', got {only!r}")
-        self.metric = metric
-        self.only = only
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        labels, logits = replaced_token_targets(y_true, y_pred)
-        weights = ops.ones_like(labels) if sample_weight is None else sample_weight
-        if self.only == "replaced":
-            weights = weights * labels
-        elif self.only == "original":
-            weights = weights * (1.0 - labels)
-        self.metric.update_state(labels, ops.sigmoid(logits), sample_weight=weights)
-
-    def result(self):
-        return self.metric.result()
-
-    def reset_state(self):
-        self.metric.reset_state()
-
-
-def replaced_token_metrics() -> list:
-    M = keras.metrics
-    return [
-        ReplacedTokenMetric(M.BinaryAccuracy(), "replaced", name="replaced_accuracy"),
-        ReplacedTokenMetric(M.BinaryAccuracy(), "original", name="original_accuracy"),
-        ReplacedTokenMetric(M.Precision(thresholds=0.5), name="precision"),
-        ReplacedTokenMetric(M.Recall(thresholds=0.5), name="recall"),
-        ReplacedTokenMetric(M.AUC(num_thresholds=200), name="auc"),
-    ]
 
 
 class Electra(Objective):
@@ -140,6 +78,10 @@ class Electra(Objective):
         return ("mlm", "rtd")
 
     def losses(self) -> dict:
+        import keras
+
+        from model.objectives.electra_loss import ReplacedTokenLoss
+
         return {
             "mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "rtd": ReplacedTokenLoss(),
@@ -149,6 +91,10 @@ class Electra(Objective):
         return {"mlm": 1.0, "rtd": self.options.discriminator_weight}
 
     def metrics(self) -> dict:
+        import keras
+
+        from model.objectives.electra_loss import replaced_token_metrics
+
         return {
             "mlm": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
             "rtd": replaced_token_metrics(),

@@ -223,110 +223,17 @@ def _runtime(args):
     )
 
 
-def _check_static(args, info: dict, eval_info: dict | None) -> None:
-    """Records masked when made (model.data --masking static), and held-out ones too where
-    given, take no masking flags: they were ignored, silently (held-out records masked at
-    run time do take them)."""
-    from model.pretraining.masking import MaskingConfig
-
-    given = {
-        "--mask-rate": args.mask_rate != MaskingConfig.mask_rate,
-        "--mask-token-rate": args.mask_token_rate is not None,
-        "--random-token-rate": args.random_token_rate is not None,
-        "--max-predictions": args.max_predictions is not None,
-        "--whole-word-masking": args.whole_word_masking,
-    }
-    named = [flag for flag, on in given.items() if on]
-    static = [i.get("masking") == "static" for i in (info, eval_info) if i is not None]
-    if named and all(static):
-        raise ValueError(
-            f"{', '.join(named)}: {args.data} holds records masked when they were made "
-            "(model.data --masking static), which these flags do not change: leave them out, "
-            "or make the records with --masking dynamic"
-        )
-
-
 def _data(args):
-    """The records, their vocabulary and the objective that trains on them, checked."""
-    import types
-
-    from model import objectives
+    """The records, their vocabulary and the objective (`pretrain_data.checked_data`, which
+    `model.train` ran before TensorFlow too), and the output folder, writable."""
     from model.io.files import check_writable_dir
-    from model.pretraining.records import find_records, made_otherwise
-    from model.text.wordpiece import load_vocabulary, vocabulary_sha256
+    from model.training.pretrain_data import checked_data
 
-    files, info = find_records(args.data)
-    vocab_path = args.vocab or os.path.join(os.path.dirname(files[0]), "vocab.txt")
-    vocabulary = load_vocabulary(vocab_path)
-    if "[MASK]" not in vocabulary:
-        raise ValueError(f"{vocab_path}: the vocabulary has no [MASK] token")
-    if args.vocab and info.get("vocab_sha256") not in (None, vocabulary_sha256(args.vocab)):
-        raise ValueError(
-            f"--vocab {args.vocab}: not the vocabulary {args.data} was made with (its "
-            f"dataset.json's vocab_sha256); leave --vocab out, or make the records with it"
-        )
-    if args.init_checkpoint:
-        _check_init_vocabulary(args.init_checkpoint, vocabulary, vocab_path)
-    seq_len = info["max_seq_length"]  # --seq-len, where given, is checked against it at start
-    objective = objectives.get(args.objective)(
-        vocabulary,
-        objectives.ObjectiveOptions(
-            seq_len=seq_len,
-            mask_rate=args.mask_rate,
-            mask_token_rate=args.mask_token_rate,
-            random_token_rate=args.random_token_rate,
-            max_predictions=args.max_predictions,
-            whole_word=args.whole_word_masking,
-            next_sentence=not args.no_nsp,
-            generator_size=args.generator_size,
-            discriminator_weight=args.discriminator_weight,
-        ),
-    )
-    objective.check_records(args.data, info)
-    eval_info = find_records(args.eval_data)[1] if args.eval_data else None
-    _check_static(args, info, eval_info)
-    if args.eval_data:
-        objective.check_records(args.eval_data, eval_info)
-        if eval_info["max_seq_length"] != seq_len:
-            raise ValueError(
-                f"{args.eval_data}: records of {eval_info['max_seq_length']} tokens, "
-                f"the training records' are {seq_len}"
-            )
-        # Held out as the model reads its text.
-        differs = made_otherwise(info, eval_info, ("lowercase", "vocab_sha256"))
-        if differs:
-            key, mine, theirs = differs
-            raise ValueError(
-                f"{args.eval_data}: records with {key} {theirs!r}, unlike the training "
-                f"records' ({mine!r}); make them with the same vocabulary and casing"
-            )
-        _note_repeated_eval(args, eval_info["num_instances"])
+    data = checked_data(args)
+    if data.eval_info:
+        _note_repeated_eval(args, data.eval_info["num_instances"])
     check_writable_dir(args.output)  # last: a refused run leaves no empty output behind
-    return types.SimpleNamespace(
-        info=info,
-        vocab_path=vocab_path,
-        vocabulary=vocabulary,
-        seq_len=seq_len,
-        objective=objective,
-    )
-
-
-def _check_init_vocabulary(path: str, vocabulary: list[str], records_vocab: str) -> None:
-    """--init's vocabulary (where its folder holds one) must be the records': another would
-    train each embedding row on other words' ids, silently."""
-    from model.text.wordpiece import load_vocabulary
-
-    if not os.path.isdir(path):
-        return
-    for name in ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt")):
-        theirs = os.path.join(path, name)
-        if os.path.isfile(theirs):
-            if load_vocabulary(theirs) != vocabulary:
-                raise ValueError(
-                    f"--init {path}: its vocabulary ({theirs}) is not the one the records were "
-                    f"made with ({records_vocab}); make the records with --vocab {theirs}"
-                )
-            return
+    return data
 
 
 def _check(args, runtime, data):
