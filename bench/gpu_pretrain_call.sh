@@ -57,7 +57,7 @@ prepare_init() {
   du -sh "$job"
 }
 
-inputs() { [ "$MODEL" = electra ] && echo segments || echo sentence-pairs; }
+inputs() { [ "$MODEL" = electra ] && echo segment-pairs || echo sentence-pairs; }
 
 data() {  # the records of MODEL's input format, training and held-out, under $W
   T0=$(date +%s)

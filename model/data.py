@@ -18,6 +18,10 @@ Inputs (`--inputs`, the formats RoBERTa's section 4.2 compares):
   segments        (SpanBERT, left-to-right LM) `[CLS] S [SEP]`: consecutive
                   sentences of one document, no label; `--short-seq-prob` as
                   above. `--no-nsp` is the older name of this choice.
+  segment-pairs   (ELECTRA) `[CLS] A [SEP] B [SEP]`: the sentences of one
+                  stretch of a document split in two near the middle, no label
+                  (B never comes from elsewhere); one in ten is A alone;
+                  `--short-seq-prob` (default 0.05, ELECTRA's) of them shorter.
   full-sentences  (RoBERTa) `[CLS] S [SEP]`: whole sentences packed in reading
                   order while they fit in `--seq-len`, running on into
                   the next document with a `[SEP]` between the two; a sentence
@@ -27,9 +31,10 @@ Inputs (`--inputs`, the formats RoBERTa's section 4.2 compares):
                   document ends, however short.
 In the packed formats a sentence longer than a whole input keeps its first
 `--seq-len` - 2 tokens and loses the rest; nothing is shortened on
-purpose. Records of the packed formats have no `next_sentence_labels`
-(`segments` records keep the all-zero one `--no-nsp` always wrote); segment
-ids are all 0 outside sentence-pairs. `dataset.json` records the choice as
+purpose. Records of the packed formats and segment-pairs have no
+`next_sentence_labels` (`segments` records keep the all-zero one `--no-nsp`
+always wrote); segment ids are 1 on B (and its [SEP]) in sentence-pairs and
+segment-pairs, 0 everywhere else. `dataset.json` records the choice as
 "input_format", and "next_sentence" (true for sentence-pairs only).
 
 Masking: `dynamic` (default) writes unmasked instances and the training input
@@ -68,6 +73,7 @@ from model.pretraining.tokenized import SUFFIX, is_tokenized
 from model.text.wordpiece import vocabulary_sha256
 
 SHORT_SEQ_PROB = 0.1  # the paper's, for sentence-pairs and segments
+SHORT_SEQ_PROBS = {"segment-pairs": 0.05}  # google-research/electra's, for its format
 
 
 def parse_args(argv):
@@ -133,8 +139,8 @@ def _instance_flags(g) -> None:
         "--short-seq-prob",
         type=float,
         default=None,
-        help="sentence-pairs and segments: share of instances made shorter on purpose "
-        f"(default {SHORT_SEQ_PROB})",
+        help="sentence-pairs, segments and segment-pairs: share of instances made shorter "
+        f"on purpose (default {SHORT_SEQ_PROB}; segment-pairs {SHORT_SEQ_PROBS['segment-pairs']})",
     )
     g.add_argument(
         "--no-nsp",
@@ -207,7 +213,8 @@ def resolve_inputs(
                 "with whole sentences up to --seq-len, never shortened on purpose"
             )
         return inputs, 0.0
-    return inputs, SHORT_SEQ_PROB if short_seq_prob is None else short_seq_prob
+    default = SHORT_SEQ_PROBS.get(inputs, SHORT_SEQ_PROB)
+    return inputs, default if short_seq_prob is None else short_seq_prob
 
 
 def warn_of_casing(vocab: str, cased: bool) -> None:

@@ -239,11 +239,13 @@ def measured_cells(report: str) -> list[list[str]]:
 
 
 def make_record_formats(root) -> dict:
-    """Records of three kinds in `root`: "pairs" (sentence pairs with NSP labels), "segments"
-    (single segments) and "static" (full sentences masked at creation)."""
+    """Records of four kinds in `root`: "pairs" (sentence pairs with NSP labels), "segments"
+    (single segments), "segment-pairs" (ELECTRA's two segments, no label) and "static" (full
+    sentences masked at creation)."""
     return {
         "pairs": make_records(root, "pairs"),
         "segments": make_records(root, "segments", extra=["--inputs", "segments"]),
+        "segment-pairs": make_records(root, "segment-pairs", extra=["--inputs", "segment-pairs"]),
         "static": make_records(
             root, "static", extra=["--inputs", "full-sentences", "--masking", "static"]
         ),

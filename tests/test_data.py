@@ -614,6 +614,33 @@ def test_doc_sentences_records_never_cross_a_document(word_corpus, tokenizer, tm
         assert ids[0] != period and ids[-1] == period
 
 
+def test_segment_pairs_records_are_two_segments_of_one_document(word_corpus, tokenizer, tmp_path):
+    """ELECTRA's format: [CLS] A [SEP] B [SEP] of one document's sentences, segment ids 0 then 1
+    (B's [SEP] included), no next-sentence label; some A alone; short_seq_prob 0.05."""
+    out = tmp_path / "segment-pairs"
+    args = build_args(word_corpus, tokenizer.vocab_path, out, "--inputs", "segment-pairs")
+    assert data.main(args) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert (info["input_format"], info["next_sentence"], info["short_seq_prob"]) == (
+        "segment-pairs",
+        False,
+        0.05,
+    )
+    period, sep = tokenizer.token_to_id["."], tokenizer.sep_id
+    pairs = 0
+    for r in read_records(out):
+        assert set(r) == {"input_ids", "input_mask", "segment_ids"}  # no NSP label
+        n = int(r["input_mask"].sum())
+        ids, segments = r["input_ids"][:n].tolist(), r["segment_ids"][:n].tolist()
+        assert ids[0] == tokenizer.cls_id and ids[-1] == sep and not any(r["segment_ids"][n:])
+        parts = split_at(ids[1:-1], sep)
+        assert len(parts) in (1, 2) and len({t for p in parts for t in p} - {period}) == 1
+        a = len(parts[0]) + 2  # [CLS] A [SEP]
+        assert segments == [0] * a + [1] * (n - a)
+        pairs += len(parts) == 2
+    assert 0 < pairs < len(read_records(out))
+
+
 @pytest.mark.parametrize("inputs", ["segments", *PACKED])
 def test_static_masking_with_every_inputs_format(files, masker, inputs, tmp_path):
     dynamic, static = tmp_path / "dynamic", tmp_path / "static"

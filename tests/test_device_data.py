@@ -303,7 +303,7 @@ OBJECTIVES = {
     "bert": ("pairs", []),
     "bert-no-nsp": ("segments", ["--no-nsp"]),
     "roberta-static": ("static", []),
-    "electra": ("segments", []),
+    "electra": ("segment-pairs", []),
     "ltr": ("segments", []),
     "spanbert": ("segments", []),
 }

@@ -67,7 +67,7 @@ def records(tmp_path_factory):
 RUNS = {  # objective: (records, flags)
     "bert": ("pairs", ["--device-data"]),
     "roberta": ("static", ["--device-data"]),
-    "electra": ("segments", ["--device-data"]),
+    "electra": ("segment-pairs", ["--device-data"]),
     "ltr": ("segments", ["--device-data"]),
     "spanbert": ("segments", ["--device-data"]),
 }  # the host pipeline (a PyDataset): every table's pre-trainings, below

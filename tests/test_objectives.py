@@ -25,7 +25,7 @@ INPUTS = {
     "roberta": "full-sentences",
     "spanbert": "segments",
     "ltr": "segments",
-    "electra": "segments",
+    "electra": "segment-pairs",
 }
 # What the saved config.json says the model is.
 TASKS = {

@@ -304,6 +304,72 @@ def test_packing_real_wikipedia_text(wiki_documents, max_seq_length):
         assert any(sep_id in inst.first for inst in instances) == cross
 
 
+# === segment-pairs: ELECTRA's inputs ===
+
+
+@pytest.fixture(scope="module")
+def long_documents():
+    """Documents of 200-300 sentences: about 20 instances of 128 tokens each, so the short
+    last one of a document weighs little."""
+    return make_documents(60, sentences=(200, 300), tokens=(4, 16), seed=1)
+
+
+def segment_pairs(docs, max_seq_length=128, short_seq_prob=0.0, seed=0, tails=False):
+    """(document, instance) pairs of `segment-pairs`, without each document's last (its
+    leftover text, however short) unless `tails`."""
+    config = InstanceConfig(max_seq_length, short_seq_prob, inputs="segment-pairs")
+    found = all_instances(docs, config, seed)
+    last = {d: i for i, (d, _) in enumerate(found)}
+    return [(d, inst) for i, (d, inst) in enumerate(found) if tails or last[d] != i]
+
+
+def test_segment_pairs_are_a_documents_sentences_split_in_two(corpus):
+    """Each instance holds whole sentences of one document, in order in A and in B, each
+    sentence once, B mostly after A (no NSP: never another document), and fits with [CLS] A
+    [SEP] B [SEP]. As google-research/electra's ExampleBuilder, a short sentence after one
+    that went to B still joins A while A stays under half the target."""
+    docs, owner = corpus
+    starts = {int(s[0]): len(s) for doc in docs for s in doc}
+    instances = segment_pairs(docs, 64, tails=True)
+    for d, inst in instances:
+        assert {owner[t] for t in inst.first + inst.second} == {d} and not inst.is_random_next
+        assert len(inst.first) + len(inst.second) + (3 if inst.second else 2) <= 64
+        for segment in (inst.first, inst.second):
+            assert segment == sorted(set(segment))  # in reading order, nothing twice
+            assert not segment or segment[0] in starts  # from a sentence's start
+        assert not set(inst.first) & set(inst.second)
+    after = np.mean([i.first[-1] < i.second[0] for _, i in instances if i.second])
+    assert 0.7 < after < 1, after  # 0.82 here; 0.81 on Wikipedia at 128 tokens
+
+
+def test_segment_pairs_split_near_the_middle_and_one_in_ten_is_one_segment(long_documents):
+    """A holds about half the target (within a sentence of it), 10 % of the instances are A
+    alone (the reference's share, as classification inputs are), and they are gathered up to
+    the whole length and cut to fit."""
+    docs, _ = long_documents
+    instances = [inst for _, inst in segment_pairs(docs)]
+    n, alone = len(instances), np.mean([not inst.second for inst in instances])
+    assert n > 1000 and abs(alone - 0.10) < 4 * (0.1 * 0.9 / n) ** 0.5, (n, alone)
+    pairs = [inst for inst in instances if inst.second]
+    half = (128 - 3) // 2
+    assert all(abs(len(inst.first) - half) < 16 for inst in pairs)  # sentences of 4-16 tokens
+    assert all(len(i.first) + len(i.second) == 125 for i in pairs)
+    assert all(len(i.first) == 126 for i in instances if not i.second)
+
+
+def test_segment_pairs_short_seq_prob_draws_shorter_targets(long_documents):
+    """`short_seq_prob` of the time the target is a random length from 5 up to the whole."""
+    docs, _ = long_documents
+
+    def short_share(p):
+        instances = segment_pairs(docs, short_seq_prob=p)
+        return np.mean([len(i.first) + len(i.second) < 100 for _, i in instances])
+
+    assert short_share(0.0) == 0
+    assert 0.6 < short_share(1.0) < 0.9  # a random length from 5 to 128: 100 or more 22 %
+    assert 0.02 < short_share(0.05) < 0.07
+
+
 # === InstanceConfig: inputs and next_sentence ===
 
 
@@ -312,7 +378,7 @@ def test_inputs_and_next_sentence_resolve_each_other():
     assert resolved() == ("sentence-pairs", True)
     assert resolved(next_sentence=True) == ("sentence-pairs", True)
     assert resolved(next_sentence=False) == ("segments", False)
-    for inputs in ("segments", "full-sentences", "doc-sentences"):
+    for inputs in ("segments", "segment-pairs", "full-sentences", "doc-sentences"):
         assert resolved(inputs=inputs) == (inputs, False)
         assert resolved(inputs=inputs, next_sentence=False) == (inputs, False)
         with pytest.raises(ValueError, match="contradicts"):

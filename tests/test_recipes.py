@@ -192,7 +192,7 @@ def test_dry_run_prints_every_command_in_order_and_runs_nothing(tmp_path, capsys
     assert flags(held_out, "--input") == f"{d}/wikitext-2-raw/wiki.valid.raw"
     for records in (electra_records, held_out):
         assert flags(records, "--vocab") == f"{w}/minilm/vocab.txt"
-        assert flags(records, "--inputs") == "segments"
+        assert flags(records, "--inputs") == "segment-pairs"
     assert {
         k: flags(electra, k)
         for k in (
@@ -725,7 +725,7 @@ def test_the_electra_default_is_the_cpu_experiments_run():
     assert int(flags(list(recipe), "--steps")) == SCALES["cpu"].checkpoints * int(
         flags(list(recipe), "--checkpoint-every")
     )
-    held_out, train = work.make_records("segments")
+    held_out, train = work.make_records("segment-pairs")
     assert flags(list(held_out.argv), "--input") == work.in_data(defaults.ELECTRA_HELD_OUT)
     assert flags(list(train.argv), "--input") == [work.in_data(p) for p in defaults.ELECTRA_INPUTS]
     paths = ("--input", "--vocab", "--output")

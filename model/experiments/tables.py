@@ -85,7 +85,7 @@ ROBERTA_STATIC = Pretraining(
     "roberta-static", objective="roberta", inputs="full-sentences", static=True
 )
 SPANBERT = Pretraining("spanbert", objective="spanbert", inputs="segments")
-ELECTRA = Pretraining("electra", objective="electra", inputs="segments")
+ELECTRA = Pretraining("electra", objective="electra", inputs="segment-pairs")
 # Table 8's rows: (MASK, SAME, RND) in percent; 80/10/10 is BERT's own run.
 MASKINGS = ((100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80), (0, 0, 100))
 PAPER_MASKING = {

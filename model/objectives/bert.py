@@ -20,7 +20,7 @@ from model.pretraining.masking import MaskedLMBatches
 
 class Bert(Objective):
     name = "bert"
-    inputs = ("sentence-pairs", "segments")
+    inputs = ("sentence-pairs", "segments", "segment-pairs")
     static_masks = True
 
     def __init__(self, vocabulary: list[str], options: ObjectiveOptions):

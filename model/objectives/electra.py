@@ -1,15 +1,18 @@
 """ELECTRA's objective (Clark et al. 2020): replaced-token detection, as google-research/electra.
 
-    python -m model.data --inputs segments ...                # or full-sentences / doc-sentences
+    python -m model.data --inputs segment-pairs ...           # or segments / full-sentences / doc-sentences
     python -m model.train pretrain --objective electra ...    # --generator-size, --discriminator-weight
 
 - batches: 15 % of the positions chosen (never [CLS], [SEP] or padding), 85 %
   of them made [MASK] and 15 % left as they are, no random token (the
-  reference's `pretrain_helpers.mask`); fresh every epoch. Labels: the masked
+  reference's `pretrain_helpers.mask`, which draws its 19 positions of 128 with
+  replacement, 17.7 distinct on average; here 19 distinct, as BERT's masking
+  draws them); fresh every epoch. Labels: the masked
   tokens for the generator, the whole original sequence for the discriminator,
   weighted by its real (non-padding) tokens;
 - heads: a generator (a masked LM `--generator-size` as wide, over the
-  discriminator's embeddings) whose samples replace the masked tokens, and the
+  discriminator's embeddings) whose samples (never a special token; the
+  reference samples the whole vocabulary) replace the masked tokens, and the
   discriminator, which scores every token original (0) or replaced (1); a
   sample equal to the original counts as original (`ElectraPretrainer`);
 - loss: the generator's masked-LM cross-entropy + λ x the discriminator's
@@ -51,7 +54,9 @@ class ReplacedTokenBatches(MaskedLMBatches):
 
 class Electra(Objective):
     name = "electra"
-    inputs = ("segments", "full-sentences", "doc-sentences")
+    # segment-pairs first: the reference's inputs (A [SEP] B [SEP], no NSP), which train the
+    # second segment's embedding that pair tasks (MRPC, SQuAD) use.
+    inputs = ("segment-pairs", "segments", "full-sentences", "doc-sentences")
     # google-research/electra: 85 % [MASK], 15 % kept, no random token.
     mask_token_rate = 0.85
     random_token_rate = 0.0

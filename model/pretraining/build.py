@@ -66,9 +66,9 @@ def _instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True
 
 def _writes_nsp_label(instance_config: InstanceConfig) -> bool:
     # `segments` records keep the all-zero label that `--no-nsp` always wrote,
-    # so they stay byte for byte what they were; the packed formats, new, have
+    # so they stay byte for byte what they were; the formats added since have
     # none (records without dataset.json are then seen to have no NSP).
-    return not instance_config.packed
+    return instance_config.inputs in ("sentence-pairs", "segments")
 
 
 def tokenized_documents(files, fmt, tokenizer, progress=None, batch_sentences=4096):

@@ -14,6 +14,15 @@
   gives 57 % NotNext on Wikipedia).
 - `segments` (`--no-nsp`; SpanBERT, the left-to-right LM): the same function
   without NSP, one segment of consecutive sentences of one document.
+- `segment-pairs` (ELECTRA): `[CLS] A [SEP] B [SEP]`, A and B consecutive text of one
+  document, no NSP: google-research/electra `build_pretraining_dataset.py`'s
+  `ExampleBuilder` (`_segment_pairs`). Sentences are gathered until they reach the
+  target length (the whole input; `short_seq_prob` of the time a random one from 5
+  up), or the document ends; A takes sentences up to half the target (a sentence
+  that crosses the half goes to A half the time), B the rest, and one instance in
+  ten is A alone, as classification inputs are. As in the reference, a short
+  sentence after one that went to B still joins A while A stays under the half
+  (19 % of the pairs of a Wikipedia shard at 128 tokens).
 - `full-sentences` and `doc-sentences` (RoBERTa): `SentencePacker`, full
   sentences packed in order up to the whole length, across documents (with a
   `[SEP]` between two) or never across one.
@@ -28,7 +37,7 @@ import numpy as np
 
 IS_NEXT, NOT_NEXT = 0, 1  # google-research's labels: 1 means "B is random"
 
-INPUT_FORMATS = ("sentence-pairs", "segments", "full-sentences", "doc-sentences")
+INPUT_FORMATS = ("sentence-pairs", "segments", "segment-pairs", "full-sentences", "doc-sentences")
 # The formats built by `SentencePacker`: no NSP, no short_seq_prob (RoBERTa has neither).
 PACKED_FORMATS = ("full-sentences", "doc-sentences")
 
@@ -112,10 +121,12 @@ def create_instances_from_document(
     documents: list[list[np.ndarray]], index: int, config: InstanceConfig, rng: random.Random
 ) -> list[Instance]:
     """Instances from `documents[index]` (a list of tokenised sentences):
-    `sentence-pairs` or `segments`; the packed formats are `SentencePacker`'s."""
+    `sentence-pairs`, `segments` or `segment-pairs`; the packed formats are `SentencePacker`'s."""
     if config.packed:
         raise ValueError(f"inputs={config.inputs!r} are made by SentencePacker, not per document")
     document = documents[index]
+    if config.inputs == "segment-pairs":
+        return _segment_pairs(document, config, rng)
     # [CLS], [SEP], [SEP]; without NSP only [CLS] and [SEP].
     max_tokens = config.max_seq_length - (3 if config.next_sentence else 2)
     # We *usually* fill the whole sequence, since short ones waste compute,
@@ -170,6 +181,52 @@ def create_instances_from_document(
             chunk, chunk_len = [], 0
         i += 1
     return instances
+
+
+ONE_SEGMENT_PROB = 0.1  # ELECTRA's share of instances left as one segment
+
+
+def _segment_pairs(document: list[np.ndarray], config, rng: random.Random) -> list[Instance]:
+    """ELECTRA's instances of one document (`ExampleBuilder.add_line` and `_create_example`):
+    sentences gathered while under the target length (`max_seq_length`, counted without
+    [CLS] and [SEP] as the reference counts; `short_seq_prob` of the time a random length
+    from 5 up), then split in two."""
+    max_len = config.max_seq_length
+    instances, chunk, length = [], [], 0
+
+    def draw_target() -> int:
+        return rng.randint(5, max_len) if rng.random() < config.short_seq_prob else max_len
+
+    target = draw_target()
+    for i, sentence in enumerate(document):
+        chunk.append(sentence.tolist())
+        length += len(chunk[-1])
+        if length >= target or i == len(document) - 1:
+            first, second = _split_segments(chunk, target, rng)
+            first = first[: max_len - 2]  # room for [CLS] A [SEP], then B [SEP]
+            second = second[: max(0, max_len - len(first) - 3)]
+            if first:
+                instances.append(Instance(first, second, False))
+            chunk, length, target = [], 0, draw_target()
+    return instances
+
+
+def _split_segments(chunk: list[list[int]], target: int, rng: random.Random):
+    """A takes sentences while they keep it under half the target (3 tokens left for [CLS]
+    and the two [SEP]), a sentence crossing the half half the time, B the rest; one time in
+    ten A takes them all."""
+    half = 100_000 if rng.random() < ONE_SEGMENT_PROB else (target - 3) // 2
+    first, second = [], []
+    for sentence in chunk:
+        if (
+            not first
+            or len(first) + len(sentence) < half
+            or (not second and len(first) < half and rng.random() < 0.5)
+        ):
+            first += sentence
+        else:
+            second += sentence
+    return first, second
 
 
 class SentencePacker:

@@ -146,7 +146,7 @@ FINETUNE = {
 # generator's sampling there advances the seed state that training draws from.
 ELECTRA_INPUTS = ("pretrain/enwiki-2015/AA/wiki_0*.gz", "pretrain/gutenberg/books/00[0-2]*.txt.gz")
 ELECTRA_HELD_OUT = "wikitext-2-raw/wiki.valid.raw"
-ELECTRA_RECORDS_FLAGS = ("--inputs", "segments", "--seq-len", "128", "--num-shards", "8")
+ELECTRA_RECORDS_FLAGS = ("--inputs", "segment-pairs", "--seq-len", "128", "--num-shards", "8")
 ELECTRA_PRETRAIN_FLAGS = (
     "--objective",
     "electra",
