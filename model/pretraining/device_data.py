@@ -12,7 +12,8 @@ epoch is a fresh random permutation of the N rows (keyed by the run's seed and t
 epoch), so a restart at step s continues exactly where the run was. Masks are keyed
 by (seed, step). This is not the host pipeline's order (tf.data's shuffle buffer over
 interleaved files): the device path changes which example comes when, not what is
-learned from the examples (tests/test_device_path.py compares the curves).
+learned from the examples (bench/device_path_learning.py compares the held-out accuracy
+of both paths; tests/test_device_data.py holds their batches to the same statistics).
 
 Each objective says what its batch is (`Objective.device_batches`): the functions
 below, with the same inputs, labels and weights as its host transform.
