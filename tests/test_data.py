@@ -750,7 +750,7 @@ def ids_file(files, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("inputs", ["sentence-pairs", "segments", *PACKED])
+@pytest.mark.parametrize("inputs", ["sentence-pairs", "segments", "segment-pairs", *PACKED])
 def test_records_from_ids_are_the_records_from_text(files, ids_file, inputs, tmp_path):
     from_text, from_ids = tmp_path / "text", tmp_path / "ids"
     flags = ("--inputs", inputs, "--masking", "static", "--dupe-factor", "2")
