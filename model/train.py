@@ -210,7 +210,8 @@ def _pretrain_parser(sub):
         "masking, masked LM + span boundary objective (segments); ltr: left-to-right LM with "
         "causal attention, kept downstream (segments); electra: a small generator's samples "
         "at the masked positions, a discriminator that tells every token replaced or "
-        "original (segments or the packed formats). Default: %(default)s",
+        "original (segment-pairs, the reference's, or segments or the packed formats). With "
+        "--no-nsp, bert takes segments or segment-pairs too. Default: %(default)s",
     )
     pre.add_argument(
         "--config",
@@ -437,7 +438,8 @@ def _device_flags(parser, data_help: str, steps_default: str):
 def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), --output is
     neither an input nor a folder no run of the command wrote, --init is a model (a model
-    directory's config.json valid), the records are records of --seq-len (ValueError naming
+    directory's config.json valid), the records are records of --seq-len in a format the
+    --objective trains on, of the --vocab and with held-out ones like them (ValueError naming
     each), and the --strategy, --cpu-replicas and a multi-worker run's TF_CONFIG can run
     (StrategyError), checked before TensorFlow is imported: a mistyped path or field fails in
     well under a second."""

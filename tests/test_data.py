@@ -641,6 +641,30 @@ def test_segment_pairs_records_are_two_segments_of_one_document(word_corpus, tok
     assert 0 < pairs < len(read_records(out))
 
 
+def test_segment_pairs_records_without_dataset_json_are_known_by_their_segments(
+    word_corpus, tokenizer, tmp_path
+):
+    """Records of two segments and no next-sentence label, their dataset.json lost (or made by
+    google-research/electra's own script), are still segment-pairs: SpanBERT refuses them."""
+    from model import objectives
+    from model.pretraining.records import find_records
+
+    out = tmp_path / "pairs"
+    args = build_args(word_corpus, tokenizer.vocab_path, out, "--inputs", "segment-pairs")
+    assert data.main(args) == 0
+    (out / "dataset.json").unlink()
+    info = find_records(str(out))[1]
+    assert info["input_format"] == "segment-pairs" and not info["next_sentence"]
+    spanbert = objectives.get("spanbert")([], objectives.ObjectiveOptions(seq_len=SEQ_LEN))
+    with pytest.raises(ValueError, match="records of segment-pairs inputs"):
+        spanbert.check_records(str(out), info)
+    segments = tmp_path / "segments"
+    args = build_args(word_corpus, tokenizer.vocab_path, segments, "--inputs", "doc-sentences")
+    assert data.main(args) == 0
+    (segments / "dataset.json").unlink()
+    assert "input_format" not in find_records(str(segments))[1]  # one segment: as before
+
+
 @pytest.mark.parametrize("inputs", ["segments", *PACKED])
 def test_static_masking_with_every_inputs_format(files, masker, inputs, tmp_path):
     dynamic, static = tmp_path / "dynamic", tmp_path / "static"

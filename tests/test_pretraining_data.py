@@ -370,6 +370,36 @@ def test_segment_pairs_short_seq_prob_draws_shorter_targets(long_documents):
     assert 0.02 < short_share(0.05) < 0.07
 
 
+class ScriptedDraws(random.Random):
+    """`random()` returns the given values in turn: each draw of the split rule chosen."""
+
+    def __init__(self, *draws):
+        super().__init__(0)
+        self.draws = list(draws)
+
+    def random(self):
+        return self.draws.pop(0)
+
+
+def test_split_segments_follows_electras_rule_draw_for_draw():
+    """google-research/electra's `_create_example`: one draw for A alone (< 0.1), then a
+    sentence goes to A while A is empty or stays under (target - 3) // 2 with it; one that
+    crosses the half goes to A on a draw < 0.5 only while B is empty; a later short one that
+    fits still joins A. The test's sentences: 8, 6, 3 and 9 tokens, target 31: half 14."""
+    from model.pretraining.instances import _split_segments
+
+    chunk = [list(range(0, 8)), list(range(8, 14)), list(range(14, 17)), list(range(17, 26))]
+    a, b = _split_segments(chunk, 31, ScriptedDraws(0.05))  # A alone: no other draw
+    assert (a, b) == (list(range(26)), [])
+    # 8 in A; 8 + 6 = 14 crosses, coin 0.7: B; 8 + 3 = 11 fits: A; 11 + 9 crosses, B not empty
+    draws = ScriptedDraws(0.5, 0.7)
+    a, b = _split_segments(chunk, 31, draws)
+    assert (a, b) == ([*range(0, 8), *range(14, 17)], [*range(8, 14), *range(17, 26)])
+    assert draws.draws == []  # no draw beyond the two
+    a, b = _split_segments(chunk, 31, ScriptedDraws(0.5, 0.3))  # coin 0.3: the 6 joins A
+    assert (a, b) == (list(range(0, 14)), list(range(14, 26)))  # 14 + 3 is not under 14: B
+
+
 # === InstanceConfig: inputs and next_sentence ===
 
 

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from model.objectives.base import Objective, ObjectiveOptions
+from model.objectives.base import Objective, ObjectiveOptions, records_inputs
 from model.pretraining.masking import MaskedLMBatches
 
 
@@ -28,6 +28,16 @@ class Bert(Objective):
         self.next_sentence = options.next_sentence
         if self.next_sentence:
             self.inputs = ("sentence-pairs",)
+
+    def check_records(self, pattern: str, info: dict) -> None:
+        inputs = records_inputs(info)
+        if self.next_sentence and inputs in Bert.inputs[1:]:
+            raise ValueError(
+                f"{pattern}: records of {inputs} inputs, which have no next-sentence labels: "
+                "--objective bert trains on sentence-pairs (python -m model.data --inputs "
+                "sentence-pairs), or on these with --no-nsp"
+            )
+        super().check_records(pattern, info)
 
     @property
     def batches(self):

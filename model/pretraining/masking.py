@@ -4,11 +4,11 @@
 those, 80 % become `[MASK]`, 10 % a random token and 10 % stay unchanged
 (every rate is configurable, to reproduce the paper's ablation in appendix
 C.2). With whole-word masking all WordPieces of a word are chosen together.
-Two small differences from google-research's `create_masked_lm_predictions`:
-the 15 % is of the text tokens, where it counts [CLS] and the [SEP]s too (19
-predictions at 128 tokens either way; 76 against 77 for a pair at 512), and the
-random token is never a special one ([PAD], [UNK], [CLS], [SEP], [MASK]), where
-it draws from the whole vocabulary.
+Small differences from google-research's `create_masked_lm_predictions`: the
+15 % is of the text tokens, where it counts [CLS] and the [SEP]s too (19
+predictions at 128 tokens either way; 76 against 77 for a pair at 512), [UNK]
+is never chosen, and the random token is never a special one ([PAD], [UNK],
+[CLS], [SEP], [MASK]), where it draws from the whole vocabulary.
 
 The same `Masker` serves static masking (drawn once at data creation, as
 google-research's `dupe_factor`) and dynamic masking (drawn afresh for every

@@ -492,6 +492,17 @@ def _folder_info(folder: str, files: list[str]) -> dict:
     return info
 
 
+def _second_segments(path: str, look_at: int = 64) -> bool:
+    """Whether any of the first `look_at` records of `path` has a segment id 1: records of two
+    segments without next-sentence labels (some of them are one segment alone)."""
+    for i, (_, record) in enumerate(read_records(path)):
+        if i == look_at:
+            return False
+        if any(parse_example(record).get("segment_ids", ())):
+            return True
+    return False
+
+
 def _inspect(files: list[str]) -> dict:
     count = sum(count_records(path) for path in files)  # ValueError names a corrupt file
     first_record = next((r for _, r in read_records(files[0])), None)
@@ -505,6 +516,8 @@ def _inspect(files: list[str]) -> dict:
         "masking": "static" if static else "dynamic",
         "next_sentence": "next_sentence_labels" in feats,
     }
+    if not info["next_sentence"] and _second_segments(files[0]):
+        info["input_format"] = "segment-pairs"  # ELECTRA's (google-research/electra's too)
     if static:
         info["masking_config"] = {"max_predictions": len(feats["masked_lm_positions"])}
     return info
