@@ -168,3 +168,47 @@ def test_an_objective_refuses_records_of_another_format(name, inputs, records, t
     assert run_train([*argv, "--objective", name]) == 1
     err = capsys.readouterr().err
     assert f"--objective {name} trains on" in err and "python -m model.data --inputs" in err
+
+
+# Which record formats each objective trains on (True) or refuses (False), as check_records
+# reads them from dataset.json; "bert-no-nsp" is --objective bert --no-nsp.
+ACCEPTS = {
+    "bert": {"sentence-pairs"},
+    "bert-no-nsp": {"sentence-pairs", "segments", "segment-pairs"},
+    "roberta": {"full-sentences", "doc-sentences"},
+    "spanbert": {"segments"},
+    "ltr": {"segments", "full-sentences", "doc-sentences"},
+    "electra": {"segment-pairs", "segments", "full-sentences", "doc-sentences"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTS))
+def test_each_objective_takes_its_formats_and_refuses_the_others(name):
+    from model.pretraining.instances import INPUT_FORMATS
+
+    options = objectives.ObjectiveOptions(seq_len=32, next_sentence=name == "bert")
+    objective = objectives.get(name.split("-")[0])(["[PAD]", "[MASK]"], options)
+    for inputs in INPUT_FORMATS:
+        info = {"input_format": inputs}
+        if inputs in ACCEPTS[name]:
+            objective.check_records("records", info)
+        else:
+            with pytest.raises(ValueError, match=f"records: records of {inputs} inputs"):
+                objective.check_records("records", info)
+    if name == "bert":  # the records --no-nsp would take: said
+        with pytest.raises(ValueError, match="or on these with --no-nsp"):
+            objective.check_records("records", {"input_format": "segment-pairs"})
+
+
+def test_a_run_resumes_only_on_records_of_its_own_format(records, tmp_path, capsys):
+    """ELECTRA on single segments (still taken), its summary saying so; the same --output
+    with segment-pairs records is another run's examples: refused, naming both formats."""
+    output = tmp_path / "run"
+    argv = pretrain_argv(records["segments"], str(output), steps=2, checkpoint_every=1)
+    assert run_train([*argv, "--objective", "electra"]) == 0
+    with open(output / "train_summary.json", encoding="utf-8") as f:
+        assert json.load(f)["input_format"] == "segments"
+    argv = pretrain_argv(records["segment-pairs"], str(output), steps=4, checkpoint_every=1)
+    capsys.readouterr()
+    assert run_train([*argv, "--objective", "electra"]) != 0
+    assert "records of segments (this command: segment-pairs)" in capsys.readouterr().err

@@ -392,6 +392,65 @@ def test_run_runs_times_skips_and_stops_at_a_failure(tmp_path):
     assert "failed with exit status" in lines[-1] and "[2/2" not in "".join(lines)
 
 
+def test_an_output_made_by_another_command_stops_the_run(tmp_path):
+    """Records or a pre-training made from another input format (ELECTRA's read `segments`
+    until 2026-11-29) are not taken for this command's: the run stops naming what to delete;
+    the same format, or a file written before the field was recorded, is skipped as done."""
+    out = tmp_path / "electra_records" / "dataset.json"
+    out.parent.mkdir()
+    after = str(tmp_path / "after.json")
+    made_with = (("input_format", "segment-pairs"),)
+    step = defaults.Step(
+        "demo",
+        (
+            defaults.Command("json.tool", ("-",), str(out), made_with=made_with),
+            defaults.Command("json.tool", (str(out), after), after),
+        ),
+    )
+    for held, stops in (({"input_format": "segments"}, True), ({"input_format": "segment-pairs"},
+                        False), ({}, False)):  # fmt: skip
+        out.write_text(json.dumps(held))
+        lines = []
+        assert defaults.run([step], log=lines.append) == int(stops)
+        if stops:
+            assert lines[-1] == (
+                f"[1/2 demo] error: {out} says input_format 'segments', where this command "
+                f"makes 'segment-pairs': delete {out.parent} (or choose another work folder) "
+                "to make it again"
+            )
+            assert not os.path.exists(after)  # nothing built on it
+            lines.clear()
+            assert defaults.run([step], dry_run=True, log=lines.append) == 0
+            assert lines[1].startswith("[1/2 demo] would stop here: ")
+        else:
+            assert lines[1].startswith("[1/2 demo] skip, ") and os.path.isfile(after)
+            os.remove(after)
+    # Where the recipe and the experiments use it: every records and pre-training command.
+    from model.experiments.experiment import steps
+    from model.experiments.plan import Work
+    from model.experiments.scales import SCALES
+    from model.experiments.tables import TABLES
+
+    recipe = defaults.plan(defaults.Paths("M", "W", "A", "D"))
+    formats = {
+        (c.argv[0] if c.module == "model.train" else c.module, c.made_with)
+        for step in recipe
+        for c in step.commands
+        if c.module == "model.data" or c.argv[0] == "pretrain"
+    }
+    assert formats == {
+        ("model.data", (("input_format", "sentence-pairs"),)),
+        ("model.data", (("input_format", "segment-pairs"),)),
+        ("pretrain", (("input_format", "sentence-pairs"),)),
+        ("pretrain", (("input_format", "segment-pairs"),)),
+    }
+    work = Work("W", "D", SCALES["cpu"])
+    runs = [c for s in steps(TABLES["beyond-bert"](work), work) for c in s.commands]
+    made = {c.output.split("/")[-2]: c.made_with for c in runs if c.argv[0] == "pretrain"}
+    assert made["electra-mini-seed1"] == (("input_format", "segment-pairs"),)
+    assert made["spanbert-mini-seed1"] == (("input_format", "segments"),)
+
+
 def test_a_time_limit_stops_the_run_between_two_commands(tmp_path):
     from model.recipes.runner import STOPPED
 

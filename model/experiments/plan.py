@@ -19,6 +19,7 @@ of `pretraining-tasks` is the 80/10/10 row of `masking`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -224,19 +225,23 @@ class Work(WorkAndData):
         run = self.run_dir(p)
         done = os.path.join(run, layout.SUMMARY)
         s = self.scale
+        # A run of this name trained on records of another format stops the plan rather than
+        # stand in for this one (its summary says which since 2026-11-29, when ELECTRA's row
+        # moved from `segments` to `segment-pairs`).
+        command = functools.partial(Command, made_with=(("input_format", p.inputs),))
         if p.random:  # the initialised model, saved: nothing trained, nothing compiled
-            return [Command("model.train", self.pretrain_argv(p, run, "0", "1"), done)]
+            return [command("model.train", self.pretrain_argv(p, run, "0", "1"), done)]
         if not s.budget_seconds:
             every = str(max(1, s.steps // s.checkpoints))
-            return [Command("model.train", self.pretrain_argv(p, run, str(s.steps), every), done)]
+            return [command("model.train", self.pretrain_argv(p, run, str(s.steps), every), done)]
         known = self.known_step_seconds(p)
         if known is not None:
             steps = self.steps_for(known)
             every = str(steps // s.checkpoints)
-            return [Command("model.train", self.pretrain_argv(p, run, str(steps), every), done)]
+            return [command("model.train", self.pretrain_argv(p, run, str(steps), every), done)]
         calibration = self.in_work("calibration", self.run_name(p))
         n = s.calibration_steps
-        calibrate = Command(
+        calibrate = command(
             "model.train",
             self.pretrain_argv(p, calibration, str(n), str(n)),
             os.path.join(calibration, layout.SUMMARY),
@@ -250,7 +255,7 @@ class Work(WorkAndData):
             f"<steps / {s.checkpoints}>",
             lambda: str(self.budgeted_steps(calibration) // s.checkpoints),
         )
-        return [calibrate, Command("model.train", self.pretrain_argv(p, run, steps, every), done)]
+        return [calibrate, command("model.train", self.pretrain_argv(p, run, steps, every), done)]
 
     def budgeted_steps(self, calibration: str) -> int:
         """The scale's budget over the calibration run's seconds per step (`steps_for`): its

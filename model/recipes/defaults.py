@@ -263,6 +263,7 @@ def pretrain_stages(records: str, start: str, p: Paths) -> list[Command]:
                     *flags,
                 ),
                 os.path.join(output, layout.SUMMARY),
+                made_with=_made_as(RECORDS_FLAGS),
             )
         )
         start = output
@@ -322,12 +323,21 @@ def _mlm_step(p: Paths, minilm: str) -> Step:
 
 
 def _records(inputs, vocab: str, output: str, flags) -> Command:
-    """`python -m model.data`: the text of `inputs` (--input flags) as records in `output`."""
+    """`python -m model.data`: the text of `inputs` (--input flags) as records in `output`
+    (records of another format there stop the recipe: `Command.made_with`)."""
     return Command(
         "model.data",
         (*inputs, "--vocab", vocab, "--output", output, *flags),
         os.path.join(output, "dataset.json"),
+        made_with=_made_as(flags),
     )
+
+
+def _made_as(records_flags) -> tuple:
+    """The `made_with` of records made with `records_flags`, and of a run trained on them."""
+    flags = list(records_flags)
+    inputs = flags[flags.index("--inputs") + 1] if "--inputs" in flags else "sentence-pairs"
+    return (("input_format", inputs),)
 
 
 def _finetune_step(p: Paths, minilm: str, task: str) -> Step:
@@ -369,6 +379,7 @@ def electra_step(p: Paths, vocab: str) -> Step:
                 ("pretrain", "--data", records, "--eval-data", held_out, "--output", run)
                 + ELECTRA_PRETRAIN_FLAGS,
                 os.path.join(run, layout.SUMMARY),
+                made_with=_made_as(ELECTRA_RECORDS_FLAGS),
             ),
             Command(
                 "export",

@@ -64,7 +64,10 @@ class Command:
     """`python -m module argv`; done when `output` exists (and, for an export, when the
     bundle there was made from `bundle_of`: the shipped bundles of a fresh clone were not made
     from this run's models, so the recipe exports over them), or when `skip_if` exists (a
-    later command's output that makes this one pointless: a finished run needs no timing)."""
+    later command's output that makes this one pointless: a finished run needs no timing).
+    `made_with`: (field, value) pairs the output JSON holds when this command made it (records'
+    or a pre-training's "input_format"); an output that says otherwise is another command's,
+    and the run stops there rather than build on it (`made_otherwise`)."""
 
     module: str
     argv: tuple
@@ -74,6 +77,23 @@ class Command:
     # May run beside other such commands (`run(jobs=N)`): it reads only what the commands
     # before it that are not concurrent wrote (a fine-tuning, from its pre-training).
     concurrent: bool = False
+    made_with: tuple = ()
+
+    def made_otherwise(self) -> str | None:
+        """What says the existing output was made by another command than this one (a field
+        of `made_with` with another value; a field the file lacks, written before it was
+        recorded, is not compared), or None."""
+        if not self.made_with or not os.path.isfile(self.output):
+            return None
+        found = read_json(self.output)
+        for field, value in self.made_with:
+            if field in found and found[field] != value:
+                folder = os.path.dirname(self.output)
+                return (
+                    f"{self.output} says {field} {found[field]!r}, where this command makes "
+                    f"{value!r}: delete {folder} (or choose another work folder) to make it again"
+                )
+        return None
 
     def done(self) -> bool:
         if self.skip_if is not None and os.path.exists(self.skip_if):
@@ -146,6 +166,12 @@ def run(
             for command in step.commands:
                 number += 1
                 tag = f"[{number}/{total} {step.name}]"
+                stale = command.made_otherwise()
+                if stale and not dry_run:
+                    log(f"{tag} error: {stale}")
+                    return 1
+                if stale:
+                    log(f"{tag} would stop here: {stale}")
                 if _skipped(command, tag, dry_run, log):
                     continue
                 beside = jobs > 1 and command.concurrent

@@ -130,7 +130,7 @@ def pretrain(args) -> int:
         + ("; batches made on the device" if args.device_data else "")
     )
     model = build_model(args, runtime, data, config)
-    checkpoint, start_step = _resume(args, runtime, model)
+    checkpoint, start_step = _resume(args, runtime, model, data)
     timing = Throughput()
     stop = min(args.steps, args.stop_at or args.steps)
     interval_losses = []
@@ -341,8 +341,9 @@ def build_model(args, runtime, data, config):
     return model
 
 
-def _resume(args, runtime, model):
+def _resume(args, runtime, model, data):
     """The run's checkpoints: the newest restored, else --init's weights."""
+    from model.objectives.base import records_inputs
     from model.training.checkpointing import ResumableCheckpoint, run_identity
 
     checkpoint = ResumableCheckpoint(
@@ -353,7 +354,7 @@ def _resume(args, runtime, model):
         run=run_identity(
             f"--objective {args.objective}" + " --no-nsp" * args.no_nsp,
             model,
-            reads={"--batch-size": args.batch_size},
+            reads={"--batch-size": args.batch_size, "records of": records_inputs(data.info)},
         ),
     )
     if runtime.chief:  # another worker's temporaries may be the chief's save in progress
@@ -529,6 +530,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses, start_ste
 
     from model.checkpoints import model_dir
     from model.io.files import write_json
+    from model.objectives.base import records_inputs
 
     objective, seq_len = data.objective, data.seq_len
     model_dir.save(
@@ -576,6 +578,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses, start_ste
         "device_data": args.device_data,
         "steps_per_call": model.steps_per_execution,
         "data": args.data,
+        "input_format": records_inputs(data.info),  # what the records were made as
         "argv": sys.argv,
     }
     write_json(os.path.join(args.output, layout.SUMMARY), summary)
