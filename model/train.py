@@ -439,8 +439,8 @@ def check_inputs(args) -> None:
     """The input paths exist (FileNotFoundError naming the first that does not), --output is
     neither an input nor a folder no run of the command wrote, --init is a model (a model
     directory's config.json valid), the records are records of --seq-len in a format the
-    --objective trains on, of the --vocab and with held-out ones like them (ValueError naming
-    each), and the --strategy, --cpu-replicas and a multi-worker run's TF_CONFIG can run
+    --objective trains on, of the --vocab, with held-out ones of their length, vocabulary and
+    casing (ValueError naming each), and the --strategy, --cpu-replicas and a multi-worker run's TF_CONFIG can run
     (StrategyError), checked before TensorFlow is imported: a mistyped path or field fails in
     well under a second."""
     from model.checkpoints.detect import detect_format

@@ -658,11 +658,11 @@ def test_segment_pairs_records_without_dataset_json_are_known_by_their_segments(
     spanbert = objectives.get("spanbert")([], objectives.ObjectiveOptions(seq_len=SEQ_LEN))
     with pytest.raises(ValueError, match="records of segment-pairs inputs"):
         spanbert.check_records(str(out), info)
-    segments = tmp_path / "segments"
-    args = build_args(word_corpus, tokenizer.vocab_path, segments, "--inputs", "doc-sentences")
+    single = tmp_path / "single"  # unlabelled single segments: as before, no format said
+    args = build_args(word_corpus, tokenizer.vocab_path, single, "--inputs", "doc-sentences")
     assert data.main(args) == 0
-    (segments / "dataset.json").unlink()
-    assert "input_format" not in find_records(str(segments))[1]  # one segment: as before
+    (single / "dataset.json").unlink()
+    assert "input_format" not in find_records(str(single))[1]
 
 
 @pytest.mark.parametrize("inputs", ["segments", *PACKED])

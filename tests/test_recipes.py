@@ -415,8 +415,8 @@ def test_an_output_made_by_another_command_stops_the_run(tmp_path):
         if stops:
             assert lines[-1] == (
                 f"[1/2 demo] error: {out} says input_format 'segments', where this command "
-                f"makes 'segment-pairs': delete {out.parent} (or choose another work folder) "
-                "to make it again"
+                f"makes 'segment-pairs': delete {out.parent} and what was made from it (or "
+                "choose another work folder) to make them again"
             )
             assert not os.path.exists(after)  # nothing built on it
             lines.clear()

@@ -83,7 +83,7 @@ class Command:
         """What says the existing output was made by another command than this one (a field
         of `made_with` with another value; a field the file lacks, written before it was
         recorded, is not compared), or None."""
-        if not self.made_with or not os.path.isfile(self.output):
+        if not self.made_with or not os.path.isfile(self.output) or self.done_by_another():
             return None
         found = read_json(self.output)
         for field, value in self.made_with:
@@ -91,12 +91,17 @@ class Command:
                 folder = os.path.dirname(self.output)
                 return (
                     f"{self.output} says {field} {found[field]!r}, where this command makes "
-                    f"{value!r}: delete {folder} (or choose another work folder) to make it again"
+                    f"{value!r}: delete {folder} and what was made from it (or choose another "
+                    "work folder) to make them again"
                 )
         return None
 
+    def done_by_another(self) -> bool:
+        """Whether `skip_if`, a later command's output, makes this one pointless."""
+        return self.skip_if is not None and os.path.exists(self.skip_if)
+
     def done(self) -> bool:
-        if self.skip_if is not None and os.path.exists(self.skip_if):
+        if self.done_by_another():
             return True
         if not os.path.exists(self.output):
             return False
@@ -169,7 +174,7 @@ def run(
                 stale = command.made_otherwise()
                 if stale and not dry_run:
                     log(f"{tag} error: {stale}")
-                    return 1
+                    return children.wait(below=1) or 1  # the running ones finish first
                 if stale:
                     log(f"{tag} would stop here: {stale}")
                 if _skipped(command, tag, dry_run, log):
