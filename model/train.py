@@ -440,9 +440,9 @@ def check_inputs(args) -> None:
     neither an input nor a folder no run of the command wrote, --init is a model (a model
     directory's config.json valid), the records are records of --seq-len in a format the
     --objective trains on, of the --vocab, with held-out ones of their length, vocabulary and
-    casing (ValueError naming each), and the --strategy, --cpu-replicas and a multi-worker run's TF_CONFIG can run
-    (StrategyError), checked before TensorFlow is imported: a mistyped path or field fails in
-    well under a second."""
+    casing (ValueError naming each), and the --strategy, --cpu-replicas and a multi-worker
+    run's TF_CONFIG can run (StrategyError), checked before TensorFlow is imported: a
+    mistyped path or field fails in well under a second."""
     from model.checkpoints.detect import detect_format
     from model.checkpoints.model_info import check_model_dir, check_model_path
     from model.config import PRESETS
@@ -485,17 +485,10 @@ def check_inputs(args) -> None:
         if checkpoint_of(init) is None:
             detect_format(init)  # a bundle, or a folder of no model format: said now
     check_model_dir(init)
-    if args.command == "pretrain":
-        _check_records(args)
+    if args.command == "pretrain":  # the records against the flags, the objective, each other
+        from model.training.pretrain_data import checked_data
 
-
-def _check_records(args) -> None:
-    """The records against the flags and each other, and the objective against them
-    (`pretrain_data.checked_data`: a text file given as records, a --seq-len other than
-    theirs, an objective that does not train on them, another vocabulary)."""
-    from model.training.pretrain_data import checked_data
-
-    checked_data(args)
+        checked_data(args)
 
 
 def _inputs(args) -> list[tuple[str, str | None]]:

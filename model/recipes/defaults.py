@@ -334,10 +334,13 @@ def _records(inputs, vocab: str, output: str, flags) -> Command:
 
 
 def _made_as(records_flags) -> tuple:
-    """The `made_with` of records made with `records_flags`, and of a run trained on them."""
+    """The `made_with` of records made with `records_flags`, and of a run trained on them: the
+    input format `model.data` makes of those flags."""
+    from model.data import resolve_inputs
+
     flags = list(records_flags)
-    inputs = flags[flags.index("--inputs") + 1] if "--inputs" in flags else "sentence-pairs"
-    return (("input_format", inputs),)
+    given = flags[flags.index("--inputs") + 1] if "--inputs" in flags else None
+    return (("input_format", resolve_inputs(given, "--no-nsp" in flags, None)[0]),)
 
 
 def _finetune_step(p: Paths, minilm: str, task: str) -> Step:
