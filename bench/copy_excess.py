@@ -68,7 +68,7 @@ def encoder_states(directory: str):
 
 def top1_guesses(predict):
     """guess(x, labels) -> (batch, P) the pre-trainer's best guess at x["mask_positions"]."""
-    from model.evaluate import mlm_hits
+    from model.pretraining.masked_lm_scores import mlm_hits
 
     def guess(x, labels):
         hits, _ = mlm_hits(predict(x), labels)
@@ -88,10 +88,10 @@ def instance_text(data: dict) -> np.ndarray:
 
 def position_rows(data: dict, guesses: np.ndarray, special: np.ndarray, mask_id: int) -> dict:
     """One entry per weighted masked position: right; whether the guess and the true word
-    stand in view and in the instance 1, 2, 3 ahead (`model.evaluate.copy_hits`, as the
+    stand in view and in the instance 1, 2, 3 ahead (`model.pretraining.masked_lm_scores.copy_hits`, as the
     evaluation counts them, shift 1); the guess's nearest distance in view; whether the
     guess is one of the text's most frequent pieces; whether the position shows [MASK]."""
-    from model.evaluate import copy_hits
+    from model.pretraining.masked_lm_scores import copy_hits
 
     ids, pad, pos, gold = (
         data[k] for k in ("token_ids", "padding_mask", "mask_positions", "labels")
@@ -296,7 +296,8 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         args.before = None
-    from model.evaluate import load_mlm, masked_instances
+    from model.evaluate import load_mlm
+    from model.pretraining.masked_lm_scores import masked_instances
 
     predict, tokenizer = load_mlm(args.model, args.seq_len)
     vocabulary = list(tokenizer.vocabulary)

@@ -8,7 +8,7 @@ The project's fine-tuning path (model/training/finetune.py), in process, from th
 (--init; any checkpoint model.convert.read takes): the task's reader and encoder
 (model.tasks), its head over the encoder (task.build_model; the unused pooler frozen for SQuAD
 as finetune does), task.loss(), model.training.optimizer.bert_adamw, compiled with jit_compile = --jit
-under the float32 or mixed_bfloat16 policy; the batches of model.training.finetune.tf_dataset (shuffled,
+under the float32 or mixed_bfloat16 policy; the batches of model.training.finetune_tfdata.tf_dataset (shuffled,
 each cut to its longest row rounded up to 16 tokens, as training does: SST-2's phrases are
 mostly far shorter than 64), taken out of tf.data beforehand so that only the train steps are
 timed (`train_on_batch`, the same compiled train function as `fit`).
@@ -39,7 +39,7 @@ def batches(task, encoded, batch_size: int, seq_len: int, count: int) -> list[tu
     """The first `count` training batches of model.training.finetune's tf.data pipeline, as tensors."""
     import itertools
 
-    from model.training.finetune import tf_dataset
+    from model.training.finetune_tfdata import tf_dataset
 
     dataset = tf_dataset(encoded, batch_size, seq_len, shuffle_seed=0)
     out = list(itertools.islice(iter(dataset.repeat()), count))

@@ -18,7 +18,7 @@ records of its inputs format (`python -m model.data --inputs ...`).
 `--checkpoint-every` steps under OUTPUT/checkpoints; started again on the same
 `--output` after being killed at any moment, the same command resumes from
 the newest one, at the same position in the data. TensorBoard logs go to
-OUTPUT/logs. At the end OUTPUT holds `config.json`, `vocab.txt`,
+OUTPUT/logs (under JAX, the same scalars to OUTPUT/logs/scalars.csv). At the end OUTPUT holds `config.json`, `vocab.txt`,
 `model.weights.h5` and `train_summary.json`.
 
 The paper's two-phase recipe: 90 % of the steps at 128 tokens, then the rest
@@ -60,7 +60,8 @@ very batches of the tf.data pipeline):
 
 `--strategy` is then auto (one device) or data-parallel
 (keras.distribution.DataParallel over all devices); the step is always
-XLA-compiled; TensorBoard logs are written only if TensorFlow is installed.
+XLA-compiled; the run imports no TensorFlow, so its curves go to
+OUTPUT/logs/scalars.csv (`tag,step,value`), not TensorBoard.
 With dropout 0 a run follows the TensorFlow backend's loss curve to float
 rounding (tests/test_jax_backend.py). On one accelerator, `--device-data`
 keeps the records on the device and cuts and masks each batch inside one
@@ -152,7 +153,7 @@ def add_common_flags(p: argparse.ArgumentParser, help_texts: dict | None = None)
         "--log-every",
         type=positive_int,
         default=100,
-        help="steps between TensorBoard rows (without TensorFlow: logs/scalars.csv; default 100)",
+        help="steps between TensorBoard rows (under JAX: logs/scalars.csv; default 100)",
     )
     p.add_argument(
         "--verbose",
@@ -516,7 +517,7 @@ def main(argv=None) -> int:
     check_keras_backend()  # one line on a machine without TensorFlow, before Keras picks it
     at_start = _at_start(args)
     import_tensorflow_quietly(args.verbose, setup=at_start)
-    from model.training.finetune import per_seed
+    from model.training.layout import per_seed
 
     if at_start is not None:
         try:  # where TensorFlow started loudly; or said in one line where it refused
@@ -589,7 +590,7 @@ def stopped(args, how: str) -> str:
     """The line a run stopped by a signal ends with: the newest checkpoint of each of its
     outputs (each seed's, for --seeds), from which the same command goes on."""
     from model.training.checkpointing import of_run
-    from model.training.finetune import per_seed
+    from model.training.layout import per_seed
 
     kept = []
     for run in per_seed(args):

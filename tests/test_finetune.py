@@ -4,6 +4,7 @@ model directory, and `model.evaluate` on it.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import json
 import os
@@ -114,6 +115,22 @@ def test_finetune_writes_a_self_contained_model_directory(sst2_run):
     assert model.num_labels == 2
     with open(os.path.join(output, "label_map.json")) as f:
         assert json.load(f)["id2label"] == {"0": "negative", "1": "positive"}
+
+
+def test_finetune_logs_training_and_dev_scalars_for_tensorboard(sst2_run):
+    import tensorflow as tf
+
+    output = sst2_run[2]
+    logs = os.path.join(output, "logs")
+    assert {"train", "dev"} <= set(os.listdir(logs))  # TensorBoard's, on TensorFlow
+    (events,) = glob.glob(os.path.join(logs, "dev", "events.out.tfevents.*"))
+    dev = [
+        (e.step, v.tag)
+        for record in tf.data.TFRecordDataset(events)
+        for e in [tf.compat.v1.Event.FromString(record.numpy())]
+        for v in e.summary.value
+    ]
+    assert ("accuracy" in {tag for _, tag in dev}) and {3, 5} <= {step for step, _ in dev}
 
 
 def test_finetune_metrics_json_records_the_run(sst2_run):
@@ -332,7 +349,7 @@ def test_pack_rows_and_predict_in_batches_handle_empty_and_dicts():
 def test_trim_batch_cuts_inputs_and_per_token_labels_only():
     import tensorflow as tf
 
-    from model.training.finetune import trim_batch
+    from model.training.finetune_tfdata import trim_batch
 
     mask = np.zeros((3, 40), np.int32)
     mask[0, :5], mask[1, :18], mask[2, :2] = 1, 1, 1
@@ -600,16 +617,16 @@ def test_evaluate_refuses_flags_its_task_does_not_take(sst2_run, capsys):
 @pytest.fixture
 def empty_memo(monkeypatch):
     """The process's remembered reads, empty for the test and restored after it."""
-    import collections
-
+    from model.io.memo import Memo
     from model.training import finetune
 
-    monkeypatch.setattr(finetune, "_MEMO", collections.OrderedDict())
+    monkeypatch.setattr(finetune, "MEMO", Memo(finetune.MEMO.entries))
 
 
 def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_path, empty_memo):
     """The experiments fine-tune every seed of a task in one process: the examples are read
     once, and read again when the file is rewritten."""
+    from model.io.memo import stamp
     from model.training import finetune
 
     path = tmp_path / "train.tsv"
@@ -620,21 +637,22 @@ def test_runs_of_one_process_share_what_they_read_until_the_file_changes(tmp_pat
         reads.append(p)
         return open(p).read().splitlines()
 
-    first = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
-    again = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
+    first = finetune.MEMO.get(("read", "t", stamp(path)), read, path)
+    again = finetune.MEMO.get(("read", "t", stamp(path)), read, path)
     assert first is again and len(reads) == 1
     path.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
-    changed = finetune._remembered(("read", "t", finetune._stamp(path)), read, path)
+    changed = finetune.MEMO.get(("read", "t", stamp(path)), read, path)
     assert len(changed) == 3 and len(reads) == 2
-    for i in range(finetune.MEMO_ENTRIES + 2):  # bounded: the oldest entries go
-        finetune._remembered(("other", i), list, ())
-    assert len(finetune._MEMO) == finetune.MEMO_ENTRIES
+    for i in range(finetune.MEMO.entries + 2):  # bounded: the oldest entries go
+        finetune.MEMO.get(("other", i), list, ())
+    assert len(finetune.MEMO.made) == finetune.MEMO.entries
 
 
 def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys, empty_memo):
     """The second run of a process reads the file from memory, and still says which rows the
     read skipped (it said nothing before); the first read says it as it reads."""
     from model import tasks
+    from model.io.memo import stamp
     from model.training import finetune
     from tests.helpers import two_question_squad
 
@@ -643,8 +661,8 @@ def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys, empt
     task = tasks.get("squad1")
     task.skip_invalid = True
     for _ in range(2):
-        key = ("read", "squad1-skip-test", finetune._stamp(path))
-        finetune._remembered(key, task.read, str(path))
+        key = ("read", "squad1-skip-test", stamp(path))
+        finetune.MEMO.get(key, task.read, str(path))
         assert capsys.readouterr().err.count("skipped 1 invalid question(s)") == 1
 
     def slow_read():
@@ -652,14 +670,14 @@ def test_a_remembered_read_warns_again_of_what_it_skipped(tmp_path, capsys, empt
         assert capsys.readouterr().err == "a warning while reading\n"  # shown at once
         return []
 
-    finetune._remembered(("read", "streams"), slow_read)
+    finetune.MEMO.get(("read", "streams"), slow_read)
 
     def fails():
         print("a warning, then a failure", file=sys.stderr)
         raise ValueError("bad row")
 
     with pytest.raises(ValueError, match="bad row"):
-        finetune._remembered(("read", "fails"), fails)
+        finetune.MEMO.get(("read", "fails"), fails)
     assert capsys.readouterr().err == "a warning, then a failure\n"
 
 
@@ -689,12 +707,13 @@ def test_seeds_stopped_while_finishing_go_on_or_finish(tmp_path):
     among the removals finishes them."""
     from model import train
     from model.training import finetune as ft
+    from model.training import layout
 
     argv = ["finetune", "--task", "sst2", "--data", str(tmp_path), "--init", str(tmp_path)]
     argv += ["--output", str(tmp_path / "s{seed}"), "--seeds", "1,2", "--device-data"]
     args = train.parse_args(argv)
     args = ft.resolve_defaults(args, ft._task(args))
-    runs = ft.per_seed(args)
+    runs = layout.per_seed(args)
 
     def state(metrics: tuple, checkpoints: tuple) -> None:
         for run in runs:

@@ -88,3 +88,44 @@ def test_the_core_rule_sees_a_wing_imported_inside_a_function(tmp_path, monkeypa
         "model/heads/bad.py imports model.training",
         "model/heads/bad.py imports model.training.x",
     ]
+
+
+# Modules a process imports before it knows whether it needs a framework, or that run where
+# there is none: the LiteRT-only runtime, the app's prediction code, and what the commands
+# read and check before TensorFlow, Keras or JAX loads (a bad input is said in well under a
+# second; a JAX run never loads TensorFlow).
+LIGHT = (
+    "export.runtime",
+    "export.bundle",
+    "app.predict",
+    "model.data",
+    "model.train",
+    "model.evaluate",
+    "model.tasks",
+    "model.objectives",
+    "model.training.pretrain_data",
+    "model.training.layout",
+    "model.training.finetune",
+    "model.experiments.tables",
+)
+_HEAVY = """
+import importlib, json, sys
+heavy = ("tensorflow", "keras", "jax", "gradio", "torch")
+loaded = {}
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    loaded[name] = sorted({m.split(".")[0] for m in sys.modules} & set(heavy))
+print(json.dumps(loaded))
+"""
+
+
+def test_light_modules_import_no_framework():
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HEAVY, *LIGHT], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout)
+    assert {name: heavy for name, heavy in loaded.items() if heavy} == {}

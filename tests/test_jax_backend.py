@@ -214,9 +214,18 @@ def train(backend, records, init, output, steps=STEPS, python_prefix=(), extra=(
 
 @pytest.mark.slow
 def test_jax_training_follows_tensorflow(records, initial_weights, tmp_path):
-    ours, _ = train("jax", records, initial_weights, str(tmp_path / "jax"))
-    theirs, _ = train("tensorflow", records, initial_weights, str(tmp_path / "tf"))
+    every = ["--log-every", "2"]
+    ours, _ = train("jax", records, initial_weights, str(tmp_path / "jax"), extra=every)
+    theirs, _ = train("tensorflow", records, initial_weights, str(tmp_path / "tf"), extra=every)
     assert (ours["backend"], theirs["backend"]) == ("jax", "tensorflow")
+    # The curves: TensorBoard's on TensorFlow; a JAX run writes the same scalars as CSV,
+    # TensorFlow installed (as here) or not
+    assert "train" in os.listdir(tmp_path / "tf" / "logs")
+    assert os.listdir(tmp_path / "jax" / "logs") == ["scalars.csv"]
+    with open(tmp_path / "jax" / "logs" / "scalars.csv", encoding="utf-8") as f:
+        rows = [line.split(",") for line in f.read().splitlines()]
+    losses = [step for tag, step, _ in rows[1:] if tag == "train/loss"]
+    assert losses == [str(s) for s in range(2, STEPS + 1, 2)]
     a, b = np.array(theirs["interval_losses"]), np.array(ours["interval_losses"])
     assert len(a) == len(b) == STEPS
     np.testing.assert_allclose(b[:2], a[:2], rtol=1e-5)

@@ -3,7 +3,7 @@
     PYTHONPATH=. python -m pytest tests/test_jax_finetune.py
 
 - `FinetunePyDataset` (model/training/finetune_pydataset.py) yields exactly the
-  batches of the tf.data pipeline (`model.training.finetune.tf_dataset`): same rows in
+  batches of the tf.data pipeline (`model.training.finetune_tfdata.tf_dataset`): same rows in
   the same order, same trimmed length, same dtypes, for inputs of one row
   (GLUE) or several (SWAG), labels per feature, per token (NER) or by name
   (SQuAD), sample weights, over several epochs, from a later batch (a
@@ -108,7 +108,7 @@ def assert_same_batches(theirs, ours, what: str) -> None:
 def test_pydataset_yields_the_tf_pipeline_batches(kind):
     import tensorflow as tf
 
-    from model.training.finetune import tf_dataset
+    from model.training.finetune_tfdata import tf_dataset
 
     encoded, seq_len, batch_size = synthetic(kind), 48, 5
     try:
@@ -152,7 +152,7 @@ def test_a_grouped_epoch_has_as_many_steps_as_batches_so_every_feature_is_traine
     last part-filled buckets of every epoch untrained)."""
     import tensorflow as tf
 
-    from model.training.finetune import tf_dataset
+    from model.training.finetune_tfdata import tf_dataset
 
     encoded, seq_len, batch_size = synthetic("glue", n=37), 48, 5
     count = grouped_batch_count(feature_lengths(encoded), length_boundaries(seq_len), batch_size)

@@ -101,7 +101,7 @@ def test_same_seed_same_masks_different_seed_different_figures(pretrainer, tmp_p
 
 def test_top_k_hits_equal_the_ranks_of_full_logits():
     """The scoring itself: top-k ids taken from logits give the logits' own top-1/top-5."""
-    from model.evaluate import mlm_hits
+    from model.pretraining.masked_lm_scores import mlm_hits
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(6, 4, 50)).astype(np.float32)  # (batch, P, vocab)
@@ -128,7 +128,7 @@ def test_top_k_hits_equal_the_ranks_of_full_logits():
 def test_copy_rates_count_words_in_view_elsewhere_only():
     """A word counts as copied when it stands at another non-padding position of the
     input as shown; the masked position itself and the padding do not count."""
-    from model.evaluate import copy_hits
+    from model.pretraining.masked_lm_scores import copy_hits
 
     token_ids = np.array([[2, 7, 103, 9, 7, 0, 0], [2, 5, 103, 6, 3, 0, 0]])
     padding_mask = (token_ids > 0).astype(np.int32)
@@ -146,7 +146,7 @@ def test_copy_rates_count_words_in_view_elsewhere_only():
 def test_chance_rates_look_in_the_other_input_anywhere():
     """With `other` input, a word counts by chance when it stands at any non-padding
     position of that input's row (the masked position's own index included)."""
-    from model.evaluate import copy_hits
+    from model.pretraining.masked_lm_scores import copy_hits
 
     token_ids = np.array([[2, 7, 103, 9, 3, 0], [2, 103, 5, 4, 3, 0]])
     positions = np.array([[2, 0], [1, 3]])

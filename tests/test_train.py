@@ -30,6 +30,7 @@ import tensorflow as tf
 from model import evaluate, train
 from model.heads.pretrainer import BertPretrainer
 from model.networks.encoder import BertEncoder
+from model.pretraining import masked_lm_scores
 from model.training.checkpointing import ResumableCheckpoint
 from model.training.optimizer import (
     WarmupLinearDecay,
@@ -615,8 +616,10 @@ def test_a_span_or_electra_runs_masked_lm_is_its_head_over_its_encoder():
     own = model.predict_on_batch(x)["mlm"]
     for parts in ({"encoder": model.encoder}, {"generator": model.encoder, "encoder": None}):
         other = types.SimpleNamespace(masked_lm_head=model.masked_lm_head, **parts)
-        np.testing.assert_allclose(evaluate.masked_lm_predict(other)(x)["mlm"], own, atol=1e-5)
-    assert evaluate.masked_lm_predict(model) == model.predict_on_batch
+        np.testing.assert_allclose(
+            masked_lm_scores.masked_lm_predict(other)(x)["mlm"], own, atol=1e-5
+        )
+    assert masked_lm_scores.masked_lm_predict(model) == model.predict_on_batch
 
 
 def test_evaluate_mlm_scores_the_mask_positions_apart(tmp_path):
@@ -633,7 +636,7 @@ def test_evaluate_mlm_scores_the_mask_positions_apart(tmp_path):
         shown = np.take_along_axis(x["token_ids"], x["mask_positions"], 1)
         return {"topk_ids": np.repeat(shown[..., None], 5, -1)}
 
-    m = evaluate.evaluate_mlm(copy_the_input, tokenizer, text, max_seq_length=32)
+    m = masked_lm_scores.evaluate_mlm(copy_the_input, tokenizer, text, max_seq_length=32)
     assert m["mlm_top1_accuracy_mask_only"] == m["mlm_top5_accuracy_mask_only"] == 0.0
     assert 0.03 < m["mlm_top1_accuracy"] < 0.2
     assert 0.7 < m["mask_token_positions"] / m["masked_positions"] < 0.9
@@ -646,7 +649,7 @@ def test_evaluate_mlm_counts_right_guesses_exactly(tmp_path):
 
     tokenizer = WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", extra=40))
     text = write_corpus(tmp_path / "eval.txt", num_documents=6, sentences=(4, 8), seed=3)
-    truth = evaluate.masked_instances(tokenizer, text, 32, 20, 12345, "auto")
+    truth = masked_lm_scores.masked_instances(tokenizer, text, 32, 20, 12345, "auto")
     nsp = truth["nsp_labels"]
     assert 0 < nsp.mean() < 1  # both kinds of next sentence
     wrong = np.arange(len(nsp)) % 3 == 0
@@ -661,7 +664,9 @@ def test_evaluate_mlm_counts_right_guesses_exactly(tmp_path):
         guess = np.where(wrong[rows], 1 - nsp[rows], nsp[rows])
         return {"topk_ids": topk, "nsp_probs": np.eye(2)[guess]}
 
-    m = evaluate.evaluate_mlm(knows_the_answers, tokenizer, text, max_seq_length=32, batch_size=8)
+    m = masked_lm_scores.evaluate_mlm(
+        knows_the_answers, tokenizer, text, max_seq_length=32, batch_size=8
+    )
     assert seen == len(nsp) and m["mlm_top_k"] == 5
     assert m["mlm_top1_accuracy"] == 0.0 and m["mlm_top5_accuracy"] == 1.0
     assert m["nsp_accuracy"] == pytest.approx(1 - wrong.mean())

@@ -55,7 +55,7 @@ def expand_inputs(patterns: list[str]) -> list[str]:
     return files
 
 
-def _instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True) -> dict:
+def instance_features(instance, tokenizer, seq_len: int, nsp_label: bool = True) -> dict:
     second = instance.second if instance.second else None
     ids, segments, mask = tokenizer.pack(instance.first, second, seq_len)
     features = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
@@ -202,7 +202,7 @@ class _PoolRecords:
         out = []
         instances = pool_instances(pool, packed, index, self.instance_config, self.seed, dupes)
         for i, inst in enumerate(instances):
-            feats = _instance_features(inst, tokenizer, seq_len, nsp_label)
+            feats = instance_features(inst, tokenizer, seq_len, nsp_label)
             if self.masking == "static":
                 masked, pos, labels, weights = masker(
                     feats["input_ids"], np.random.default_rng([self.seed, index, i])

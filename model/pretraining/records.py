@@ -39,6 +39,8 @@ import struct
 
 import numpy as np
 
+from model.io.memo import Memo, stamp
+
 # === CRC-32C (Castagnoli), as TFRecord checksums use it ===
 
 _POLY = 0x82F63B78  # reflected Castagnoli polynomial
@@ -420,25 +422,12 @@ def find_records(pattern: str) -> tuple[list[str], dict]:
     (records without a dataset.json are read whole to be counted)."""
     files = record_files(pattern)
     folders = sorted({os.path.dirname(p) for p in files})
-    stamps = [_stamp(p) for p in files + [os.path.join(f, INFO) for f in folders]]
-    key = (pattern, tuple(stamps))
-    if key not in _FOUND:
-        while len(_FOUND) >= 4:  # a --data and its held-out records, and the odd other
-            _FOUND.pop(next(iter(_FOUND)))
-        _FOUND[key] = _find(files)
-    found, info = _FOUND[key]
+    stamps = [stamp(p) for p in files + [os.path.join(f, INFO) for f in folders]]
+    found, info = _FOUND.get((pattern, tuple(stamps)), _find, files)
     return list(found), copy.deepcopy(info)
 
 
-_FOUND: dict = {}
-
-
-def _stamp(path: str) -> tuple:
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return (path, None)
-    return (path, stat.st_size, stat.st_mtime_ns)
+_FOUND = Memo(4)  # a --data and its held-out records, and the odd other
 
 
 def _find(files: list[str]) -> tuple[list[str], dict]:

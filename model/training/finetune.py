@@ -87,10 +87,8 @@ example order, dropout, checkpoints and metrics.json, ending where `--seed S` al
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
-import io
 import json
 import math
 import os
@@ -102,11 +100,8 @@ import tempfile
 import time
 import types
 
-import keras
-
-from model.tasks.base import LENGTH_MULTIPLE
+from model.io.memo import Memo, stamp
 from model.training import layout
-from model.training.checkpointing import optimizer_step
 
 # The paper's fine-tuning recipe (section 4), for tasks that set no default of their own.
 PAPER_EPOCHS = 3.0
@@ -157,7 +152,7 @@ def finetune(args) -> int:
         )
         return 0
     runs, runtime = [], None
-    for seed_args in per_seed(args):
+    for seed_args in layout.per_seed(args):
         runs.append(_run(seed_args, task, runtime))
         runtime = runs[0].runtime  # the seeds share the features on the device and a trainer
     if len({run.done for run in runs}) > 1:
@@ -181,7 +176,7 @@ def _finished(args) -> list[str]:
     from model.io.files import read_json_object
     from model.training.checkpointing import of_run
 
-    runs = per_seed(args)
+    runs = layout.per_seed(args)
     finished = []
     for run in runs:
         metrics = os.path.join(run.output, "metrics.json")
@@ -259,19 +254,6 @@ def _back_to_a_shared_step(runs) -> None:
         raise ValueError(f"--seeds: the seeds could not all go back to step {step}")
 
 
-def per_seed(args) -> list:
-    """`args` for each seed of --seeds (its --output with {seed} filled in), or [args]."""
-    if not getattr(args, "seeds", None):
-        return [args]
-    out = []
-    for seed, output in zip(args.seeds, layout.seed_outputs(args.output, args.seeds)):
-        one = copy.copy(args)
-        # its metrics.json's command is this seed's run alone: the same result
-        one.seed, one.seeds, one.output = seed, None, output
-        out.append(one)
-    return out
-
-
 def _run(args, task, runtime=None):
     """One seed's run: its data, --init, model, callbacks and resumed progress."""
     import keras
@@ -338,6 +320,8 @@ def _task(args):
 
 def _check(args) -> None:
     """The flags' values, before anything is read."""
+    import keras
+
     from model.training.strategy import check_device_flags
 
     if args.epochs <= 0 or args.batch_size < 1:
@@ -361,12 +345,12 @@ def _data(args, task):
     train_file, _ = task.files(args.data)
     dev_files = task.dev_files(args.data)
     skip = getattr(task, "skip_invalid", False)
-    train = _remembered(("read", task.name, skip, _stamp(train_file)), task.read, train_file)
+    train = MEMO.get(("read", task.name, skip, stamp(train_file)), task.read, train_file)
     train = train[: args.max_train_examples]
     if not train:
         raise ValueError(f"{train_file}: no training examples")
     dev_sets = {
-        prefix: _remembered(("read_gold", task.name, skip, _stamp(path)), task.read_gold, path)
+        prefix: MEMO.get(("read_gold", task.name, skip, stamp(path)), task.read_gold, path)
         for prefix, path in dev_files.items()
     }
     for prefix, path in dev_files.items():  # found now, not after the training they would end
@@ -387,45 +371,8 @@ def _data(args, task):
 # Examples read and features encoded by earlier runs of this process, by what they were made
 # from (`model.experiments --in-process` runs its fine-tunings in one process, unless `--jobs`
 # runs them as children: each row of a task reads and encodes the same file, SQuAD's in
-# seconds). Never mutated by a run.
-_MEMO: collections.OrderedDict = collections.OrderedDict()
-MEMO_ENTRIES = 8
-
-
-def _stamp(path: str) -> tuple:
-    """A file as a cache key: its path and what changes when it is rewritten."""
-    info = os.stat(path)
-    return (os.path.abspath(path), info.st_mtime_ns, info.st_size)
-
-
-def _remembered(key: tuple, make, *args):
-    """make(*args), or what it made before under `key`; the warnings its making printed
-    (a file's skipped rows) are printed as they come, and again each time it is remembered,
-    as a fresh read would print them."""
-    if key in _MEMO:
-        _MEMO.move_to_end(key)
-        made, printed = _MEMO[key]
-        sys.stderr.write(printed)
-        return made
-    printed = _Tee(sys.stderr)
-    with contextlib.redirect_stderr(printed):
-        made = make(*args)
-    _MEMO[key] = made, printed.getvalue()
-    while len(_MEMO) > MEMO_ENTRIES:
-        _MEMO.popitem(last=False)
-    return made
-
-
-class _Tee(io.StringIO):
-    """A copy of what is written to `through`."""
-
-    def __init__(self, through):
-        super().__init__()
-        self.through = through
-
-    def write(self, text: str) -> int:
-        self.through.write(text)
-        return super().write(text)
+# seconds).
+MEMO = Memo(8)
 
 
 def _encoded(task, data, tokenizer, args):
@@ -434,9 +381,9 @@ def _encoded(task, data, tokenizer, args):
     # The task's reading and encoding options; not what its last read found (`skipped`).
     options = vars(task).items()
     options = repr(sorted((k, v) for k, v in options if not k.startswith("_") and k != "skipped"))
-    key = ("encode", task.name, options, _stamp(data.train_file), len(data.train))
-    key += (args.seq_len, _stamp(tokenizer.vocab_path), tokenizer.lowercase)
-    return _remembered(key, task.encode, data.train, tokenizer, args.seq_len, True)
+    key = ("encode", task.name, options, stamp(data.train_file), len(data.train))
+    key += (args.seq_len, stamp(tokenizer.vocab_path), tokenizer.lowercase)
+    return MEMO.get(key, task.encode, data.train, tokenizer, args.seq_len, True)
 
 
 def _init(args):
@@ -504,6 +451,7 @@ def _tf_runtime(args, encoded):
         grouped_batch_count,
         length_boundaries,
     )
+    from model.training.finetune_tfdata import tf_dataset
     from model.training.strategy import is_chief, make_strategy
 
     strategy = make_strategy(args.strategy, args.tpu)
@@ -540,7 +488,6 @@ def _tf_runtime(args, encoded):
 
 
 def _jax_runtime(args, encoded):
-    import contextlib
 
     import keras
 
@@ -563,7 +510,7 @@ def _jax_runtime(args, encoded):
         )
 
     def dataset(epoch: int, start: int):
-        # The batches of `tf_dataset` (see model/training/finetune_pydataset.py).
+        # The batches of `finetune_tfdata.tf_dataset` (see finetune_pydataset.py).
         return FinetunePyDataset(
             encoded,
             args.batch_size,
@@ -592,7 +539,6 @@ def _device_runtime(args, encoded):
     """--device-data: the features stay on the device and `SeedTrainer` runs K full-length
     steps a call, its own example order (a fresh permutation an epoch, keyed by --seed); an
     epoch is rounded up to whole calls."""
-    import contextlib
 
     if encoded.sample_weight is not None:
         raise ValueError("--device-data: this task weights its examples; train without it")
@@ -664,39 +610,19 @@ def _build(args, task, init, runtime, schedule):
 
 
 def _callbacks(args, runtime, total_steps: int):
-    """(Keras callbacks, `log_dev(step, scalars)`): TensorBoard under TensorFlow, the
-    same scalars as OUTPUT/logs/scalars.csv otherwise; progress lines in a log file."""
+    """(Keras callbacks, `log_dev(step, scalars)`): the training and dev scalars
+    (`scalar_log.run_logs`: TensorBoard under TensorFlow, OUTPUT/logs/scalars.csv otherwise);
+    progress lines in a log file."""
     import keras
 
-    from model.training.scalar_log import SCALARS, ScalarLog, append_scalars
+    from model.training.scalar_log import ProgressLines, run_logs
 
-    logs = os.path.join(args.output, "logs")
-    callbacks = [keras.callbacks.TerminateOnNaN()]
-    if runtime.tf:
-        import tensorflow as tf
-
-        dev_writer = tf.summary.create_file_writer(os.path.join(logs, "dev"))
-        callbacks.append(keras.callbacks.TensorBoard(logs, update_freq=args.log_every))
-
-        def log_dev(step: int, scalars: dict) -> None:
-            with dev_writer.as_default():
-                for k, v in scalars.items():
-                    tf.summary.scalar(k, v, step=step)
-    else:
-        print(
-            f"backend {keras.backend.backend()}: no TensorBoard logs; training loss and dev "
-            f"metrics go to {os.path.join(logs, SCALARS)}"
-        )
-        callbacks.append(ScalarLog(os.path.join(logs, SCALARS), args.log_every))
-
-        def log_dev(step: int, scalars: dict) -> None:
-            rows = {f"dev/{k}": v for k, v in scalars.items()}
-            append_scalars(os.path.join(logs, SCALARS), step, rows)
-
+    scalars, log_dev = run_logs(os.path.join(args.output, "logs"), args.log_every, runtime.tf)
+    callbacks = [keras.callbacks.TerminateOnNaN(), scalars]
     if not sys.stdout.isatty():
         # Keras' non-interactive output is one line an epoch; a log file
         # should show progress inside long epochs too.
-        callbacks.append(_ProgressLines(args.log_every, total_steps))
+        callbacks.append(ProgressLines(args.log_every, total_steps))
     return callbacks, log_dev
 
 
@@ -966,70 +892,6 @@ def examples_seen(steps: int, steps_per_epoch: int, batch_size: int, num_train: 
     return full * per_epoch + min(rest * batch_size, num_train)
 
 
-def tf_dataset(
-    encoded,
-    batch_size: int,
-    seq_len: int,
-    shuffle_seed: int,
-    group_by_length: bool = False,
-    drop_remainder: bool = False,
-):
-    """One epoch of training batches as a `tf.data.Dataset` (the TensorFlow
-    backend's pipeline): shuffled with `shuffle_seed` (`--seed` + epoch, after
-    `keras.utils.set_random_seed(--seed)`), batched (by length with
-    `group_by_length`), each batch cut by `trim_batch`.
-    model/training/finetune_pydataset.py yields the same batches without TensorFlow.
-    """
-    import tensorflow as tf
-
-    from model.training.finetune_pydataset import length_boundaries
-
-    items = [encoded.x, encoded.y]
-    if encoded.sample_weight is not None:
-        items.append(encoded.sample_weight)
-    ds = tf.data.Dataset.from_tensor_slices(tuple(items))
-    ds = ds.shuffle(len(encoded), seed=shuffle_seed, reshuffle_each_iteration=False)
-    if drop_remainder:  # TPU: static shapes, every batch full and full-length
-        return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    if group_by_length:
-        boundaries = length_boundaries(seq_len)
-        ds = ds.bucket_by_sequence_length(
-            lambda x, *_: tf.reduce_max(
-                tf.reduce_sum(tf.reshape(x["padding_mask"], [-1, seq_len]), -1)
-            ),
-            boundaries,
-            [batch_size] * (len(boundaries) + 1),
-        )
-    else:
-        ds = ds.batch(batch_size)
-    return ds.map(trim_batch(seq_len)).prefetch(tf.data.AUTOTUNE)
-
-
-def trim_batch(seq_len: int):
-    """A `tf.data` map that cuts a batch to its longest row, rounded up to
-    `LENGTH_MULTIPLE` (the rule `predict_in_batches` uses): every input and
-    every per-token label or weight loses the padding columns no row needs.
-
-    Padding is masked out of attention and of the loss, so this changes no
-    result, only the cost: SST-2's phrases are mostly far shorter than 64.
-    """
-    import tensorflow as tf
-
-    def trim(*items):
-        mask = tf.reshape(items[0]["padding_mask"], [-1, seq_len])
-        longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), -1))
-        length = tf.minimum(-(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE, seq_len)
-
-        def cut(t):
-            per_token = t.shape.rank >= 2 and t.shape[-1] == seq_len
-            return t[..., :length] if per_token else t
-
-        x = {k: v[..., :length] for k, v in items[0].items()}
-        return (x, *tf.nest.map_structure(cut, items[1:]))
-
-    return trim
-
-
 def freeze_unused_pooler(task, encoder, bilstm: bool = False) -> bool:
     """Freezes `encoder.pooled_dense` when the task's head never reads the
     pooled output (SQuAD, NER; every head over a BiLSTM, which pools its own
@@ -1066,22 +928,6 @@ def publish_predictions(scratch: str, output: str) -> list[str]:
             os.replace(source, target)
             published.append(target)
     return published
-
-
-class _ProgressLines(keras.callbacks.Callback):
-    """Prints `step N/TOTAL loss L (S s)` every `every` steps."""
-
-    def __init__(self, every: int, total: int):
-        super().__init__()
-        self.every, self.total = max(1, every), total
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = optimizer_step(self.model)
-        if step % self.every == 0:
-            loss = (logs or {}).get("loss")
-            loss = f" loss {float(loss):.4f}" if loss is not None else ""
-            print(f"step {step}/{self.total}{loss} ({time.time() - self.start:.0f} s)", flush=True)
 
 
 def command_line(args) -> str:

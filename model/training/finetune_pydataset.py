@@ -5,7 +5,7 @@
 
 picks it (model/training/finetune.py uses it whenever the Keras backend is not
 TensorFlow). For the same encoded features, seed and epoch it yields exactly
-the batches of `tf_dataset` in model/training/finetune.py, which the TensorFlow
+the batches of `tf_dataset` in model/training/finetune_tfdata.py, which the TensorFlow
 backend trains on: the same rows in the same order, cut to the same length,
 with `--group-by-length` too, and from the same batch on after a restart
 (`start`). tests/test_jax_finetune.py checks it against TensorFlow.

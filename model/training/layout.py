@@ -7,6 +7,7 @@ RUN/train_summary.json                a finished pre-training's steps and timing
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 
@@ -64,6 +65,19 @@ FINISHED = {
     "finetune": ("metrics.json", "fine-tuning (or feature tagger)"),
     "pretrain": (SUMMARY, "pre-training"),
 }
+
+
+def per_seed(args) -> list:
+    """`args` for each seed of --seeds (its --output with {seed} filled in), or [args]."""
+    if not getattr(args, "seeds", None):
+        return [args]
+    out = []
+    for seed, output in zip(args.seeds, seed_outputs(args.output, args.seeds)):
+        one = copy.copy(args)
+        # its metrics.json's command is this seed's run alone: the same result
+        one.seed, one.seeds, one.output = seed, None, output
+        out.append(one)
+    return out
 
 
 def check_run_output(output: str, command: str) -> None:

@@ -396,14 +396,11 @@ def _fit(args, runtime, data, model, checkpoint, timing, start_step, stop, inter
         scores = model.evaluate(eval_dataset, steps=args.eval_steps, verbose=0, return_dict=True)
         if runtime.chief:
             log.write(start_step, {k: float(v) for k, v in scores.items()})
-    logs = os.path.join(args.output, "logs")
-    if runtime.chief and (runtime.tf or _tensorflow_installed()):
-        callbacks.append(keras.callbacks.TensorBoard(logs, update_freq=args.log_every))
-    elif runtime.chief:
-        from model.training.scalar_log import SCALARS, ScalarLog
+    if runtime.chief:
+        from model.training.scalar_log import run_logs
 
-        print(f"no TensorFlow, so no TensorBoard: the training curves go to {logs}/{SCALARS}")
-        callbacks.append(ScalarLog(os.path.join(logs, SCALARS), args.log_every))
+        logs = os.path.join(args.output, "logs")
+        callbacks.append(run_logs(logs, args.log_every, runtime.tf)[0])
     history = model.fit(
         dataset,
         initial_epoch=start_step // every,
@@ -591,17 +588,6 @@ def _save(args, runtime, data, config, model, timing, interval_losses, start_ste
             f"padding included)"
         )
     print(f"saved {args.output}")
-
-
-def _tensorflow_installed() -> bool:
-    """Whether Keras can write TensorBoard logs (its callback needs tf.summary);
-    a JAX machine without TensorFlow trains without them."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("tensorflow") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 class _StopAt(keras.callbacks.Callback):

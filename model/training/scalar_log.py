@@ -1,4 +1,6 @@
-"""The training curves where TensorBoard cannot write them (no TensorFlow: the JAX backend).
+"""A run's training curves: TensorBoard's logs on the TensorFlow backend, and where a run does
+not use TensorFlow (the JAX backend, which never imports it) the same scalars as CSV
+(`run_logs`, for pre-training and fine-tuning alike).
 
 `OUTPUT/logs/scalars.csv` holds `tag,step,value` rows: `train/loss` (and every other number
 Keras logs at a batch end: a pre-training's `mlm_loss`, `nsp_accuracy`, ...) every
@@ -8,12 +10,39 @@ Keras logs at a batch end: a pre-training's `mlm_loss`, `nsp_accuracy`, ...) eve
 from __future__ import annotations
 
 import os
+import time
 
 import keras
 
 from model.training.checkpointing import optimizer_step
 
 SCALARS = "scalars.csv"
+
+
+def run_logs(logs: str, every: int, tensorflow: bool):
+    """(the Keras callback that logs the training scalars every `every` steps,
+    `log(step, scalars)` for what a run adds, e.g. fine-tuning's dev metrics as `dev/NAME`):
+    TensorBoard under `logs` on TensorFlow, `logs`/scalars.csv otherwise (said once)."""
+    if tensorflow:
+        import tensorflow as tf
+
+        writer = {}  # created at the first call: a run that adds nothing leaves no folder
+
+        def log(step: int, scalars: dict) -> None:
+            if not writer:
+                writer["dev"] = tf.summary.create_file_writer(os.path.join(logs, "dev"))
+            with writer["dev"].as_default():
+                for k, v in scalars.items():
+                    tf.summary.scalar(k, v, step=step)
+
+        return keras.callbacks.TensorBoard(logs, update_freq=every), log
+    path = os.path.join(logs, SCALARS)
+    print(f"backend {keras.backend.backend()}: no TensorBoard; the curves go to {path}")
+
+    def log(step: int, scalars: dict) -> None:
+        append_scalars(path, step, {f"dev/{k}": v for k, v in scalars.items()})
+
+    return ScalarLog(path, every), log
 
 
 def append_scalars(path: str, step: int, scalars: dict) -> None:
@@ -57,3 +86,19 @@ def _is_number(value) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+class ProgressLines(keras.callbacks.Callback):
+    """Prints `step N/TOTAL loss L (S s)` every `every` steps."""
+
+    def __init__(self, every: int, total: int):
+        super().__init__()
+        self.every, self.total = max(1, every), total
+        self.start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = optimizer_step(self.model)
+        if step % self.every == 0:
+            loss = (logs or {}).get("loss")
+            loss = f" loss {float(loss):.4f}" if loss is not None else ""
+            print(f"step {step}/{self.total}{loss} ({time.time() - self.start:.0f} s)", flush=True)
