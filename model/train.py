@@ -193,6 +193,20 @@ def _check_objective_flags(pre, args) -> None:
         pre.error(f"--no-nsp: --objective bert's (BERT without NSP); {args.objective} has no NSP")
 
 
+def flag_defaults(command: str) -> dict:
+    """{"--flag": its default, as `run_command.command_line` writes it} of `python -m model.train
+    COMMAND`'s flags whose default it writes (not None or False)."""
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    _pretrain_parser(sub)
+    _finetune_parser(sub)
+    actions = sub.choices[command]._actions
+    return {
+        "--" + a.dest.replace("_", "-"): True if a.default is True else str(a.default)
+        for a in actions
+        if a.default not in (None, False, argparse.SUPPRESS) and a.dest != "help"
+    }
+
+
 def _pretrain_parser(sub):
     """The `pretrain` command's flags (its parser, for `check_flags`' errors)."""
     pre = sub.add_parser(

@@ -5,6 +5,7 @@ command lists."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -14,6 +15,7 @@ import pytest
 from model.experiments.__main__ import main
 from model.experiments.scales import SCALES
 from model.experiments.tables import TABLES
+from model.recipes.runner import read_json
 from tests.helpers import SHARED_DATA, make_smoke_data, measured_cells
 
 needs_data = pytest.mark.skipif(
@@ -96,7 +98,11 @@ def test_a_second_run_skips_every_command(smoke, small_data, capsys):
         argv = [table, "--scale", "smoke", "--work", str(smoke), "--data", small_data]
         assert main([*argv, "--in-process"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    # each skipped, none said to be another command's: every run recorded this plan's command
     assert lines and all(" skip, " in line for line in lines)
+    for summary in ("runs/*/train_summary.json", "finetune/*/*/metrics.json"):
+        found = glob.glob(str(smoke / summary))
+        assert found and all("command" in read_json(path) for path in found), summary
 
 
 @pytest.mark.slow

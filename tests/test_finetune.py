@@ -315,7 +315,7 @@ def test_finetune_learns_an_easy_task(tmp_path, grouping):
 def test_command_line_repeats_the_arguments():
     import argparse
 
-    from model.training.finetune import command_line
+    from model.training.run_command import command_line
 
     args = argparse.Namespace(
         command="finetune",
@@ -708,11 +708,12 @@ def test_seeds_stopped_while_finishing_go_on_or_finish(tmp_path):
     from model import train
     from model.training import finetune as ft
     from model.training import layout
+    from model.training.run_command import command_line
 
     argv = ["finetune", "--task", "sst2", "--data", str(tmp_path), "--init", str(tmp_path)]
     argv += ["--output", str(tmp_path / "s{seed}"), "--seeds", "1,2", "--device-data"]
     args = train.parse_args(argv)
-    args = ft.resolve_defaults(args, ft._task(args))
+    args = ft.resolve_defaults(args, ft.task_of(args))
     runs = layout.per_seed(args)
 
     def state(metrics: tuple, checkpoints: tuple) -> None:
@@ -721,7 +722,7 @@ def test_seeds_stopped_while_finishing_go_on_or_finish(tmp_path):
             os.makedirs(run.output)
         for i in metrics:
             with open(os.path.join(runs[i].output, "metrics.json"), "w") as f:
-                json.dump({"command": ft.command_line(runs[i])}, f)
+                json.dump({"command": command_line(runs[i])}, f)
         for i in checkpoints:
             step = os.path.join(runs[i].output, "checkpoints", "ckpt-00000010")
             os.makedirs(step)

@@ -832,3 +832,61 @@ def test_a_second_signal_within_the_grace_leaves_no_child_running(tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         runner._run_here("deaf", [], in_process=False)
     assert started[0].poll() is not None, "the child still runs"
+
+
+def test_a_kept_result_of_another_command_is_said_and_reported_as_that_commands(tmp_path):
+    """An output a `model.train` run wrote records its command (every flag, defaults filled
+    in). Where it is not this plan's command (a result of an earlier version, with other
+    flags), the runner still skips it (a GPU call's results are kept), but says so, and the
+    report shows the command that made it; paths (a GPU call's /tmp/w) and arguments computed
+    at run time are not compared; a summary without a command (older) is not either."""
+    from model.experiments.plan import Work
+    from model.experiments.report import command_lines
+    from model.experiments.scales import SCALES
+    from model.recipes.runner import Command, Deferred, as_recorded
+
+    work, data = tmp_path / "w", tmp_path / "d"
+    init = Deferred("<a checkpoint>", lambda: str(work / "ckpt"))
+    argv = ("finetune", "--task", "sst2", "--data", str(data), "--init", init, "--output",
+            str(work / "s{seed}"), "--seeds", "1,2", "--batch-size", "8", "--epochs", "2")  # fmt: skip
+    out = work / "s2" / "metrics.json"
+    out.parent.mkdir(parents=True)
+    command = Command("model.train", argv, str(out))
+    (one, two) = as_recorded(["1" if a is init else str(a) for a in argv])
+    assert "--seed 2" in two and "--learning-rate 2e-05" in two  # the task's default, filled in
+    elsewhere = two.replace(str(tmp_path), "/tmp/gpu")
+    for recorded, differs in (
+        (elsewhere, None),  # made on a GPU machine: the same command
+        (elsewhere.replace("--batch-size 8", "--batch-size 32"), ["--batch-size 32 (this command: 8)"]),
+        (elsewhere.replace("--learning-rate 2e-05", "--learning-rate 3e-05"),
+         ["--learning-rate 3e-05 (this command: 2e-05)"]),
+        (one, ["--seed 1 (this command: 2)"]),
+        # a version before --dropout ran as its default does
+        (elsewhere.replace(" --dropout 0.1", ""), None),
+    ):  # fmt: skip
+        out.write_text(json.dumps({"command": recorded}))
+        assert command.ran_otherwise() == ((recorded, differs) if differs else None)
+        lines = []
+        assert defaults.run([defaults.Step("demo", (command,))], log=lines.append) == 0
+        said = [line for line in lines if "warning" in line]
+        assert said == ([f"[1/1 demo] warning: {out} was made by another command "
+                         f"({differs[0]}); it is kept, and reported as that command's: delete "
+                         "it to run this one"] if differs else [])  # fmt: skip
+        shown = command_lines(Work(str(work), str(data), SCALES["smoke"]), [command])
+        assert shown[-1].strip() == (recorded if differs else command.shell())
+    out.write_text(json.dumps({"dev": {"accuracy": 0.5}}))  # written before commands were
+    assert command.ran_otherwise() is None
+    assert as_recorded(["finetune", "--no-such-flag"]) == []
+    # A pre-training: its --config a file in WORK (a path), its steps computed as it starts
+    steps = Deferred("<budget>", lambda: "100")
+    argv = ("pretrain", "--config", str(work / "configs" / "tiny.json"), "--data", str(data),
+            "--output", str(work / "r"), "--steps", steps, "--eval-steps", "2")  # fmt: skip
+    out = work / "r" / "train_summary.json"
+    out.parent.mkdir()
+    (ours,) = as_recorded(["1" if a is steps else str(a) for a in argv])
+    pretrain = Command("model.train", argv, str(out))
+    theirs = ours.replace(str(work), "/tmp/w").replace("--steps 1", "--steps 731")
+    out.write_text(json.dumps({"command": theirs}))
+    assert pretrain.ran_otherwise() is None
+    out.write_text(json.dumps({"command": theirs.replace("--eval-steps 2", "--eval-steps 20")}))
+    assert pretrain.ran_otherwise()[1] == ["--eval-steps 20 (this command: 2)"]

@@ -219,8 +219,7 @@ def _write_report(table, work, plan, only_report: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    commands = [(c.shell(), c.output) for step in plan for c in step.commands]
-    write(table, work, commands, report)
+    write(table, work, [c for step in plan for c in step.commands], report)
     print(f"wrote {report}")
     return 0
 

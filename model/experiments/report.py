@@ -118,7 +118,7 @@ def accelerator() -> str:
     return f"{len(devices)} x {devices[0]}, " if devices else ""
 
 
-def write(table: Table, work: Work, commands: list[tuple[str, str]], path: str) -> list[str]:
+def write(table: Table, work: Work, commands: list, path: str) -> list[str]:
     """Writes the markdown report to `path`; returns its lines."""
     from model.io.files import atomic_path
 
@@ -195,9 +195,11 @@ def curves_lines(table: Table, work: Work, measured: dict, image: str) -> list[s
     return []
 
 
-def command_lines(work: Work, commands: list[tuple[str, str]]) -> list[str]:
-    """The commands that made the table, each with its wall time."""
-    deferred = any("<" in command for command, _ in commands)
+def command_lines(work: Work, commands: list) -> list[str]:
+    """The commands that made the table (`runner.Command`s), each with its wall time; where a
+    result was made by another command than this version's plan (an earlier version's, with
+    other flags), the command that made it, as it recorded itself."""
+    deferred = any("<" in command.shell() for command in commands)
     lines = [
         "",
         "## Commands",
@@ -213,10 +215,13 @@ def command_lines(work: Work, commands: list[tuple[str, str]]) -> list[str]:
         ),
         "",
     ]
-    for command, output in commands:
-        seconds = time_of(work.in_work("timings.json"), output)
+    for command in commands:
+        seconds = time_of(work.in_work("timings.json"), command.output)
         took = f"  # {seconds / 60:.1f} min" if seconds is not None else ""
-        lines.append(f"    {command}{took}")
+        other = command.ran_otherwise()
+        if other:  # what made the result, not what this version would run
+            lines.append(f"    # made by another command than this plan's: {'; '.join(other[1])}")
+        lines.append(f"    {other[0] if other else command.shell()}{took}")
     return lines
 
 

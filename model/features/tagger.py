@@ -190,8 +190,7 @@ def train(args) -> int:
         "dev_file": dev_file,
         "train_sentences": len(train_set),
         "wall_seconds": round(time.time() - start, 1),
-        "args": vars(args),
-        "argv": sys.argv,
+        "args": vars(args),  # what the run was given (in-process, sys.argv is its caller's)
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))

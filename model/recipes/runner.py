@@ -96,6 +96,35 @@ class Command:
                 )
         return None
 
+    def ran_otherwise(self) -> tuple[str, list[str]] | None:
+        """(the command it records, what differs) where the existing output records the
+        command that made it (a `model.train` run's "command": every flag, defaults included)
+        and that is not this one as its run would record it, or None. Paths are not compared
+        (a moved work folder, a GPU call's /tmp/w), nor an argument computed when it runs."""
+        if self.module != "model.train" or not os.path.isfile(self.output):
+            return None
+        recorded = read_json(self.output).get("command")
+        if not isinstance(recorded, str):
+            return None  # made before runs recorded their command, or not a run's summary
+        from model.train import flag_defaults
+        from model.training.run_command import commands_differ, flags_of
+
+        ours = as_recorded([("1" if _later(a) else str(a)) for a in self.argv])
+        here = f"--output {shlex.quote(os.path.dirname(self.output))} "  # --seeds: this seed's
+        ours = [line for line in ours if here in line] or ours[-1:]
+        if not ours:
+            return None
+        computed = {str(self.argv[i - 1]) for i, a in enumerate(self.argv) if _later(a)}
+        paths = {  # a file or folder: where it is is not what it holds
+            flag
+            for command in (recorded, ours[0])
+            for flag, value in flags_of(command).items()
+            if isinstance(value, str) and ("/" in value or os.sep in value)
+        }
+        absent = flag_defaults(shlex.split(ours[0])[3])
+        differs = commands_differ(recorded, ours[0], computed | paths, absent)
+        return (recorded, differs) if differs else None
+
     def done_by_another(self) -> bool:
         """Whether `skip_if`, a later command's output, makes this one pointless."""
         return self.skip_if is not None and os.path.exists(self.skip_if)
@@ -130,6 +159,27 @@ class Step:
     commands: tuple
     needs: tuple = ()  # steps whose outputs this one reads
     summary: str = ""
+
+
+def _later(arg) -> bool:
+    return isinstance(arg, Deferred)
+
+
+def as_recorded(argv: list[str]) -> list[str]:
+    """The "command" each run of `python -m model.train ARGV` records (each seed's, for
+    --seeds), computed as the run computes it; [] for an argument list it refuses."""
+    from model.train import parse_args
+    from model.training import finetune, layout
+    from model.training.run_command import command_line
+
+    try:
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+            args = parse_args(argv)  # an error's usage lines unprinted
+        if args.command == "finetune":
+            args = finetune.resolve_defaults(args, finetune.task_of(args))
+    except (SystemExit, ValueError, KeyError):
+        return []
+    return [command_line(run) for run in layout.per_seed(args)]
 
 
 def child_env() -> dict:
@@ -221,6 +271,12 @@ def _skipped(command: Command, tag: str, dry_run: bool, log) -> bool:
     if command.done():
         found = command.output if os.path.exists(command.output) else command.skip_if
         log(f"{tag} skip, {found} exists: {command.shell()}")
+        other = command.ran_otherwise() if found == command.output else None
+        if other:
+            log(
+                f"{tag} warning: {found} was made by another command ({'; '.join(other[1])}); "
+                f"it is kept, and reported as that command's: delete it to run this one"
+            )
         if found.endswith(".json") and not _valid_json(found):
             log(f"{tag} warning: {found} is not valid JSON: delete it to run the command again")
         return True

@@ -45,6 +45,7 @@ from model.io.files import staging_dir
 from model.training import layout
 from model.training.layout import WEIGHTS, checkpoint_of
 from model.training.optimizer import create_optimizer_variables
+from model.training.run_command import difference
 
 
 def _rng_variables(model):
@@ -82,15 +83,6 @@ def _reads_differ(theirs: dict, ours: dict) -> list[str]:
     """The "reads" both runs record that differ: ["--batch-size 4 (this command: 2)", ...]."""
     a, b = theirs.get("reads", {}), ours.get("reads", {})
     return [difference(key, a[key], b[key]) for key in a if key in b and a[key] != b[key]]
-
-
-def difference(key: str, theirs, ours) -> str:
-    """One difference as the error shows it: "--batch-size 4 (this command: 2)"."""
-
-    def shown(value):
-        return "unset" if value is None else str(value)
-
-    return f"{key} {shown(theirs)} (this command: {shown(ours)})"
 
 
 def _other_run(directory: str, theirs: dict, ours: dict) -> str:

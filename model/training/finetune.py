@@ -92,8 +92,6 @@ import copy
 import json
 import math
 import os
-import re
-import shlex
 import shutil
 import sys
 import tempfile
@@ -102,6 +100,7 @@ import types
 
 from model.io.memo import Memo, stamp
 from model.training import layout
+from model.training.run_command import command_line, commands_differ
 
 # The paper's fine-tuning recipe (section 4), for tasks that set no default of their own.
 PAPER_EPOCHS = 3.0
@@ -141,7 +140,7 @@ def finetune(args) -> int:
     `_build`'s compile flag, nowhere else. `--seeds` (with --device-data) makes one
     run of these stages per seed, trained together in one compiled program.
     """
-    task = _task(args)
+    task = task_of(args)
     args = resolve_defaults(args, task)
     _check(args)
     finished = _finished(args)
@@ -183,7 +182,7 @@ def _finished(args) -> list[str]:
         if not os.path.isfile(metrics):
             continue
         command = read_json_object(metrics, "metrics").get("command")
-        differs = _commands_differ(str(command), command_line(run))
+        differs = commands_differ(str(command), command_line(run))
         if differs:
             raise ValueError(
                 f"{run.output} holds a finished run of another command ({'; '.join(differs)}); "
@@ -201,35 +200,6 @@ def _finished(args) -> list[str]:
             f"other seeds' do not; remove it to train the seeds together again"
         )
     return []  # none finished, or a stop while the seeds wrote theirs: all go on
-
-
-# Flags that change how a run is watched or kept, not what it trains: a finished run is the
-# same run with them changed (as a resumed run is).
-NOT_TRAINED = ("--verbose", "--log-every", "--checkpoint-every", "--keep-checkpoints")
-PATHS = ("--data", "--init", "--output")  # compared as written less "./" and a final "/"
-
-
-def _commands_differ(theirs: str, ours: str) -> list[str]:
-    """What differs between two `command_line`s, each as `difference` words it ("--epochs 3
-    (this command: 2)"), leaving out NOT_TRAINED; [] for the same run."""
-    from model.training.checkpointing import difference
-
-    def flags(command: str) -> dict:
-        words, found = shlex.split(command), {}
-        for i, word in enumerate(words):
-            if word.startswith("--") and word not in NOT_TRAINED:
-                value = words[i + 1] if i + 1 < len(words) else None
-                found[word] = True if value is None or value.startswith("--") else value
-
-        def path(v):  # "run/" and "./run" are "run"; "a/link/.." is not "a" (a symlink)
-            return re.sub(r"^(\./)+", "", v).rstrip("/") or v
-
-        return {k: path(v) if k in PATHS else v for k, v in found.items()}
-
-    a, b = flags(theirs), flags(ours)
-    return [
-        difference(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
-    ]
 
 
 def _back_to_a_shared_step(runs) -> None:
@@ -297,7 +267,7 @@ def _finish(run) -> None:
     _summarise(run, best)
 
 
-def _task(args):
+def task_of(args):
     """--task, with the reading --document-context asks for (CoNLL-2003's only)."""
     from model import tasks
 
@@ -877,7 +847,6 @@ def _summarise(run, best) -> None:
         "pooler_frozen": run.pooler_frozen,
         "wall_seconds": round(time.time() - run.start, 1),
         "command": command_line(args),
-        "argv": sys.argv,
     }
     write_json(os.path.join(args.output, "metrics.json"), summary)
     print(json.dumps({"dev": summary["dev"], "wall_seconds": summary["wall_seconds"]}, indent=2))
@@ -928,14 +897,3 @@ def publish_predictions(scratch: str, output: str) -> list[str]:
             os.replace(source, target)
             published.append(target)
     return published
-
-
-def command_line(args) -> str:
-    """The `python -m model.train finetune ...` command that repeats this run."""
-    words = ["python", "-m", "model.train", "finetune"]
-    for key, value in vars(args).items():
-        if key == "command" or value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        words += [flag] if value is True else [flag, str(value)]
-    return shlex.join(words)

@@ -21,6 +21,7 @@ import keras
 
 from model.training import layout
 from model.training.checkpointing import optimizer_step
+from model.training.run_command import command_line
 
 
 def resolve_config(spec: str, vocabulary_size: int, dropout: float | None):
@@ -576,7 +577,7 @@ def _save(args, runtime, data, config, model, timing, interval_losses, start_ste
         "steps_per_call": model.steps_per_execution,
         "data": args.data,
         "input_format": records_inputs(data.info),  # what the records were made as
-        "argv": sys.argv,
+        "command": command_line(args),  # what repeats this run (model.recipes.runner reads it)
     }
     write_json(os.path.join(args.output, layout.SUMMARY), summary)
     if summary["tokens_per_second"] and summary["tokens_per_second_in_steps"]:

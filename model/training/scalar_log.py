@@ -29,6 +29,8 @@ def run_logs(logs: str, every: int, tensorflow: bool):
         writer = {}  # created at the first call: a run that adds nothing leaves no folder
 
         def log(step: int, scalars: dict) -> None:
+            if not scalars:
+                return
             if not writer:
                 writer["dev"] = tf.summary.create_file_writer(os.path.join(logs, "dev"))
             with writer["dev"].as_default():
@@ -40,7 +42,8 @@ def run_logs(logs: str, every: int, tensorflow: bool):
     print(f"backend {keras.backend.backend()}: no TensorBoard; the curves go to {path}")
 
     def log(step: int, scalars: dict) -> None:
-        append_scalars(path, step, {f"dev/{k}": v for k, v in scalars.items()})
+        if scalars:
+            append_scalars(path, step, {f"dev/{k}": v for k, v in scalars.items()})
 
     return ScalarLog(path, every), log
 
