@@ -20,6 +20,7 @@ text is printed in a dry run, its value computed just before the command runs.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -173,7 +174,7 @@ def as_recorded(argv: list[str]) -> list[str]:
     from model.training.run_command import command_line
 
     try:
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+        with contextlib.redirect_stderr(io.StringIO()):
             args = parse_args(argv)  # an error's usage lines unprinted
         if args.command == "finetune":
             args = finetune.resolve_defaults(args, finetune.task_of(args))
