@@ -458,7 +458,6 @@ def _tf_runtime(args, encoded):
 
 
 def _jax_runtime(args, encoded):
-
     import keras
 
     from model.training.finetune_pydataset import FinetunePyDataset
@@ -509,7 +508,6 @@ def _device_runtime(args, encoded):
     """--device-data: the features stay on the device and `SeedTrainer` runs K full-length
     steps a call, its own example order (a fresh permutation an epoch, keyed by --seed); an
     epoch is rounded up to whole calls."""
-
     if encoded.sample_weight is not None:
         raise ValueError("--device-data: this task weights its examples; train without it")
     k = args.steps_per_call or DEVICE_STEPS_PER_CALL
