@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from model import tasks
-from model.tasks import glue
+from model.tasks import glue, long_reviews
 from model.tasks.glue import TASKS as GLUE
 from tests.helpers import SHARED_DATA, finetune_argv, make_init, run_evaluate, run_train, sentence
 
@@ -518,7 +518,7 @@ def test_make_long_reviews_rows():
     rng = random.Random(0)
     lengths = [rng.randint(5, 40) for _ in range(300)] + [90]  # the last fits no row
     labels = [rng.choice("01") for _ in lengths]
-    rows = glue.make_long_reviews(lengths, labels, 60, 80, random.Random(3))
+    rows = long_reviews.make_long_reviews(lengths, labels, 60, 80, random.Random(3))
     used = [k for row in rows for k in row]
     assert len(used) == len(set(used)) and 300 not in used
     assert len(used) > 0.9 * 300  # few sentences left over
@@ -526,9 +526,9 @@ def test_make_long_reviews_rows():
         assert len({labels[k] for k in row}) == 1
         assert 60 <= sum(lengths[k] for k in row) <= 80
     assert {labels[row[0]] for row in rows} == {"0", "1"}
-    assert glue.make_long_reviews(lengths, labels, 60, 80, random.Random(3)) == rows
+    assert long_reviews.make_long_reviews(lengths, labels, 60, 80, random.Random(3)) == rows
     with pytest.raises(ValueError, match="min_wordpieces"):
-        glue.make_long_reviews(lengths, labels, 80, 60, random.Random(3))
+        long_reviews.make_long_reviews(lengths, labels, 80, 60, random.Random(3))
 
 
 def test_make_long_reviews_command(tmp_path, capsys):
@@ -546,7 +546,7 @@ def test_make_long_reviews_command(tmp_path, capsys):
     output = tmp_path / "long" / "dev.tsv"
     argv = ["make-long-reviews", "--input", str(dev), "--output", str(output)]
     argv += ["--min-wordpieces", "40", "--max-wordpieces", "60", "--seed", "0"]
-    assert glue.main([*argv, "--vocab", BERT_VOCAB]) == 0
+    assert long_reviews.main([*argv, "--vocab", BERT_VOCAB]) == 0
     summary = json.loads(capsys.readouterr().out)
     examples = tasks.get("sst2").read(str(output))  # SST-2's own format
     assert output.read_text(encoding="utf-8").startswith("sentence\tlabel\n")
@@ -562,7 +562,7 @@ def test_make_long_reviews_command(tmp_path, capsys):
     assert max(counts.values()) == 1  # every sentence at most once
     assert summary["sentences_used"] == sum(counts.values())
     assert (
-        glue.main(
+        long_reviews.main(
             [*argv, "--vocab", BERT_VOCAB, "--min-wordpieces", "10000", "--max-wordpieces", "20000"]
         )
         == 1
@@ -586,7 +586,9 @@ def test_evaluate_command_long_texts(tmp_path, tmp_path_factory, capsys):
     long = str(tmp_path / "long" / "dev.tsv")
     make = ["make-long-reviews", "--input", os.path.join(data, "dev.tsv"), "--output", long]
     assert (
-        glue.main([*make, "--min-wordpieces", "30", "--max-wordpieces", "50", "--vocab", vocab])
+        long_reviews.main(
+            [*make, "--min-wordpieces", "30", "--max-wordpieces", "50", "--vocab", vocab]
+        )
         == 0
     )
     capsys.readouterr()
