@@ -86,7 +86,7 @@ import numpy as np
 from model.io.files import HEAD_BYTES, utf16_error
 from model.pretraining.masking import Masker, MaskingConfig
 from model.tasks import glue, ner, squad_answers, squad_examples, squad_windows
-from model.tasks.base import ordered_labels, predict_in_batches
+from model.tasks.base import ordered_labels, predict_in_batches, softmax
 from model.text import wordpiece
 
 TASK_METHODS = {
@@ -818,13 +818,6 @@ class EdgeModel:
 
 
 # === Functions ===
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in float64."""
-    x = np.asarray(x, np.float64)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -233,6 +233,13 @@ def trimmed_length(padding_mask: np.ndarray, multiple: int = LENGTH_MULTIPLE) ->
     return min(seq_len, -(-max(longest, 1) // multiple) * multiple)
 
 
+def softmax(x) -> np.ndarray:
+    """Softmax over the last axis, in float64 (logits of a task head, a list of scores)."""
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def predict_in_batches(
     predict: Predict, x: dict[str, np.ndarray], batch_size: int, sequence_outputs: bool = False
 ):

@@ -64,6 +64,7 @@ from model.tasks.base import (
     pack_rows,
     predict_in_batches,
     shown_header,
+    softmax,
 )
 
 
@@ -493,8 +494,7 @@ def combine_windows(logits, owner, weights, count: int, regression: bool = False
     if regression:
         scores = logits
     else:
-        e = np.exp(logits - logits.max(-1, keepdims=True))
-        scores = e / e.sum(-1, keepdims=True)
+        scores = softmax(logits)
     weights = np.asarray(weights, dtype=np.float64)
     total = np.bincount(owner, weights=weights, minlength=count)  # (count,)
     summed = np.stack(

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import typing
 import unicodedata
 
 import numpy as np
 
+from model.tasks.base import softmax
 from model.tasks.squad_examples import Paragraph, SquadExample
 from model.tasks.squad_windows import Windows
 from model.text.wordpiece import basic_tokenize, normalize_char, normalized_lengths
@@ -186,15 +186,6 @@ def best_indexes(logits: np.ndarray, n_best_size: int) -> np.ndarray:
     return np.argsort(-logits, kind="stable")[:n_best_size]
 
 
-def _softmax(scores: list[float]) -> list[float]:
-    if not scores:
-        return []
-    top = max(scores)
-    exp = [math.exp(s - top) for s in scores]
-    total = sum(exp)
-    return [e / total for e in exp]
-
-
 class _Span(typing.NamedTuple):
     """One candidate answer: window `window`'s tokens `start`..`end` and their logits
     (the null answer: start = end = 0, [CLS])."""
@@ -290,7 +281,7 @@ def _record(
     """One question's n-best list (each entry's "probability" a softmax over the list)
     and answer, into `out`: v1.1's is the best entry; v2.0's is "" when the null score
     beats the best span's by more than `null_threshold`."""
-    probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
+    probs = softmax([n["start_logit"] + n["end_logit"] for n in nbest]).tolist()
     out.nbest[qid] = [
         {"text": n["text"], "probability": p}
         | {k: n[k] for k in ("start_logit", "end_logit", "answer_start") if k in n}
