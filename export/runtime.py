@@ -74,16 +74,12 @@ Bad input raises ValueError with a message for the user (empty text, no
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import math
 import re
 import sys
 
 import numpy as np
 
-from model.io.files import HEAD_BYTES, utf16_error
+from export import written_words
 from model.pretraining.masking import Masker, MaskingConfig
 from model.tasks import glue, ner, squad_answers, squad_examples, squad_windows
 from model.tasks.base import ordered_labels, predict_in_batches, softmax
@@ -273,9 +269,11 @@ class EdgeModel:
                 for i, p in zip(pid, prob)
             ]
             before = parts[k]  # the text right before this [MASK]
-            glued = _glued(before, k)
-            best = _best_word(predictions, set(tok.special_ids()), starts_word=not glued)
-            fills[k] = _written(predictions[best]["token"], glued, before)
+            glued = written_words.glued(before, k)
+            best = written_words.best_word(
+                predictions, set(tok.special_ids()), starts_word=not glued
+            )
+            fills[k] = written_words.written(predictions[best]["token"], glued, before)
             out_masks.append(
                 {"position": position, "predictions": predictions, "best": best, "fill": fills[k]}
             )
@@ -702,7 +700,7 @@ class EdgeModel:
             for k, (_, start, end, _) in enumerate(pieces)
         ]
         return {
-            "text": _rewrite(text, pieces, [int(i) for i in corrupted[1:-1]], vocab),
+            "text": written_words.rewrite(text, pieces, [int(i) for i in corrupted[1:-1]], vocab),
             "tokens": tokens,
             "masked": [k for k, t in enumerate(tokens) if t["masked"]],
             "replaced": [k for k, t in enumerate(tokens) if t["replaced"]],
@@ -848,27 +846,6 @@ def sample_tokens(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum((cumulative <= u).sum(-1), cumulative.shape[-1] - 1)
 
 
-def _rewrite(text: str, pieces: list, ids: list[int], vocabulary: list[str]) -> str:
-    """`text` with every word one of whose pieces changed written anew from its pieces
-    ("##" glued on; a word-start piece after the first starts a new word); the other
-    words keep their own characters."""
-    words: dict[int, list] = {}
-    for (old, start, end, w), new in zip(pieces, ids):
-        words.setdefault(w, []).append((old, new, start, end))
-    out, cursor = [], 0
-    for group in words.values():
-        if all(old == new for old, new, _, _ in group):
-            continue
-        start, end = min(g[2] for g in group), max(g[3] for g in group)
-        tokens = [vocabulary[new] for _, new, _, _ in group]
-        spelled = "".join(
-            t[2:] if t.startswith("##") else (" " if k else "") + t for k, t in enumerate(tokens)
-        )
-        out += [text[cursor:start], spelled]
-        cursor = end
-    return "".join(out) + text[cursor:]
-
-
 # Punctuation that parts two words written without a space ("Paris,London", "yes;no") and is
 # never inside a CoNLL-2003 word, but for a comma between digits ("1,000", "12,900-13,100").
 _SEPARATORS = frozenset(',;!?"()[]{}')
@@ -954,195 +931,12 @@ def _fixed_dim(info: dict, name: str, axis: int) -> int | None:
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
-def _best_word(predictions: list[dict], special: set[int], starts_word: bool = True) -> int:
-    """The index of the likeliest prediction that is a word (not [UNK], [SEP], ...; where
-    the [MASK] starts a word, not a "##" piece, which only ends one): the one `fill_mask`
-    writes into the text (the likeliest non-special one, else the first, when none is)."""
-    words = [k for k, p in enumerate(predictions) if p["token_id"] not in special]
-    starts = [k for k in words if not (starts_word and predictions[k]["token"].startswith("##"))]
-    return (starts or words or [0])[0]
-
-
-# Scripts written without spaces between words, beside CJK ideographs: hiragana, katakana
-# (and its half-width forms), Thai, Lao, Myanmar, Khmer. Hangul is written with spaces.
-UNSPACED = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF66, 0xFF9F), (0x0E00, 0x0EFF),
-            (0x1000, 0x109F), (0x1780, 0x17FF))  # fmt: skip
-
-
-def _spaced_letter(char: str) -> bool:
-    """A letter or digit of a script that puts spaces between words."""
-    if not char.isalnum():  # "" too
-        return False
-    cp = ord(char)
-    return not (wordpiece.is_cjk(char) or any(a <= cp <= b for a, b in UNSPACED))
-
-
-def _glued(before: str, k: int) -> bool:
-    """Whether the `k`-th [MASK], after the text `before`, is glued to a word ("play[MASK]")
-    or to another [MASK] ("The [MASK][MASK]"), so that a "##" piece may continue it; a CJK
-    character is a word of its own (the tokenizer splits it off), kana or Thai are not."""
-    last = before[-1:]
-    return (last.isalnum() and not wordpiece.is_cjk(last)) or (not before and k > 0)
-
-
-def _written(token: str, glued: bool, before: str = "") -> str:
-    """How a [MASK]'s word goes into the text after `before`: a "##" piece joined to what is
-    before it, a word glued to a word or another [MASK] ("The [MASK][MASK]") after a space,
-    but not where either is of a script written without spaces ("東京は" + "の")."""
-    if token.startswith("##"):
-        return token[2:]
-    last = before[-1:]
-    spaced = _spaced_letter(token[:1]) and (not last or _spaced_letter(last))
-    return " " + token if glued and spaced else token
-
-
-def _jsonable(value):
-    if isinstance(value, np.ndarray):
-        return {
-            "shape": list(value.shape),
-            "dtype": str(value.dtype),
-            "first": value.reshape(-1)[:8].round(4).tolist(),
-        }
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
-# The command line's arguments of each method, in order: (name, type, required).
-_TEXT = ("TEXT", str, True)
-_SECOND = ("SECOND_TEXT", str, False)
-COMMAND_LINE = {
-    "fill_mask": (_TEXT, ("TOP_K", int, False)),
-    "classify": (_TEXT, _SECOND),
-    "answer": (("QUESTION", str, True), ("CONTEXT", str, True), ("N_BEST", int, False)),
-    "tag": (_TEXT,),
-    "attention": (_TEXT, _SECOND),
-    "features": (_TEXT, _SECOND),
-    "detect_replaced": (_TEXT,),
-    "corrupt": (_TEXT, ("RATE", float, False), ("SEED", int, False)),
-}
-
-
-def _parser(lines: bool = False) -> argparse.ArgumentParser:
-    """The command line; with `lines` (--lines given), METHOD's arguments come from the file."""
-    parser = argparse.ArgumentParser(
-        prog="python -m export.runtime",
-        description="Runs one task method of a bundle on your text and prints its answer as "
-        "JSON, with numpy and LiteRT only. A text that starts with '-' goes after '--'.",
-        epilog="examples:\n" + __doc__.split("\n\n")[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory (python -m export)")
-    parser.add_argument(
-        "--lines",
-        metavar="FILE",
-        help="(before METHOD) run METHOD on every line of FILE ('-': standard input) instead, "
-        "its arguments separated by tabs (TEXT; TEXT<tab>SECOND_TEXT; QUESTION<tab>CONTEXT...; "
-        "a tab inside a text would split it); prints one JSON object a line, in order, "
-        '{"line": N, "error": ...} for a line that fails (an empty line too)',
-    )
-    methods = parser.add_subparsers(dest="method", metavar="METHOD", required=True)
-    for method, arguments in COMMAND_LINE.items():
-        summary = " ".join(getattr(EdgeModel, method).__doc__.split("\n\n")[0].split())
-        sub = methods.add_parser(method, help=summary, description=summary)
-        for name, kind, required in arguments:
-            nargs = None if required and not lines else "?"
-            sub.add_argument(name.lower(), metavar=name, type=kind, nargs=nargs)
-    return parser
-
-
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    options = argv[: argv.index("--")] if "--" in argv else argv
-    lines = any(a == "--lines" or a.startswith("--lines=") for a in options)
-    parser = _parser(lines)
-    args = parser.parse_args(argv)
-    arguments = COMMAND_LINE[args.method]
-    values = [getattr(args, name.lower()) for name, _, _ in arguments]
-    if lines and any(v is not None for v in values):
-        parser.error(f"with --lines, {args.method}'s arguments are the file's, not the command's")
-    try:
-        if lines:  # the file first: a wrong path costs no bundle load
-            stream = (
-                contextlib.nullcontext(sys.stdin.buffer)
-                if args.lines == "-"
-                else open(args.lines, "rb")
-            )
-            with stream as rows:
-                model = load(args.bundle)
-                model._require(args.method)  # a bundle of another task: said once
-                where = "standard input" if args.lines == "-" else args.lines
-                return _run_lines(getattr(model, args.method), arguments, rows, where)
-        model = load(args.bundle)
-        result = getattr(model, args.method)(*[v for v in values if v is not None])
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(_jsonable(result), indent=1, ensure_ascii=False))
-    return 0
+    """`python -m export.runtime BUNDLE METHOD ...`: the command line
+    (`export/runtime_command.py`)."""
+    from export import runtime_command
 
-
-def _run_lines(method, arguments: tuple, rows, where: str) -> int:
-    """`method` on each line of the binary stream `rows`, one JSON line out per line in; 1
-    when any line failed (each says why in its place, standard error which lines)."""
-    failed, count, offset = [], 0, 0  # offset: the bytes before the line, until judged
-    for count, raw in enumerate(rows, 1):
-        if offset is not None and len(raw) >= 5:  # the first line long enough to tell by
-            aligned = raw[offset % 2 :]  # from an even byte of the stream: its byte order
-            if (utf16 := utf16_error(where, aligned[:HEAD_BYTES])) is not None:
-                print(f"error: {utf16}", file=sys.stderr)  # no line of it would read
-                return 1
-            offset = None
-        elif offset is not None:
-            offset += len(raw)
-        try:
-            line = raw.decode("utf-8-sig" if count == 1 else "utf-8").rstrip("\r\n")
-            out = _jsonable(method(*_line_values(line.split("\t"), arguments)))
-        except Exception as e:  # the next lines still get their answers, in their places
-            failed.append(count)
-            message = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
-            out = {"line": count, "error": message}
-        print(json.dumps(out, ensure_ascii=False))
-    if failed:
-        listed = ", ".join(map(str, failed[:10])) + (", ..." if len(failed) > 10 else "")
-        print(f"error: {len(failed)} of {count} lines of {where} failed: {listed}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def _line_values(fields: list[str], arguments: tuple) -> list:
-    """A --lines line's tab-separated fields as the method's arguments (empty trailing
-    optional ones left out)."""
-    if len(fields) > len(arguments):
-        raise ValueError(
-            f"{len(fields)} tab-separated fields; this method takes {_usage(arguments)}"
-        )
-    missing = [name for name, _, needed in arguments[len(fields) :] if needed]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)}: the line needs {_usage(arguments)}")
-    values = []
-    for i, (field, (name, kind, needed)) in enumerate(zip(fields, arguments)):
-        if field == "" and not needed:
-            if any(fields[i + 1 :]):
-                raise ValueError(
-                    f"{name} is empty but a field after it is not: {_usage(arguments)}"
-                )
-            break
-        try:
-            values.append(kind(field))
-        except ValueError:
-            raise ValueError(f"{name} must be {kind.__name__}, not {field!r}") from None
-    return values
-
-
-def _usage(arguments: tuple) -> str:
-    """A --lines line's fields in words: "QUESTION<tab>CONTEXT[<tab>N_BEST]"."""
-    return "".join(
-        (f"<tab>{name}" if needed else f"[<tab>{name}]") for name, _, needed in arguments
-    ).removeprefix("<tab>")
+    return runtime_command.main(argv)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 import pytest
 
-from export import runtime
+from export import runtime, runtime_command
 from export.runtime import EdgeModel
 from model.tasks import ner, squad_examples, squad_windows
 from model.text.wordpiece import WordPieceTokenizer
@@ -317,7 +317,7 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
     assert m_cjk.fill_mask("play[MASK]", top_k=3)["filled"] == "plays"
     # Nor after kana or Thai (no spaces between words: "東京は の" before), which a "##" piece
     # may still continue (the tokenizer splits off CJK ideographs alone); Hangul has spaces.
-    from export.runtime import _best_word, _glued, _written
+    from export.written_words import best_word, glued, written
 
     for before, word, filled in (
         ("東京は", "の", "東京はの"),
@@ -327,9 +327,9 @@ def test_fill_mask_fills_the_likeliest_word_and_says_which(tok):
         ("한국", "어", "한국 어"),
         ("play", "on", "play on"),
     ):
-        assert before + _written(word, _glued(before, 0), before) == filled, before
+        assert before + written(word, glued(before, 0), before) == filled, before
     thai = [{"token": "##ไทย", "token_id": 7}, {"token": "ไทย", "token_id": 8}]
-    assert _best_word(thai, set(), starts_word=not _glued("ภาษา", 0)) == 0
+    assert best_word(thai, set(), starts_word=not glued("ภาษา", 0)) == 0
     # A whole word glued to another [MASK] or a word is written after a space ("nextof" before).
     words = np.array([ids_of(tok, "[UNK]", "paris", ".")], np.int32)
 
@@ -1006,7 +1006,9 @@ def test_lines_keep_their_places_whatever_a_line_raises(capsys):
         return {"text": text, "rate": rate, "seed": seed}
 
     rows = io.BytesIO(b"a cat\t0.3\t7\r\nboom\r\nb\t\t7\r\nc\t\t\r\n")
-    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    assert (
+        runtime_command.run_lines(corrupt, runtime_command.COMMAND_LINE["corrupt"], rows, "F") == 1
+    )
     captured = capsys.readouterr()
     got = [json.loads(line) for line in captured.out.splitlines()]
     assert got[0] == {"text": "a cat", "rate": 0.3, "seed": 7}
@@ -1016,18 +1018,22 @@ def test_lines_keep_their_places_whatever_a_line_raises(capsys):
     assert "2 of 4 lines of F failed: 2, 3" in captured.err
     # UTF-16 (here without a byte-order mark) is refused whole: no line of it would read
     rows = io.BytesIO("a cat\t0.3\nb\n".encode("utf-16-le"))
-    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    assert (
+        runtime_command.run_lines(corrupt, runtime_command.COMMAND_LINE["corrupt"], rows, "F") == 1
+    )
     captured = capsys.readouterr()
     assert captured.out == "" and "F: UTF-16 text (little-endian" in captured.err
     rows = io.BytesIO("\na cat\n".encode("utf-16-le"))  # a first line too short to tell by
-    assert runtime._run_lines(corrupt, runtime.COMMAND_LINE["corrupt"], rows, "F") == 1
+    assert (
+        runtime_command.run_lines(corrupt, runtime_command.COMMAND_LINE["corrupt"], rows, "F") == 1
+    )
     assert "F: UTF-16 text (little-endian" in capsys.readouterr().err
 
 
 def test_command_line_arguments_are_checked_before_the_bundle_loads(capsys):
     """Each method's arguments by name, numbers read as numbers; a missing or extra argument
     or a flag is a usage error (a traceback, or a flag read as a second text, before)."""
-    assert set(runtime.COMMAND_LINE) == set(runtime.TASK_METHODS)
+    assert set(runtime_command.COMMAND_LINE) == set(runtime.TASK_METHODS)
     for argv, message in (
         (["B", "answer", "Who?"], "the following arguments are required: CONTEXT"),
         (["B", "classify", "text", "--long-texts", "truncate"], "unrecognized arguments"),
@@ -1060,7 +1066,7 @@ LONG_REVIEW = "A gorgeous, witty film. " * 20 + "The ending is a dull mess. " * 
 EDGE_SCRIPT = r"""
 import json, sys
 import numpy as np
-from export import runtime
+from export import runtime, runtime_command
 
 dirs, calls = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 results = {}
