@@ -15,14 +15,15 @@
 #                                                     # directories (python -m model.evaluate, export)
 #
 # MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
-# Settings (environment): LIMIT (s, default 555: the QA and NER runs are stopped then and the
-# results packed), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN
+# Settings (environment): CALL_S (the call's timeout_s, default 600), LIMIT (s, default
+# CALL_S - 45: the QA and NER runs are stopped then and the results packed), PACK_EVERY (s
+# between two packings of the finished runs' small files, default 60), BENCH_S (s the bench may take, default 150), BENCH_ARGS, E2 / E1 / EN
 # (epochs of the full QA runs, default 2 / of the per-kind runs, default 1 / of the NER runs,
-# default 4). Comes back: gpu.jsonl, results.tar.xz (every log, metrics, predictions, and
-# gpu.md if the bench finished), weights.tar.partNN (the SQuAD
-# v1.1 and three-kinds v2.0 models' weights as float16, v1.f16.h5 and v2all.f16.h5, in 15 MiB
-# parts: `cat weights.tar.part* | tar -x`, then `bash bench/gpu_call.sh fp16 up v1.f16.h5
-# model.weights.h5` restores float32). A v2.0 run (v2real; REAL= leaves it out) whose training set also
+# default 4), WEIGHTS (whose weights come back: v2, the default, the better v2.0 run's, the
+# default QA model; or v1: a call brings back 64 MiB at most, one model's float16 weights).
+# Comes back: gpu.jsonl, results.tar.xz (every log, metrics, predictions and null odds, no
+# n-best lists, and gpu.md if the bench finished), weights.tar.partNN (WEIGHTS' model as
+# float16, e.g. v2all.f16.h5, in 15 MiB parts: `unpack` below restores float32). A v2.0 run (v2real; REAL= leaves it out) whose training set also
 # holds people's questions: dev-v2.0's half A is split again, its first half (A1: 9 articles,
 # 1,462 answerable and 1,458 unanswerable questions, REAL_REPEAT times, default 4) trains, its
 # second (A2) tunes the null threshold of both v2.0 runs and picks which one's weights come
@@ -58,11 +59,10 @@ prepare() {
 
 run() {
   T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-  LIMIT=${LIMIT:-555}
+  LIMIT=${LIMIT:-$(( CALL_S - 45 ))}
   python_env "$JOB/whl" "$REPO" || exit 1
   W=${W:-/tmp/w}; rm -rf "$W"; mkdir -p "$W/logs" "$OUT"
-  (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$W/logs/env.txt" 2>&1
-  tail -n 2 "$W/logs/env.txt"
+  device_env "$W/logs/env.txt" || { cp "$W/logs/env.txt" "$OUT/"; exit 1; }
   squad_data > "$W/logs/prep.log" 2>&1 &  # the CPU's work, while the bench has the GPU
   local prep=$!
   BENCH="$PY $REPO/bench/gpu.py --json $OUT/gpu.jsonl --results $W/logs/gpu.md"
@@ -70,7 +70,9 @@ run() {
   echo "bench at $(el) s"
   timeout "${BENCH_S:-150}" $BENCH ${BENCH_ARGS:---dropouts 0 --presets mini electra-small base small --sections pretrain} > "$W/logs/bench.log" 2>&1
   echo "bench done at $(el) s"; wait $prep; tail -n 1 "$W/logs/prep.log"
+  keep_packing "$W/.packed-last" "${PACK_EVERY:-60}" pack_results
   squad_runs
+  stop_packing "$W/.packed-last"
   pack
 }
 
@@ -111,7 +113,8 @@ json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
 squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best epoch as it goes
   local ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
   [ -n "${SMOKE:-}" ] && ft="$ft --seq-len 128 --steps-per-call 5 --max-train-examples 96"
-  export XLA_PYTHON_CLIENT_MEM_FRACTION=.16  # the four QA processes; the NER two, below
+  # the three QA processes (five with PER_KIND) and the NER two, below, within 0.9 of the GPU
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=$([ -n "${PER_KIND:-}" ] && echo .15 || echo .16)
   $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
   $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
   if [ -n "${REAL-1}" ]; then  # its own job (an `a && b &` list would be a subshell's pid)
@@ -129,20 +132,30 @@ squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best e
   $ner --output "$W/r_ner-sentence-seed{seed}" > "$W/logs/ner-sentence.log" 2>&1 &
   $ner --document-context --output "$W/r_ner-document-seed{seed}" > "$W/logs/ner-document.log" 2>&1 &
   echo "QA and NER runs started at $(el) s"
-  while [ -n "$(jobs -rp)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
+  running() { jobs -rp | grep -vx "${PACKER:-none}"; }  # the runs, not the packer beside them
+  while [ -n "$(running)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
   # A SIGTERM ends a run at its next batch end (model/training/interrupts.py): one still
   # scoring its dev set after 10 s is killed, so the packing below keeps its time.
-  for p in $(jobs -rp); do echo "stopping $p at $(el) s"; kill "$p"; done
-  for _ in 1 2 3 4 5; do [ -n "$(jobs -rp)" ] && sleep 2; done
-  for p in $(jobs -rp); do echo "killing $p at $(el) s"; kill -9 "$p"; done; wait
+  for p in $(running); do echo "stopping $p at $(el) s"; kill "$p"; done
+  for _ in 1 2 3 4 5; do [ -n "$(running)" ] && sleep 2; done
+  for p in $(running); do echo "killing $p at $(el) s"; kill -9 "$p"; done
+  wait $(jobs -p | grep -vx "${PACKER:-none}") 2>/dev/null
   unset XLA_PYTHON_CLIENT_MEM_FRACTION
   echo "QA done at $(el) s"
 }
 
-pack() {  # the v1.1 and the better v2.0 model as float16 parts; every small file in one archive
+pack_results() {  # every run's small files so far (no weights, no n-best lists) and the logs
+  (cd "$W" && for r in r_*; do
+    find "$r" -maxdepth 1 -type f ! -name 'model.weights.h5' ! -name nbest_predictions.json
+    find "$r/logs" "$r/checkpoints" -name '*.csv' -o -name state.json 2>/dev/null
+  done; find logs -type f) | pack_files "$W" "$OUT/results.tar.xz" && echo "results packed at $(el) s"
+}
+
+pack() {  # WEIGHTS' model as float16 parts, the small files in one archive
   cd "$W" || return 1
-  local r weights packed=()
-  for r in v1 $(better_v2); do  # the best epoch's weights, or the last checkpoint's of a run cut off
+  local r weights packed=() back=v1
+  [ "${WEIGHTS:-v2}" = v1 ] || back=$(better_v2)
+  for r in $back; do  # the best epoch's weights, or the last checkpoint's of a run cut off
     weights=r_$r/model.weights.h5
     [ -f "$weights" ] || weights=$(ls -d r_$r/checkpoints/ckpt-*/model.weights.h5 2>/dev/null | tail -n 1)
     [ -n "$weights" ] || continue
@@ -150,15 +163,13 @@ pack() {  # the v1.1 and the better v2.0 model as float16 parts; every small fil
     fp16 down "$weights" $r.f16.h5 && packed+=("$r.f16.h5")
   done
   [ ${#packed[@]} -gt 0 ] && tar -cf - "${packed[@]}" | split -b 15M -d - "$OUT/weights.tar.part"
-  { for r in r_*; do find "$r" -maxdepth 1 -type f ! -name 'model.weights.h5'; find "$r/logs" "$r/checkpoints" -name '*.csv' -o -name state.json 2>/dev/null; done; find logs -type f; } > files.txt
-  tar -cJf "$OUT/results.tar.xz" -T files.txt
-  echo "packed at $(el) s"; ls -la "$OUT"
+  pack_results
+  echo "packed at $(el) s"; ls -la "$OUT"; out_size_check
   for f in logs/*.log; do echo "== $f"; grep -v "Warning\|^\s*$" "$f" | tail -n 4; done
 }
 
 better_v2() {  # v2all, or (REAL, the default) whichever of v2all and v2real scored the higher best_f1
-  # on their shared tuning file (half A2; the figure to report is half B's, not read here):
-  # 8 files of 16 MiB come back, room for two models' weights
+  # on their shared tuning file (half A2; the figure to report is half B's, not read here)
   [ -d r_v2real ] || { echo v2all; return; }
   $PY - <<'PYEOF'
 import json

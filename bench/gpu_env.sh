@@ -1,7 +1,8 @@
 #!/bin/bash
 # What every GPU call script (bench/gpu_call.sh, bench/gpu_table.sh, bench/gpu_pretrain_call.sh)
 # does the same way: the wheels the GPU image lacks (it has JAX, no keras), downloaded here and
-# installed there; weights as float16 for the journey; the job folders kept out of git.
+# installed there; weights as float16 for the journey; the job folders kept out of git; the
+# call's limit (CALL_S), the check that JAX sees the GPU, results packed as they come.
 # Sourced, not run: `source "$(dirname "$0")/gpu_env.sh"`.
 
 wheels_download() {  # wheels_download DIR: keras, keras-hub and their pure dependencies
@@ -51,4 +52,63 @@ with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
         b.create_dataset(name, data=data).attrs.update(dict(obj.attrs))
     a.visititems(copy)
 EOF
+}
+
+# The call's own limit: CALL_S, the seconds the device gives the command (the `run` tool's
+# timeout_s, default 600). Each script stops its work early enough to pack within it.
+CALL_S=${CALL_S:-600}
+
+device_env() {  # device_env FILE: the GPU, Python and package versions into FILE (and the last
+  # two lines printed); outside a CPU rehearsal (SMOKE=1), a JAX that sees no GPU stops the
+  # call, which would otherwise spend its minutes at a CPU's speed
+  nvidia-smi > "$1" 2>&1
+  $PY - >> "$1" 2>&1 <<'PYEOF'
+import os, sys
+import jax, keras, keras_hub
+print(sys.version)
+print("jax", jax.__version__, "keras", keras.__version__, "keras_hub", keras_hub.__version__, jax.devices())
+if jax.default_backend() != "gpu" and not os.environ.get("SMOKE"):
+    print(f"error: JAX sees no GPU (backend {jax.default_backend()}): stopping the call")
+    sys.exit(3)
+PYEOF
+  local rc=$?
+  tail -n 2 "$1"
+  return $rc
+}
+
+keep_packing() {  # keep_packing STOP SECONDS COMMAND...: COMMAND every SECONDS in the
+  # background until the file STOP exists, so that what has finished is in $OUT as it comes
+  # (a call cut off at its limit still brings it back); stop_packing STOP ends it
+  rm -f "$1"
+  (
+    while true; do
+      for _ in $(seq "$2"); do [ -e "$1" ] && exit 0; sleep 1; done
+      "${@:3}"
+    done
+  ) &
+  PACKER=$!
+}
+
+stop_packing() { touch "$1"; wait "$PACKER" 2>/dev/null; }
+
+pack_files() {  # pack_files DIR ARCHIVE: the files whose paths (relative to DIR) come on stdin,
+  # as an xz archive, written under a name of its own and renamed whole (never half an archive;
+  # a packing cut off leaves a *.tmp, which the scripts' final packing removes)
+  (cd "$1" && XZ_OPT=-T0 tar -cJf "$2.$BASHPID.tmp" -T - && mv "$2.$BASHPID.tmp" "$2")
+}
+
+out_size_check() {  # the call's files back: at most 8 files, 64 MiB together (a warning);
+  # what a packing cut off left removed
+  local n bytes
+  rm -f "$OUT"/*.tmp
+  n=$(find "$OUT" -type f | wc -l); bytes=$(du -cb "$OUT" | tail -n 1 | cut -f1)
+  if [ "$n" -gt 8 ] || [ "$bytes" -gt $(( 64 << 20 )) ]; then
+    echo "warning: \$OUT holds $n files, $(( bytes >> 20 )) MiB: over what comes back (8, 64 MiB)"
+  fi
+}
+
+tree_bytes() {  # the bytes of the working tree that travel with every call (tracked files and
+  # untracked ones git does not ignore), assets/models left out (moved away for a call)
+  (cd "$REPO" && git ls-files -z --cached --others --exclude-standard | grep -zv '^assets/models/' |
+    xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
 }

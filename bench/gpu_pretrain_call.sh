@@ -18,9 +18,14 @@
 #   back here:     bash bench/gpu_pretrain_call.sh unpack FILES_AT runs/defaults-gpu
 #   SMOKE=1 PY=/tmp/jaxenv/bin/python ... data / train     # the same on a CPU, a few steps
 #
+# The machine goes back 30 s after a command ends: run 2 must follow run 1 at once.
 # MODEL=electra needs no start weights: `data` then `train` in one command (carry
-# [".job-data"]). Settings: BUDGET (s of training steps, default 330 for mlm, 300 for
-# electra), LIMIT (s after which `train` stops whatever runs and packs, default 540).
+# [".job-data"]): `export CALL_T0=$(date +%s); MODEL=electra bash ... data && OUT=$OUT
+# MODEL=electra bash ... train`, so that `train` counts its limit from the call's start.
+# Settings: CALL_S (the call's timeout_s, default 600), LIMIT (s after which `train` stops
+# whatever runs and packs, default CALL_S - 60), BUDGET (s of training steps, default LIMIT -
+# 210 for mlm, LIMIT - 240 for electra: 330 and 300 in a 600 s call), W (the work folder,
+# default /tmp/wp-MODEL).
 # Comes back: results.tar.xz (the run's summary, held-out curve, evaluation, logs),
 # model.f16.h5.partNN (the model's float16 weights, 15 MiB parts; `unpack` restores float32).
 # MLM's recipe is the shipped one's (model/recipes/defaults.py PRETRAIN_FLAGS: minilm-l6, batch
@@ -30,7 +35,7 @@ set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO/bench/gpu_env.sh"
 MODEL=${MODEL:-mlm}
-W=${W:-/tmp/wp}
+W=${W:-/tmp/wp-$MODEL}
 
 prepare_data() {
   local job=$REPO/.job-data py=${PY:-python3} data=${DATA:-$REPO/../shared/data}
@@ -60,7 +65,7 @@ prepare_init() {
 inputs() { [ "$MODEL" = electra ] && echo segment-pairs || echo sentence-pairs; }
 
 data() {  # the records of MODEL's input format, training and held-out, under $W
-  T0=$(date +%s)
+  T0=${CALL_T0:-$(date +%s)}
   local job=$REPO/.job-data
   python_env "$job/whl" "$REPO" || exit 1
   mkdir -p "$W" && cp "$job/vocab.txt" "$W/" && xz -dc "$job/wiki.valid.raw.xz" > "$W/wiki.valid.raw" || exit 1
@@ -89,16 +94,16 @@ flags() {  # MODEL's pre-training flags, less --steps and --output
 }
 
 train() {
-  T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-  local limit=${LIMIT:-540} budget=${BUDGET:-$([ "$MODEL" = electra ] && echo 300 || echo 330)}
+  T0=${CALL_T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
+  local limit=${LIMIT:-$(( CALL_S - 60 ))}
+  local budget=${BUDGET:-$(( limit - $([ "$MODEL" = electra ] && echo 240 || echo 210) ))}
   [ -n "${SMOKE:-}" ] && budget=${BUDGET:-5}
   local job=$REPO/.job-init
   [ "$MODEL" = electra ] && job=$REPO/.job-data
   python_env "$job/whl" "$REPO" || exit 1
   [ -d "$W/train-$(inputs)" ] || { echo "no records in $W: run \`data\` first on this machine" >&2; exit 1; }
   mkdir -p "$OUT" "$W/logs"
-  (nvidia-smi; $PY -c "import sys, jax, keras; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, jax.devices())") > "$W/logs/env.txt" 2>&1
-  tail -n 1 "$W/logs/env.txt"
+  device_env "$W/logs/env.txt" || { cp "$W/logs/env.txt" "$OUT/"; exit 1; }
   if [ "$MODEL" = mlm ]; then
     mkdir -p "$W/init" && cp "$job/init/config.json" "$job/init/vocab.txt" "$W/init/" &&
       fp16 up "$job/init/model.weights.f16.h5" "$W/init/model.weights.h5" || exit 1
@@ -140,7 +145,7 @@ pack() {
     split -b 15M -d model.f16.h5 "$OUT/model.f16.h5.part"
   { find run calibration -maxdepth 1 -type f ! -name 'model.weights.h5'; find logs -type f; } > files.txt
   tar -cJf "$OUT/results.tar.xz" -T files.txt
-  echo "packed at $(el) s"; ls -la "$OUT"
+  echo "packed at $(el) s"; ls -la "$OUT"; out_size_check
 }
 
 unpack() {  # unpack FILES DEST: the run's directory back here as DEST/run, float32 weights

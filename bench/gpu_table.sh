@@ -13,9 +13,11 @@
 # so that a pre-training serves each, as its weights do not come back), RUNS (a part of the
 # table, of each table: `--runs`, the pre-training runs by name as `--dry-run` prints them),
 # JOBS (fine-tunings at once, `--jobs`, default 4; each process then takes 18 % of the GPU's
-# memory), LIMIT (s after which no command starts, default 500; the
-# report is written from what finished), HARD (s at which a command still running is stopped,
-# default 565, so that the results are packed within a 600 s call). SMOKE=1 rehearses the same call at the smoke scale
+# memory), CALL_S (the call's timeout_s, default 600), LIMIT (s after which no command starts,
+# default CALL_S - 100; the report is written from what finished), HARD (s at which a command
+# still running is stopped, default CALL_S - 35, so that the results are packed within the
+# call), PACK_EVERY (s between two packings of what has finished into results.tar.xz, default
+# 60). SMOKE=1 rehearses the same call at the smoke scale
 # (`prepare` then writes the smoke input). DONE=WORK (prepare): the results earlier calls
 # brought back, merged into WORK, travel too, and the call skips those commands (a
 # pre-training whose row is not complete runs again: weights do not come back). JOB (a folder
@@ -26,7 +28,8 @@
 # call loads the programs that one compiled (40-45 s each) instead of compiling them again
 # (JAX's cache key includes the cache's own path and the GPU's model: every call keeps it at
 # /tmp/jc, as gpu_env.sh sets, and names the device kind the cache was made on);
-# left out, with a note, where .job would pass CAP MiB (default 59). Comes back: TABLE.md (the
+# left out, with a note, where .job would pass CAP MiB (default: what the 64 MiB a call carries
+# leave beside the tracked files, assets/models moved out, less 1 MiB). Comes back: TABLE.md (the
 # report), run.log, results.tar.xz (every metrics.json, dev_units.json, train_summary.json, held-out score,
 # timings.json, the plot), jaxcache.tar.xz (the compilation cache after the call, where it
 # fits in 16 MiB). A table run in parts: `merge` each call's results.tar.xz into one WORK here, then
@@ -68,8 +71,9 @@ prepare() {
   if [ -n "${JAXCACHE:-}" ]; then  # programs an earlier call compiled, where .job has room
     xz -t "$JAXCACHE" || { echo "JAXCACHE=$JAXCACHE: not a whole .tar.xz" >&2; return 1; }
     local bytes=$(( $(du -sb "$JOB" | cut -f1) + $(stat -c %s "$JAXCACHE") ))
-    if [ "$bytes" -le $(( ${CAP:-59} << 20 )) ]; then cp "$JAXCACHE" "$JOB/jaxcache.tar.xz"
-    else echo "note: $JAXCACHE left out: .job would be $(( bytes >> 20 )) MiB, over CAP=${CAP:-59}"; fi
+    local cap=${CAP:-$(( (63 << 20) - $(tree_bytes) >> 20 ))}
+    if [ "$bytes" -le $(( cap << 20 )) ]; then cp "$JAXCACHE" "$JOB/jaxcache.tar.xz"
+    else echo "note: $JAXCACHE left out: .job would be $(( bytes >> 20 )) MiB, over CAP=$cap"; fi
   fi
   du -sh "$JOB"/*; du -sh "$JOB"
 }
@@ -88,14 +92,15 @@ run() {
       echo "warning: jaxcache.tar.xz not unpacked; compiling afresh"
   fi
   echo "compilation cache: $(ls "$JAX_COMPILATION_CACHE_DIR" | wc -l) entries at the start"
-  (nvidia-smi; $PY -c "import sys, jax, keras, keras_hub; print(sys.version); print('jax', jax.__version__, 'keras', keras.__version__, 'keras_hub', keras_hub.__version__, jax.devices())") > "$OUT/env.txt" 2>&1
-  tail -n 2 "$OUT/env.txt"; echo "input ready at $(el) s"
+  device_env "$OUT/env.txt" || exit 1
+  echo "input ready at $(el) s"
   # LIMIT: no command starts after it; HARD: a command still running then is stopped (the
   # report is then written by `--report` from what finished), so that packing always happens
   # inside the call's own limit.
   # JOBS: fine-tunings at once (`--jobs`), child processes beside the one that pre-trains
   # alone; each JAX process then takes 0.9/(JOBS+1) of the GPU's memory (model.experiments).
-  local limit=${LIMIT:-500} hard=${HARD:-565} jobs=${JOBS:-4} table rc
+  local limit=${LIMIT:-$(( CALL_S - 100 ))} hard=${HARD:-$(( CALL_S - 35 ))} jobs=${JOBS:-4} table rc
+  keep_packing "$W/.packed-last" "${PACK_EVERY:-60}" pack_results
   for table in ${TABLE//,/ }; do  # one after another in one WORK: a run serves them all
     rc=late
     if [ "$(el)" -lt "$limit" ]; then
@@ -110,17 +115,21 @@ run() {
         --work "$W" --report ${RUNS:+--runs "$RUNS"}) >> "$OUT/run.log" 2>&1
     fi
   done
+  stop_packing "$W/.packed-last"
   pack
 }
 
-pack() {  # every small result file in one archive; the report beside it
+pack_results() {  # every small result file so far in one archive, $OUT/results.tar.xz
+  (cd "$W" && find . -name metrics.json -o -name dev_units.json -o -name train_summary.json \
+    -o -name timings.json -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' \
+    -o -name dataset.json -o -path './logs/*.log') | pack_files "$W" "$OUT/results.tar.xz" &&
+    echo "results packed at $(el) s"
+}
+
+pack() {  # the results, the report beside them, the compilation cache
   cd "$W" || return 1
   for table in ${TABLE//,/ }; do [ -f "$table.md" ] && cp "$table.md" "$OUT/"; done
-  find . -name metrics.json -o -name dev_units.json -o -name train_summary.json -o -name timings.json \
-    -o -name hardware.json -o -name '*.png' -o -path './mlm/*.json' -o -name dataset.json \
-    -o -path './logs/*.log' \
-    > files.txt
-  tar -cJf "$OUT/results.tar.xz" -T files.txt
+  pack_results
   # The compiled programs, for the next call's JAXCACHE (a file comes back up to 16 MiB),
   # written under another name and renamed whole: a call cut off here brings back none.
   XZ_OPT=-T0 tar -C "$JAX_COMPILATION_CACHE_DIR" -cJf "$W/jaxcache.tmp" . &&
@@ -132,7 +141,7 @@ pack() {  # every small result file in one archive; the report beside it
     mv "$W/jaxcache.tmp" "$OUT/jaxcache.tar.xz"
   fi
   rm -f "$W/jaxcache.tmp"
-  echo "packed at $(el) s"; ls -la "$OUT"
+  echo "packed at $(el) s"; ls -la "$OUT"; out_size_check
   grep -E "^\[|^#" "$OUT/run.log" | grep -v "^\[.*\] python" | tail -n 12
 }
 

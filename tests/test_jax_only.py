@@ -285,9 +285,12 @@ def test_the_gpu_table_call_rehearses_prepare_run_and_merge(jax_python, tmp_path
     printed = bash(
         "run", PY=jax_python, OUT=str(out), TABLE="pretraining-tasks", RUNS="bert-4x16-seed1",
         JOBS="1", JOB_INPUT=str(tmp_path / "input"),
-        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jc"),
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jc"), PACK_EVERY="2",
     )  # fmt: skip
     assert "pretraining-tasks exit 0" in printed, printed[-2000:]
+    # packed as the runs finish, not only at the end: a call cut off at its limit keeps them
+    assert printed.count("results packed at") >= 2, printed[-2000:]
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
     assert {"pretraining-tasks.md", "results.tar.xz", "run.log", "env.txt"} <= set(os.listdir(out))
     with tarfile.open(out / "results.tar.xz") as archive:
         names = archive.getnames()
@@ -304,3 +307,23 @@ def test_the_gpu_table_call_rehearses_prepare_run_and_merge(jax_python, tmp_path
     with open(merged / "pretraining-tasks.md", encoding="utf-8") as f:
         rows = dict(zip(("bert", "no-nsp"), measured_cells(f.read())))
     assert "—" not in rows["bert"] and set(rows["no-nsp"]) == {"—"}
+
+
+def test_a_gpu_call_without_a_gpu_stops_at_once(jax_python, tmp_path):
+    """bench/gpu_env.sh's device_env: outside a CPU rehearsal (SMOKE=1), a JAX that sees no
+    GPU ends the call before its minutes go at a CPU's speed; it says so in its env file."""
+    import subprocess
+
+    env_sh = os.path.join(REPO_ROOT, "bench", "gpu_env.sh")
+    env = {k: v for k, v in subprocess_env().items() if k != "SMOKE"}
+    line = f'source "{env_sh}"; export KERAS_BACKEND=jax; PY="{jax_python}"; device_env "{tmp_path}/env.txt"'
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "JAX sees no GPU (backend cpu)" in done.stdout
+    line = line.replace("device_env", "SMOKE=1 device_env")
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
