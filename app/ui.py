@@ -138,9 +138,34 @@ SUBMIT_HINT = "Shift+Enter runs it"
 #   the block around it, which also holds Gradio's running timer;
 # - the Seed box starts empty, as its label says ("a new one each time"): Gradio's Number
 #   shows and sends 0 for a value of None; emptied, it sends None. Done once, when the box
-#   first shows a value, so a 0 the user types stays.
+#   first shows a value, so a 0 the user types stays;
+# - keyboard use as WAI-ARIA's patterns have it, which Gradio's tabs and radios lack: the tabs
+#   are one Tab stop (the selected tab's), arrow keys, Home and End choose another; each radio
+#   group's options share a name (Gradio gives each option its own), so that the group is one
+#   Tab stop and the arrow keys move its choice, which Gradio sees as a click.
 JS = """() => {
+  const step = {ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1};
+  document.addEventListener('keydown', (event) => {
+    const tab = event.target.closest && event.target.closest('[role="tablist"] [role="tab"]');
+    if (!tab) return;
+    const tabs = [...tab.parentElement.querySelectorAll('[role="tab"]:not([disabled])')];
+    const k = tabs.indexOf(tab), n = tabs.length;
+    const next = event.key in step ? tabs[(k + step[event.key] + n) % n]
+      : {Home: tabs[0], End: tabs[n - 1]}[event.key];
+    if (!next) return;
+    event.preventDefault();
+    next.click();
+    next.focus();
+  });
   const mark = () => {
+    document.querySelectorAll('[role="tablist"] [role="tab"]').forEach((t) => {
+      t.tabIndex = t.getAttribute('aria-selected') === 'true' ? 0 : -1;
+    });
+    document.querySelectorAll('.block input[type="radio"]').forEach((r) => {
+      const block = r.closest('.block');
+      block.dataset.radios = block.dataset.radios || 'radios-' + Math.random().toString(36).slice(2);
+      r.name = block.dataset.radios;
+    });
     const texts = '[id$="-status"] [data-testid="markdown"]:not([aria-live])';
     document.querySelectorAll(texts).forEach((e) => {
       e.setAttribute('role', 'status');
@@ -156,7 +181,9 @@ JS = """() => {
     }
   };
   mark();
-  new MutationObserver(mark).observe(document.body, {childList: true, subtree: true});
+  new MutationObserver(mark).observe(document.body, {
+    childList: true, subtree: true, attributes: true, attributeFilter: ['aria-selected'],
+  });
 }"""
 
 # All events share one queue, so `queue(default_concurrency_limit=N)` (--concurrency) bounds the

@@ -194,6 +194,15 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     expect(page.locator("#attention-grid figure.sel")).to_have_attribute("data-head", "2")
     page.locator("#attention-layer").get_by_label("2", exact=True).check()
     expect(status("attention")).to_contain_text("Layer 2, head 2")
+    # A radio group is one Tab stop whose arrow keys move its choice (Gradio names each option
+    # apart: each was a Tab stop, and the arrow keys did nothing).
+    page.keyboard.press("ArrowLeft")
+    expect(status("attention")).to_contain_text("Layer 1, head 2")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('[id]').id") == "attention-head"
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("ArrowRight")
+    expect(status("attention")).to_contain_text("Layer 2, head 2")
     page.locator("#attention-attends").get_by_text("[CLS]", exact=True).first.click()
     expect(status("attention")).to_contain_text("“[CLS]” (WordPiece 0 of the input)")
     page.locator("#attention-token input").click()  # choose a token from the list
@@ -255,6 +264,18 @@ def test_every_view_in_chromium(browser, app_url, tmp_path):
     assert types and sorted(t.strip() for t in labels.all_inner_texts()) == types
     assert not page.locator('[data-testid="highlighted-text:category-legend"]').count()
     shot("entities")
+
+    # The tabs are one Tab stop, the selected tab's; arrow keys, Home and End choose another.
+    tabs = page.get_by_role("tab")
+    names = [t.inner_text().strip() for t in tabs.all()]
+    page.get_by_role("tab", name=names[0], exact=True).click()
+    for key, chosen in (("ArrowRight", 1), ("End", -1), ("ArrowRight", 0), ("ArrowLeft", -1)):
+        page.keyboard.press(key)
+        expect(page.get_by_role("tab", selected=True)).to_have_text(names[chosen])
+        assert page.evaluate("document.activeElement.textContent").strip() == names[chosen]
+    expected = ["-1"] * len(names)
+    expected[-1] = "0"
+    assert [t.get_attribute("tabindex") for t in tabs.all()] == expected
 
     # Keyboard users see the focus; text on the app's colours is at least 4.5:1 (WCAG AA).
     page.get_by_role("tab", name=VIEW["fill_mask"].title, exact=True).click()
