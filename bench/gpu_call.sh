@@ -11,8 +11,8 @@
 #   mv assets/models /somewhere                       # the call carries 64 MiB at most
 #   device run:  OUT=$OUT bash bench/gpu_call.sh run  with carry [".job"]
 #   SMOKE=1 OUT=/tmp/out PY=/tmp/jaxenv/bin/python bash bench/gpu_call.sh run   # CPU rehearsal
-#   bash bench/gpu_call.sh unpack FILES_AT runs/defaults-gpu  # back here: r_v1, r_v2all as model
-#                                                     # directories (python -m model.evaluate, export)
+#   bash bench/gpu_call.sh unpack FILES_AT runs/defaults-gpu  # back here: every run's files,
+#                                                     # WEIGHTS' run (r_v2all...) a model directory
 #
 # MINILM_MODEL_DIR is all-MiniLM-L6-v2 as our model directory (python -m model.convert).
 # Settings (environment): CALL_S (the call's timeout_s, default 600), LIMIT (s, default
@@ -111,42 +111,43 @@ json.dump(j, open(sys.argv[1], 'w'))" "$f"; done
 }
 
 squad_runs() {  # side by side on the one GPU until LIMIT; each saves its best epoch as it goes
-  local ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
+  local pids=() p ft="$PY -m model.train finetune --init $W/minilm --device-data --mixed-precision mixed_bfloat16 --learning-rate 1e-4 --seed 12345"
   [ -n "${SMOKE:-}" ] && ft="$ft --seq-len 128 --steps-per-call 5 --max-train-examples 96"
   # the three QA processes (five with PER_KIND) and the NER two, below, within 0.9 of the GPU
   export XLA_PYTHON_CLIENT_MEM_FRACTION=$([ -n "${PER_KIND:-}" ] && echo .15 || echo .16)
-  $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 &
-  $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 &
+  $ft --task squad2 --data "$W/v2all" --output "$W/r_v2all" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2all.log" 2>&1 & pids+=($!)
+  $ft --task squad1 --data "$W/v1" --output "$W/r_v1" --epochs "${E2:-2}" --batch-size 32 > "$W/logs/v1.log" 2>&1 & pids+=($!)
   if [ -n "${REAL-1}" ]; then  # its own job (an `a && b &` list would be a subshell's pid)
-    $ft --task squad2 --data "$W/v2real" --output "$W/r_v2real" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2real.log" 2>&1 &
+    $ft --task squad2 --data "$W/v2real" --output "$W/r_v2real" --epochs "${E2:-2}" --batch-size 48 > "$W/logs/v2real.log" 2>&1 & pids+=($!)
   fi
   if [ -n "${PER_KIND:-}" ]; then
-    $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 &
-    $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 &
+    $ft --task squad2 --data "$W/v2op" --output "$W/r_v2op" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2op.log" 2>&1 & pids+=($!)
+    $ft --task squad2 --data "$W/v2opar" --output "$W/r_v2opar" --epochs "${E1:-1}" --batch-size 48 > "$W/logs/v2opar.log" 2>&1 & pids+=($!)
   fi
   # The NER default's recipe (model/recipes/defaults.py, less --group-by-length, which the
   # device path's fixed shapes do not use), the paper's document context against the sentence.
   export XLA_PYTHON_CLIENT_MEM_FRACTION=.07  # three seeds of 32 x 128: less than one 48 x 384
   local ner="$PY -m model.train finetune --task conll2003 --data $W/conll2003 --init $W/minilm --device-data --seeds 1,2,3 --learning-rate 8e-5 --epochs ${EN:-4}"
   [ -n "${SMOKE:-}" ] && ner="$ner --seq-len 64 --steps-per-call 5 --max-train-examples 16"
-  $ner --output "$W/r_ner-sentence-seed{seed}" > "$W/logs/ner-sentence.log" 2>&1 &
-  $ner --document-context --output "$W/r_ner-document-seed{seed}" > "$W/logs/ner-document.log" 2>&1 &
+  $ner --output "$W/r_ner-sentence-seed{seed}" > "$W/logs/ner-sentence.log" 2>&1 & pids+=($!)
+  $ner --document-context --output "$W/r_ner-document-seed{seed}" > "$W/logs/ner-document.log" 2>&1 & pids+=($!)
   echo "QA and NER runs started at $(el) s"
-  running() { jobs -rp | grep -vx "${PACKER:-none}"; }  # the runs, not the packer beside them
+  # the runs still going (by their own pids: the packer runs beside them)
+  running() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && echo "$p"; done; }
   while [ -n "$(running)" ] && [ "$(el)" -lt "$LIMIT" ]; do sleep 2; done
   # A SIGTERM ends a run at its next batch end (model/training/interrupts.py): one still
   # scoring its dev set after 10 s is killed, so the packing below keeps its time.
   for p in $(running); do echo "stopping $p at $(el) s"; kill "$p"; done
   for _ in 1 2 3 4 5; do [ -n "$(running)" ] && sleep 2; done
   for p in $(running); do echo "killing $p at $(el) s"; kill -9 "$p"; done
-  wait $(jobs -p | grep -vx "${PACKER:-none}") 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
   unset XLA_PYTHON_CLIENT_MEM_FRACTION
   echo "QA done at $(el) s"
 }
 
 pack_results() {  # every run's small files so far (no weights, no n-best lists) and the logs
   (cd "$W" && for r in r_*; do
-    find "$r" -maxdepth 1 -type f ! -name 'model.weights.h5' ! -name nbest_predictions.json
+    find "$r" -maxdepth 1 -type f ! -name '*.h5' ! -name nbest_predictions.json
     find "$r/logs" "$r/checkpoints" -name '*.csv' -o -name state.json 2>/dev/null
   done; find logs -type f) | pack_files "$W" "$OUT/results.tar.xz" && echo "results packed at $(el) s"
 }

@@ -81,8 +81,8 @@ keep_packing() {  # keep_packing STOP SECONDS COMMAND...: COMMAND every SECONDS 
   # (a call cut off at its limit still brings it back); stop_packing STOP ends it
   rm -f "$1"
   (
-    while true; do
-      for _ in $(seq "$2"); do [ -e "$1" ] && exit 0; sleep 1; done
+    while true; do  # until STOP, or until the script that started it is gone ($$: its pid)
+      for _ in $(seq "$2"); do [ -e "$1" ] || ! kill -0 $$ 2>/dev/null && exit 0; sleep 1; done
       "${@:3}"
     done
   ) &
@@ -93,8 +93,15 @@ stop_packing() { touch "$1"; wait "$PACKER" 2>/dev/null; }
 
 pack_files() {  # pack_files DIR ARCHIVE: the files whose paths (relative to DIR) come on stdin,
   # as an xz archive, written under a name of its own and renamed whole (never half an archive;
-  # a packing cut off leaves a *.tmp, which the scripts' final packing removes)
-  (cd "$1" && XZ_OPT=-T0 tar -cJf "$2.$BASHPID.tmp" -T - && mv "$2.$BASHPID.tmp" "$2")
+  # a packing cut off leaves a *.tmp, which the scripts' final packing removes). A log that
+  # grows while it is read, or a checkpoint removed meanwhile, is packed as read or left out.
+  (
+    cd "$1" || exit 1
+    tmp=$2.$BASHPID.tmp
+    XZ_OPT=-T0 tar --warning=no-file-changed --warning=no-file-removed --ignore-failed-read \
+      -cJf "$tmp" -T -
+    if [ $? -le 1 ]; then mv "$tmp" "$2"; else rm -f "$tmp"; exit 1; fi
+  )
 }
 
 out_size_check() {  # the call's files back: at most 8 files, 64 MiB together (a warning);

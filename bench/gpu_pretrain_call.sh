@@ -23,9 +23,9 @@
 # [".job-data"]): `export CALL_T0=$(date +%s); MODEL=electra bash ... data && OUT=$OUT
 # MODEL=electra bash ... train`, so that `train` counts its limit from the call's start.
 # Settings: CALL_S (the call's timeout_s, default 600), LIMIT (s after which `train` stops
-# whatever runs and packs, default CALL_S - 60), BUDGET (s of training steps, default LIMIT -
-# 210 for mlm, LIMIT - 240 for electra: 330 and 300 in a 600 s call), W (the work folder,
-# default /tmp/wp-MODEL).
+# whatever runs and packs, default CALL_S - 60), BUDGET (s of training steps, default what is
+# left of LIMIT when `train` starts less 210 for mlm, 240 for electra: 330 and 300 in a 600 s
+# call of `train` alone), W (the work folder, default /tmp/wp-MODEL).
 # Comes back: results.tar.xz (the run's summary, held-out curve, evaluation, logs),
 # model.f16.h5.partNN (the model's float16 weights, 15 MiB parts; `unpack` restores float32).
 # MLM's recipe is the shipped one's (model/recipes/defaults.py PRETRAIN_FLAGS: minilm-l6, batch
@@ -96,7 +96,7 @@ flags() {  # MODEL's pre-training flags, less --steps and --output
 train() {
   T0=${CALL_T0:-$(date +%s)}; el() { echo $(( $(date +%s) - T0 )); }
   local limit=${LIMIT:-$(( CALL_S - 60 ))}
-  local budget=${BUDGET:-$(( limit - $([ "$MODEL" = electra ] && echo 240 || echo 210) ))}
+  local budget=${BUDGET:-$(( limit - $(el) - $([ "$MODEL" = electra ] && echo 240 || echo 210) ))}
   [ -n "${SMOKE:-}" ] && budget=${BUDGET:-5}
   local job=$REPO/.job-init
   [ "$MODEL" = electra ] && job=$REPO/.job-data

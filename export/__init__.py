@@ -8,7 +8,9 @@ Modules: `convert` (Keras -> .tflite, the quantization variants), `examples`
 file against the Keras model), `bundle` (the bundle directory, written
 atomically), `interpreter` (`TFLiteModel`, the LiteRT `predict` the tasks
 score with), `report` (every variant's size, dev metric and latency), `runtime` (a
-bundle's task methods, LiteRT alone) and `keras_runtime` (the same methods on a model directory).
+bundle's task methods, LiteRT alone; `written_words` writes its predicted pieces back into the
+text, `runtime_command` is `python -m export.runtime`) and `keras_runtime` (the same methods on
+a model directory).
 
 `import export` is cheap: nothing heavy is imported here.
 """

@@ -18,6 +18,8 @@ from model.io.files import HEAD_BYTES, utf16_error
 
 
 def jsonable(value):
+    """A method's answer as JSON prints it: an array as its shape, dtype and first 8 values, a
+    float that is not finite as its name ("nan")."""
     if isinstance(value, np.ndarray):
         return {
             "shape": list(value.shape),
@@ -77,6 +79,8 @@ def _parser(lines: bool = False) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """`python -m export.runtime BUNDLE [--lines FILE] METHOD ARGS...`: 0, or 1 with the reason
+    on standard error (a bad bundle, text or line), 2 for a usage error (argparse's)."""
     argv = sys.argv[1:] if argv is None else argv
     options = argv[: argv.index("--")] if "--" in argv else argv
     lines = any(a == "--lines" or a.startswith("--lines=") for a in options)

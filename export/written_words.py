@@ -1,6 +1,7 @@
 """Predicted WordPieces written back into a user's text, as the edge runtime answers with it:
 `fill_mask`'s word at each [MASK] ("The capital of France is paris."), `corrupt`'s words
-written anew from their changed pieces. Plain Python: no numpy, no model.
+written anew from their changed pieces. No numpy: only the tokenizer's character classes
+(`model.text.wordpiece`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def glued(before: str, k: int) -> bool:
     return (last.isalnum() and not wordpiece.is_cjk(last)) or (not before and k > 0)
 
 
-def written(token: str, glued: bool, before: str = "") -> str:
+def written(token: str, is_glued: bool, before: str = "") -> str:
     """How a [MASK]'s word goes into the text after `before`: a "##" piece joined to what is
     before it, a word glued to a word or another [MASK] ("The [MASK][MASK]") after a space,
     but not where either is of a script written without spaces ("東京は" + "の")."""
@@ -68,4 +69,4 @@ def written(token: str, glued: bool, before: str = "") -> str:
         return token[2:]
     last = before[-1:]
     spaced = spaced_letter(token[:1]) and (not last or spaced_letter(last))
-    return " " + token if glued and spaced else token
+    return " " + token if is_glued and spaced else token

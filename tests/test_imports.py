@@ -96,6 +96,8 @@ def test_the_core_rule_sees_a_wing_imported_inside_a_function(tmp_path, monkeypa
 # second; a JAX run never loads TensorFlow).
 LIGHT = (
     "export.runtime",
+    "export.runtime_command",
+    "export.written_words",
     "export.bundle",
     "app.predict",
     "model.data",
