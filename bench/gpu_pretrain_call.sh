@@ -143,8 +143,8 @@ pack() {
   cd "$W" || return 1
   [ -f run/model.weights.h5 ] && fp16 down run/model.weights.h5 model.f16.h5 &&
     split -b 15M -d model.f16.h5 "$OUT/model.f16.h5.part"
-  { find run calibration -maxdepth 1 -type f ! -name 'model.weights.h5'; find logs -type f; } > files.txt
-  tar -cJf "$OUT/results.tar.xz" -T files.txt
+  { find run calibration -maxdepth 1 -type f ! -name '*.h5'; find logs -type f; } |
+    pack_files "$W" "$OUT/results.tar.xz"
   echo "packed at $(el) s"; ls -la "$OUT"; out_size_check
 }
 
